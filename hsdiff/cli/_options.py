@@ -1,0 +1,76 @@
+"""Options shared by several commands, defined once and stacked as decorators."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Callable
+
+import click
+
+from .. import conventions as conv
+from ..readers import FORMATS
+
+F = Callable[..., Any]
+
+
+def _stack(*decorators: Callable[[F], F]) -> Callable[[F], F]:
+    def apply(f: F) -> F:
+        for d in reversed(decorators):
+            f = d(f)
+        return f
+
+    return apply
+
+
+engine_option = click.option(
+    "--engine", type=click.Choice(conv.ENGINES, case_sensitive=False), default="sglang", show_default=True,
+    help="The engine (or trainer) whose id convention --layer-ids uses and the recommendation is given in.",
+)
+family_option = click.option(
+    "--model-family", default=None, metavar="FAMILY",
+    help="SGLang model-family rule: llama (default), deepseek (also kimi_k25), deepseek-legacy, gpt-oss; "
+    "or a model_type such as qwen3.",
+)
+
+dump_options = _stack(
+    click.argument("train", type=click.Path(exists=False, path_type=str)),
+    click.argument("infer", type=click.Path(exists=False, path_type=str)),
+    family_option,
+    click.option("--infer-index", type=click.Choice(["boundary", "output"]), default="boundary", show_default=True,
+                 help="How layer numbers found in inference dumps count: boundary = residual stream entering "
+                 "layer i (where SGLang and vLLM capture), output = output of layer i."),
+    click.option("--train-index", type=click.Choice(["boundary", "output"]), default="boundary", show_default=True,
+                 help="How layer numbers found in training dump keys or file names count."),
+    click.option("--hidden-size", type=click.IntRange(min=1), default=None, help="Target hidden size H (else taken from configs or shapes)."),
+    click.option("--num-layers", type=click.IntRange(min=1), default=None, help="Target num_hidden_layers L."),
+    click.option("--model-config", type=click.Path(path_type=str), default=None,
+                 help="The target model's config.json (gives H and L)."),
+    click.option("--train-layer-ids", default=None, metavar="IDS",
+                 help="The ids the training data was captured with (default: read from a config.json in TRAIN)."),
+    click.option("--train-engine", type=click.Choice(conv.ENGINES, case_sensitive=False), default="specforge",
+                 show_default=True, help="Convention of --train-layer-ids and of a draft config found in TRAIN."),
+    click.option("--train-format", type=click.Choice(FORMATS), default=None, help="Force the training-side format."),
+    click.option("--infer-format", type=click.Choice(FORMATS), default=None, help="Force the inference-side format."),
+    click.option("--tolerance", type=click.FloatRange(min=0.0, max=1.0, min_open=True), default=0.10, show_default=True,
+                 help="Largest median per-token relative error read as the same tensor."),
+    click.option("--json", "json_path", type=click.Path(path_type=str), default=None,
+                 help="Write the JSON report to PATH ('-' for stdout)."),
+    click.option("--plot", "plot_path", type=click.Path(path_type=str), default=None,
+                 help="Save a PNG of the error of every slot against every capture."),
+    click.option("-q", "--quiet", is_flag=True, help="Print the table, the verdict and the fix only."),
+    click.option("--progress/--no-progress", default=None, help="Progress on stderr (default: when stderr is a terminal)."),
+)
+
+
+def progress_printer(enabled: bool | None) -> Callable[[str, int, int], None] | None:
+    if enabled is None:
+        enabled = sys.stderr.isatty()
+    if not enabled:
+        return None
+
+    def show(what: str, i: int, n: int) -> None:
+        end = "\n" if i >= n else "\r"
+        click.echo(f"hsdiff: {what} {i}/{n}", err=True, nl=False)
+        click.echo(end, err=True, nl=False)
+
+    return show

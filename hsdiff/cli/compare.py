@@ -1,0 +1,62 @@
+"""``hsdiff compare TRAIN INFER``."""
+
+from __future__ import annotations
+
+import click
+
+from .. import conventions as conv
+from ..compare import Options, compare
+from ..report.text import render_text
+from . import cli
+from ._options import dump_options, engine_option, progress_printer
+from ._output import write_json, write_plot
+
+EPILOG = """\b
+Examples:
+  hsdiff compare fixtures/seed/train fixtures/seed/infer-wrong --layer-ids=-1,2,30
+  hsdiff compare train_dump/ server.log --layer-ids 2,30,58 --json report.json
+  hsdiff compare train_dump/ sglang_dump/ --engine vllm --model-config target/config.json
+"""
+
+
+@cli.command("compare", epilog=EPILOG)
+@dump_options
+@engine_option
+@click.option("--layer-ids", default=None, metavar="IDS",
+              help='The ids the inference run was configured with, in the --engine convention, e.g. "-1,2,30".')
+def compare_cmd(train, infer, layer_ids, engine, json_path, plot_path, quiet, progress, **kw) -> None:
+    """Match training slots to inference captures by value and recommend the layer ids.
+
+    TRAIN and INFER are files or directories (scanned recursively): SpecForge, ModelOpt, EAGLE,
+    SGLang dumper, vLLM connector, per-layer tensors, HF all-layer stacks, or debug logs.
+    """
+    opts = options_from(kw, engine=engine, layer_ids=layer_ids, progress=progress)
+    report = compare(train, infer, opts)
+    if json_path:
+        write_json(report, json_path)
+    if plot_path:
+        write_plot(report, plot_path)
+    if json_path != "-":
+        click.echo(render_text(report, verbose=not quiet))
+    click.get_current_context().exit(report.exit_code)
+
+
+def options_from(kw: dict, *, engine: str, layer_ids: str | None, progress: bool | None, source: str = "--layer-ids") -> Options:
+    """Build :class:`Options` from the shared dump options."""
+    return Options(
+        layer_ids=None if layer_ids is None else conv.parse_ids(layer_ids),
+        engine=engine.lower(),
+        model_family=kw.get("model_family"),
+        infer_index=kw.get("infer_index", "boundary"),
+        train_index=kw.get("train_index", "boundary"),
+        hidden_size=kw.get("hidden_size"),
+        num_layers=kw.get("num_layers"),
+        model_config=kw.get("model_config"),
+        train_layer_ids=None if kw.get("train_layer_ids") is None else conv.parse_ids(kw["train_layer_ids"], what="--train-layer-ids"),
+        train_engine=(kw.get("train_engine") or "specforge").lower(),
+        train_format=kw.get("train_format"),
+        infer_format=kw.get("infer_format"),
+        tolerance=kw.get("tolerance", 0.10),
+        configured_source=source,
+        progress=progress_printer(progress),
+    )

@@ -1,0 +1,453 @@
+"""``compare``: from two dumps to a :class:`~hsdiff.model.Report`.
+
+Steps, data flowing one way: read both sides (:mod:`hsdiff.readers`) → work out the hidden size
+and split concatenated aux tensors into slots → label inference captures (their own tags, or the
+configured ids in slot order) → align tokens and score every training slot against every
+inference capture (:mod:`hsdiff.align`) → decide what each slot is, with a confidence that
+accounts for neighbours that were not captured → compare with the configuration, infer unobserved
+slots from the training side's own labels → verdict and explanation.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import torch
+
+from . import align
+from . import conventions as conv
+from .errors import AlignmentError, ConfigError, InputError
+from .model import INFER, TRAIN, Candidate, Capture, Configured, Dump, Layer, Recommendation, Report, SlotResult
+from .readers import scan
+
+__all__ = ["compare", "Options", "load_config"]
+
+log = logging.getLogger("hsdiff")
+
+Progress = Callable[[str, int, int], None]
+
+
+@dataclass
+class Options:
+    """Everything ``compare`` can be told; the CLI options map one to one."""
+
+    layer_ids: Sequence[int] | None = None
+    engine: str = "sglang"
+    model_family: str | None = None
+    infer_index: str = "boundary"
+    train_index: str = "boundary"
+    hidden_size: int | None = None
+    num_layers: int | None = None
+    model_config: str | None = None
+    train_layer_ids: Sequence[int] | None = None
+    train_engine: str = "specforge"
+    train_format: str | None = None
+    infer_format: str | None = None
+    tolerance: float = align.NOISE_TOLERANCE
+    configured_source: str = "--layer-ids"
+    progress: Progress | None = field(default=None, repr=False)
+
+
+def load_config(path: str | os.PathLike) -> dict:
+    """Read a ``config.json``; :class:`ConfigError` names the file and the problem."""
+    import json
+
+    p = Path(path)
+    if p.is_dir():
+        p = p / "config.json"
+    try:
+        with open(p, encoding="utf-8") as f:
+            obj = json.load(f)
+    except FileNotFoundError:
+        raise ConfigError("no such config file", path=p, hint="give the path of a config.json") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ConfigError(f"not a readable JSON config ({e})", path=p, hint="fix the file") from None
+    if not isinstance(obj, dict):
+        raise ConfigError("config is not a JSON object", path=p)
+    return obj
+
+
+def _is_draft_config(cfg: dict) -> bool:
+    archs = " ".join(str(a) for a in cfg.get("architectures", []) or [])
+    return "eagle_config" in cfg or "eagle_aux_hidden_state_layer_ids" in cfg or "Eagle" in archs or "Draft" in archs
+
+
+def _draft_ids(cfg: dict) -> list[int] | None:
+    nested = cfg.get("eagle_config")
+    if isinstance(nested, dict) and isinstance(nested.get("eagle_aux_hidden_state_layer_ids"), list):
+        return [int(i) for i in nested["eagle_aux_hidden_state_layer_ids"]]
+    if isinstance(cfg.get("eagle_aux_hidden_state_layer_ids"), list):
+        return [int(i) for i in cfg["eagle_aux_hidden_state_layer_ids"]]
+    return None
+
+
+def compare(
+    train: str | os.PathLike | Dump,
+    infer: str | os.PathLike | Dump,
+    options: Options | None = None,
+    **kwargs: Any,
+) -> Report:
+    """Compare a training-side dump with an inference-side dump.
+
+    >>> report = compare("fixtures/seed/train", "fixtures/seed/infer-wrong", layer_ids=[-1, 2, 30])  # doctest: +SKIP
+    >>> report.verdict, report.recommended.ids
+    ('mismatch', (2, 30, 58))
+    """
+    opts = options or Options()
+    for k, v in kwargs.items():
+        if not hasattr(opts, k):
+            raise TypeError(f"compare() got an unexpected keyword argument {k!r}")
+        setattr(opts, k, v)
+    conv.rule(opts.engine)
+    family = conv.normalize_family(opts.model_family) if opts.engine == "sglang" else (opts.model_family or "llama")
+    for name, value in (("--infer-index", opts.infer_index), ("--train-index", opts.train_index)):
+        if value not in (conv.BOUNDARY, conv.OUTPUT):
+            raise InputError(f"{name} must be 'boundary' or 'output', not {value!r}")
+
+    train_dump = train if isinstance(train, Dump) else scan(train, TRAIN, fmt=opts.train_format, index=opts.train_index)
+    infer_dump = infer if isinstance(infer, Dump) else scan(infer, INFER, fmt=opts.infer_format, index=opts.infer_index)
+    return _Comparison(train_dump, infer_dump, opts, family, str(train), str(infer)).run()
+
+
+class _Comparison:
+    def __init__(self, train: Dump, infer: Dump, opts: Options, family: str, train_path: str, infer_path: str):
+        self.train, self.infer, self.opts, self.family = train, infer, opts, family
+        self.warnings: list[str] = list(train.warnings) + list(infer.warnings)
+        self.inputs = {"train": train_path, "infer": infer_path}
+        self.model_cfg = load_config(opts.model_config) if opts.model_config else None
+
+    # ---------------------------------------------------------------- set-up
+    def _num_layers(self) -> int | None:
+        if self.opts.num_layers:
+            return self.opts.num_layers
+        if self.model_cfg is not None:
+            n = self.model_cfg.get("num_hidden_layers") or (self.model_cfg.get("text_config") or {}).get("num_hidden_layers")
+            if n:
+                return int(n)
+        for _, cfg in self.train.configs + self.infer.configs:
+            if not _is_draft_config(cfg) and cfg.get("num_hidden_layers"):
+                return int(cfg["num_hidden_layers"])
+        stacks = [c.boundary for c in self.train.captures + self.infer.captures if c.origin.format == "hf" and c.boundary is not None]
+        posts = [c for c in self.train.captures + self.infer.captures if c.origin.format == "hf" and c.post_norm]
+        if stacks:
+            return max(stacks) + (1 if posts else 0)
+        return None
+
+    def _hidden_size(self) -> int:
+        o = self.opts
+        if o.hidden_size:
+            return int(o.hidden_size)
+        if self.model_cfg is not None and self.model_cfg.get("hidden_size"):
+            return int(self.model_cfg["hidden_size"])
+        for _, cfg in self.train.configs + self.infer.configs:
+            if _is_draft_config(cfg) and cfg.get("target_hidden_size"):
+                return int(cfg["target_hidden_size"])
+        for _, cfg in self.train.configs + self.infer.configs:
+            if not _is_draft_config(cfg) and cfg.get("hidden_size"):
+                return int(cfg["hidden_size"])
+        train_widths = {c.width for c in self.train.captures if c.width}
+        plain_train = {c.width for c in self.train.captures if c.width and not c.concat}
+        if plain_train:
+            return Counter(c.width for c in self.train.captures if not c.concat and c.width).most_common(1)[0][0]
+        infer_widths = Counter(c.width for c in self.infer.captures if c.width and c.observation is None)
+        for w, _ in infer_widths.most_common():
+            if all(tw % w == 0 for tw in train_widths) and any(tw // w > 1 for tw in train_widths):
+                return w
+        ids = self.opts.layer_ids
+        if ids and train_widths:
+            k = len(set(ids))
+            w = max(train_widths)
+            if w % k == 0:
+                return w // k
+        for _, cfg in self.train.configs + self.infer.configs:
+            if cfg.get("hidden_size") and not cfg.get("target_hidden_size"):
+                return int(cfg["hidden_size"])
+        raise AlignmentError(
+            f"cannot tell the hidden size: training width {sorted(train_widths)} and inference widths "
+            f"{sorted(infer_widths)} do not show how many slots are concatenated",
+            hint="pass --hidden-size H or --model-config path/to/target/config.json",
+        )
+
+    def _configured(self, num_layers: int | None) -> Configured | None:
+        o = self.opts
+        if o.layer_ids is None:
+            return None
+        ids = [int(i) for i in o.layer_ids]
+        b = conv.to_boundary(ids, o.engine, num_layers=num_layers, model_family=self.family)
+        return Configured(o.engine, tuple(ids), tuple(b), o.configured_source)
+
+    def _claims(self, k: int, slots: dict[int, list[Capture]], num_layers: int | None) -> tuple[list[int | None], str]:
+        """Boundary indices the training side claims for its slots, and where that claim came from."""
+        o = self.opts
+        if o.train_layer_ids is not None:
+            b = conv.to_boundary(o.train_layer_ids, o.train_engine, num_layers=num_layers, keep_order=True)
+            return _pad(b, k), f"--train-layer-ids in {o.train_engine} convention"
+        labelled = [slots[s][0].boundary for s in range(k)]
+        if all(b is not None for b in labelled):
+            return labelled, "labels in the training dump"
+        for path, cfg in self.train.configs:
+            ids = _draft_ids(cfg)
+            if ids is not None:
+                try:
+                    b = conv.to_boundary(ids, o.train_engine, num_layers=num_layers, keep_order=True)
+                except InputError:
+                    continue
+                return _pad(b, k), f"{Path(path).name} beside the training dump ({o.train_engine} convention)"
+        return [None] * k, ""
+
+    def _split_train(self, hidden: int) -> dict[int, list[Capture]]:
+        slots: dict[int, list[Capture]] = defaultdict(list)
+        by_group: dict[str | None, list[Capture]] = defaultdict(list)
+        for c in self.train.captures:
+            if c.is_partial:
+                raise InputError(
+                    f"the training side must hold full tensors, but {c.origin} is printed values",
+                    hint="swap TRAIN and INFER, or point TRAIN at the training dump",
+                )
+            if c.width and c.width != hidden and c.width % hidden == 0:
+                for s in c.split(hidden):
+                    slots[s.slot].append(s)  # type: ignore[index]
+            elif c.width == hidden:
+                by_group[c.group].append(c)
+            else:
+                raise AlignmentError(
+                    f"training tensor width {c.width} is not a multiple of the hidden size {hidden}",
+                    path=c.origin.path,
+                    hint="pass the target's --hidden-size or --model-config",
+                )
+        for group, caps in by_group.items():
+            ordered = sorted(caps, key=lambda c: (c.boundary is None, c.boundary if c.boundary is not None else 0))
+            for i, c in enumerate(ordered):
+                slots[i].append(c.replace(slot=i))
+        return dict(slots)
+
+    def _label_infer(self, hidden: int, configured: Configured | None) -> list[Capture]:
+        cfg_b = list(configured.boundary_indices) if configured else None
+        out: list[Capture] = []
+        unlabelled_by_group: dict[str | None, list[Capture]] = defaultdict(list)
+        for c in self.infer.captures:
+            if c.post_norm:
+                out.append(c)
+                continue
+            width = c.width
+            if c.observation is None and width and width != hidden and width % hidden == 0:
+                labels = None
+                k = width // hidden
+                if cfg_b is not None and len(cfg_b) == k:
+                    labels = [Layer(b, "boundary", "configured") for b in cfg_b]
+                elif cfg_b is not None:
+                    self.warnings.append(
+                        f"{c.origin}: holds {k} slots but {len(cfg_b)} ids are configured; slots left unlabelled"
+                    )
+                out.extend(c.split(hidden, labels))
+                continue
+            if c.observation is None and width and width % hidden:
+                self.warnings.append(f"{c.origin}: width {width} is not a multiple of hidden size {hidden}; skipped")
+                continue
+            if c.layer is None:
+                unlabelled_by_group[c.group].append(c)
+            else:
+                out.append(c)
+        for group, caps in unlabelled_by_group.items():
+            if cfg_b is None:
+                out.extend(caps)
+                continue
+            if all(c.slot is not None for c in caps):
+                for c in caps:
+                    ok = c.slot is not None and c.slot < len(cfg_b)
+                    out.append(c.replace(layer=Layer(cfg_b[c.slot], "boundary", "configured")) if ok else c)  # type: ignore[index]
+            elif len(caps) == len(cfg_b):
+                for i, c in enumerate(caps):
+                    out.append(c.replace(slot=i, layer=Layer(cfg_b[i], "boundary", "configured")))
+            else:
+                self.warnings.append(
+                    f"{len(caps)} unlabelled inference captures in {group} but {len(cfg_b)} configured ids: "
+                    "they cannot be matched to slots by position"
+                )
+                out.extend(caps)
+        return out
+
+    # ---------------------------------------------------------------- scoring
+    def _score(self, slots: dict[int, list[Capture]], infer: list[Capture]) -> tuple[dict[int, list[Candidate]], list[dict]]:
+        """Best candidate per (slot, inference capture), minimised over samples and offsets."""
+        infer_tensors: dict[int, torch.Tensor | None] = {}
+        for c in infer:
+            infer_tensors[id(c)] = None if c.observation is not None else _checked_load(c, self.warnings)
+        # samples: training group -> {slot: capture}
+        samples: dict[str | None, dict[int, Capture]] = defaultdict(dict)
+        for s, caps in slots.items():
+            for c in caps:
+                samples[c.group][s] = c
+        best: dict[tuple[int, int], list[tuple[Candidate, float]]] = defaultdict(list)
+        rows: list[dict] = []
+        ids_failed = set()
+        n = len(samples)
+        for si, (sample, slot_caps) in enumerate(samples.items()):
+            if self.opts.progress:
+                self.opts.progress("scoring samples", si, n)
+            train_ids = next((c.token_ids for c in slot_caps.values() if c.token_ids), None)
+            loaded = {s: align.TrainSlot.load(c) for s, c in slot_caps.items()}
+            for s, ts in loaded.items():
+                bad = int((~torch.isfinite(ts.tensor)).sum())
+                if bad:
+                    self.warnings.append(f"{ts.capture.origin} slot {s}: {bad} NaN/Inf values in the training tensor")
+            for c in infer:
+                offsets = None
+                if c.token_ids and train_ids:
+                    offsets = align.id_offsets(c.token_ids, train_ids)
+                    if not offsets:
+                        ids_failed.add(c.group)
+                        if any(_ids_match_any(c.token_ids, x) for x in self._train_ids()):
+                            continue  # another training sample holds these tokens
+                x = infer_tensors[id(c)]
+                if c.observation is None and x is None:
+                    continue
+                for s, ts in loaded.items():
+                    if x is not None and x.shape[1] != ts.tensor.shape[1]:
+                        continue
+                    off, m = align.best_alignment(ts, c, x, offsets)
+                    cand = Candidate(c, sample, off, m)
+                    best[(s, id(c))].append((cand, m.rel_err))
+                    rows.append(
+                        {
+                            "slot": s, "sample": sample, "capture": c.label(), "capture_boundary": c.boundary,
+                            "label_source": None if c.layer is None else c.layer.source, "token_offset": off,
+                            "rel_err": m.rel_err, "cosine": m.cosine, "p90_err": m.p90_err,
+                            "norm_ratio": m.norm_ratio, "tokens": m.tokens, "values": m.values, "sink_only": m.sink_only,
+                        }
+                    )
+        if self.opts.progress:
+            self.opts.progress("scoring samples", n, n)
+        for g in sorted(x for x in ids_failed if x is not None):
+            if not any(_ids_match_any(c.token_ids, t) for c in infer if c.group == g and c.token_ids for t in self._train_ids()):
+                self.warnings.append(
+                    f"{g}: its token ids appear in no training sample; tokens were aligned by value instead"
+                )
+        out: dict[int, list[Candidate]] = defaultdict(list)
+        for (s, _), cands in best.items():
+            cands.sort(key=lambda x: x[1])
+            top = cands[0][0]
+            tol = max(self.opts.tolerance * 0.1, top.metrics.rel_err * 1.02 + 1e-6)
+            tied = sum(1 for _, e in cands if e <= tol)
+            out[s].append(Candidate(top.capture, top.sample, top.offset, top.metrics, tied))
+        for s in out:
+            out[s].sort(key=lambda c: c.metrics.rel_err)
+        return out, rows
+
+    def _train_ids(self) -> list[tuple[int, ...]]:
+        if not hasattr(self, "_ids_cache"):
+            self._ids_cache = [c.token_ids for c in self.train.captures if c.token_ids]
+        return self._ids_cache
+
+    # ---------------------------------------------------------------- decisions
+    def _decide(self, s: int, cands: list[Candidate]) -> dict:
+        tol = self.opts.tolerance
+        if not cands:
+            return {"status": "unobserved", "b": None, "conf": 0.0, "margin": None, "match": None, "runner": None,
+                    "note": "no inference capture could be compared with this slot"}
+        top = cands[0]
+        m = top.metrics
+        runner = next((c for c in cands[1:] if c.boundary != top.boundary or top.boundary is None), None)
+        margin = None if runner is None else runner.metrics.rel_err - m.rel_err
+        if not m.rel_err <= tol:
+            return {"status": "unmatched", "b": None, "conf": 0.0, "margin": margin, "match": None, "runner": top,
+                    "note": f"no inference capture equals this slot (closest: {top.capture.label()}, "
+                    f"error {_pct(m.rel_err)})"}
+        b = top.boundary
+        neighbours = {c.boundary for c in cands} & ({b - 1, b + 1} if b is not None else set())
+        sep = runner.metrics.rel_err if runner is not None else math.inf
+        neighbour_note = ""
+        if b is not None and len(neighbours) < 2 and sep > align.ADJACENT_PRIOR:
+            sep = align.ADJACENT_PRIOR
+            neighbour_note = " (neighbouring layers not captured: separation taken from the adjacent-layer prior)"
+        ratio = sep / max(m.rel_err, 1e-3)
+        conf = max(0.0, min(1.0, math.log(ratio) / math.log(10))) if ratio > 1 else 0.0
+        if m.sink_only:
+            conf = min(conf, 0.25)
+            return {"status": "ambiguous", "b": None, "conf": conf, "margin": margin, "match": top, "runner": runner,
+                    "candidate_b": b,
+                    "note": f"only attention-sink tokens were compared; they barely change between neighbouring "
+                    f"layers, so B{b} cannot be told from B{b - 1 if b else 0} or B{(b or 0) + 1}: print ordinary tokens "
+                    f"(position ≥ 1)"}
+        if ratio < 3.0:
+            who = runner.capture.label() if runner is not None and sep == runner.metrics.rel_err else "an uncaptured neighbour"
+            return {"status": "ambiguous", "b": None, "conf": min(conf, 0.4), "margin": margin, "match": top,
+                    "runner": runner, "candidate_b": b,
+                    "note": f"matches {top.capture.label()} at {_pct(m.rel_err)} but {who} is nearly as close "
+                    f"({_pct(sep)}): the evidence cannot separate neighbouring layers"}
+        status = "identified" if b is not None else "matched-unlabelled"
+        note = f"matches {top.capture.label()} at {_pct(m.rel_err)} error" + neighbour_note
+        if b is None:
+            note += "; that capture carries no layer number (pass --layer-ids to label it)"
+        return {"status": status, "b": b, "conf": conf, "margin": margin, "match": top, "runner": runner, "note": note}
+
+    def run(self) -> Report:
+        num_layers = self._num_layers()
+        hidden = self._hidden_size()
+        configured = self._configured(num_layers)
+        slots = self._split_train(hidden)
+        k = len(slots)
+        infer = self._label_infer(hidden, configured)
+        usable = [c for c in infer if not c.post_norm]
+        if not usable:
+            raise AlignmentError(
+                "the inference side holds no capture of width "
+                f"{hidden} (or a multiple of it)", path=self.inputs["infer"],
+                hint="check --hidden-size, or that INFER is the inference-side dump",
+            )
+        cands, rows = self._score(slots, usable)
+        self._cands, self._train_slots = cands, slots
+        decisions = {s: self._decide(s, cands.get(s, [])) for s in range(k)}
+        claims, claim_src = self._claims(k, slots, num_layers)
+        self._check_data(slots, usable)
+        return _build_report(self, decisions, claims, claim_src, configured, num_layers, hidden, rows, k)
+
+    def _check_data(self, slots: dict[int, list[Capture]], infer: list[Capture]) -> None:
+        for s, caps in slots.items():
+            c = caps[0]
+            if c.boundary is not None and s > 0 and slots[s - 1][0].boundary is not None and c.boundary < slots[s - 1][0].boundary:  # type: ignore[operator]
+                self.warnings.append(
+                    f"training slots are not in ascending layer order (slot {s - 1} B{slots[s - 1][0].boundary}, slot {s} "
+                    f"B{c.boundary}): engines capture in ascending order, so the draft's fc input blocks are permuted"
+                )
+
+
+def _build_report(cmp: _Comparison, decisions, claims, claim_src, configured, num_layers, hidden, rows, k) -> Report:
+    from .explain import explain
+
+    return explain(cmp, decisions, claims, claim_src, configured, num_layers, hidden, rows, k)
+
+
+def _pad(b: list[int], k: int) -> list[int | None]:
+    out: list[int | None] = list(b[:k])
+    return out + [None] * (k - len(out))
+
+
+def _ids_match_any(a: Sequence[int] | None, b: Sequence[int] | None) -> bool:
+    return bool(a and b and align.id_offsets(a, b))
+
+
+def _checked_load(c: Capture, warnings: list[str]) -> torch.Tensor | None:
+    t = c.load()
+    if not (t.dtype.is_floating_point):
+        warnings.append(f"{c.origin}: integer tensor ({c.dtype}) is not a hidden state; skipped")
+        return None
+    x = t.float()
+    bad = int((~torch.isfinite(x)).sum())
+    if bad:
+        warnings.append(f"{c.origin}: {bad} NaN/Inf values in the inference capture")
+    if x.numel() and float(x.abs().max()) == 0.0:
+        warnings.append(f"{c.origin}: the capture is all zeros (nothing was written into it?)")
+    return x
+
+
+def _pct(x: float) -> str:
+    if not math.isfinite(x):
+        return "n/a"
+    return f"{x * 100:.2g}%" if x < 0.1 else f"{x * 100:.0f}%"

@@ -1,0 +1,301 @@
+"""From per-slot decisions to a verdict, a cause in words, a walk-through and the recommended ids."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from . import align
+from . import conventions as conv
+from .model import Candidate, Configured, Recommendation, Report, SlotResult
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .compare import _Comparison
+
+_IDENTIFIED = ("identified",)
+
+
+def explain(cmp: "_Comparison", decisions: dict, claims, claim_src, configured: Configured | None, num_layers, hidden, rows, k) -> Report:
+    opts = cmp.opts
+    family = cmp.family
+    warnings = cmp.warnings
+    # 1. what the training labels say, and the offset the values show against them
+    label_offsets = {
+        decisions[s]["b"] - claims[s]
+        for s in range(k)
+        if decisions[s]["status"] in _IDENTIFIED and decisions[s]["b"] is not None and claims[s] is not None
+    }
+    label_offset = next(iter(label_offsets)) if len(label_offsets) == 1 else None
+    if len(label_offsets) > 1:
+        warnings.append(
+            f"the training labels ({claim_src}) are off by different amounts on different slots "
+            f"({sorted(label_offsets)}): unobserved slots were not inferred from them"
+        )
+    identified_conf = [decisions[s]["conf"] for s in range(k) if decisions[s]["status"] in _IDENTIFIED]
+
+    cfg_b = list(configured.boundary_indices) if configured else None
+    results: list[SlotResult] = []
+    for s in range(k):
+        d = decisions[s]
+        b: int | None = d["b"] if d["status"] in _IDENTIFIED else None
+        evidence = "observed" if b is not None else "none"
+        conf = d["conf"] if b is not None else 0.0
+        note = d["note"]
+        if b is None and label_offset is not None and claims[s] is not None:
+            guess = claims[s] + label_offset
+            cand_b = d.get("candidate_b")
+            if cand_b is None or abs(cand_b - guess) <= 1:
+                b, evidence = guess, "inferred"
+                conf = round(0.8 * min(identified_conf), 4) if identified_conf else 0.5
+                how = "as labelled" if label_offset == 0 else f"labels shifted by {label_offset:+d}"
+                note = (note + "; " if note else "") + (
+                    f"inferred B{b} from the training labels ({claim_src}; {how}, as on the observed slots)"
+                )
+        elif b is None and d["status"] in ("unobserved", "unmatched"):
+            note += "; capture more layers to identify it (e.g. dump every layer's input once, see docs/capture.md)"
+        status, note = _against_config(cmp, s, d, b, evidence, cfg_b, note)
+        layer_id = None
+        if b is not None:
+            layer_id = conv.from_boundary([b], opts.engine, num_layers=num_layers, model_family=family)[0]
+        results.append(
+            SlotResult(
+                slot=s, boundary_index=b, layer_id=layer_id, evidence=evidence, confidence=float(conf),
+                margin=d["margin"], match=d["match"], runner_up=d["runner"], claimed_boundary=claims[s],
+                configured_boundary=None if cfg_b is None or s >= len(cfg_b) else cfg_b[s], status=status, note=note,
+            )
+        )
+    _norm_warnings(cmp, results)
+    recommended = _recommend(opts.engine, family, [r.boundary_index for r in results], num_layers, warnings)
+    verdict = _verdict(results, configured, decisions)
+    cause = _cause(verdict, results, configured, decisions, num_layers, opts.engine, family, label_offset, claim_src)
+    walk = _walkthrough(results, configured, claims, claim_src, num_layers)
+    if cfg_b is not None and len(cfg_b) != k:
+        warnings.append(f"{len(cfg_b)} ids are configured but the training side has {k} slots")
+    return Report(
+        verdict=verdict, cause=cause, slots=tuple(results), recommended=recommended, configured=configured,
+        num_layers=num_layers, hidden_size=hidden, explanation=tuple(walk), warnings=tuple(dict.fromkeys(warnings)),
+        scores=tuple(rows), inputs={**cmp.inputs, "engine": opts.engine, "model_family": family},
+    )
+
+
+def _direct(cands_of_slot: list[Candidate], cfg: int) -> Candidate | None:
+    return next((c for c in cands_of_slot if c.boundary == cfg), None)
+
+
+def _against_config(cmp, s, d, b, evidence, cfg_b, note) -> tuple[str, str]:
+    if cfg_b is None:
+        if b is not None and evidence == "observed":
+            return "identified", note
+        if b is not None:
+            return "inferred", note
+        return d["status"], note
+    if s >= len(cfg_b):
+        return "mismatch", note + f"; the engine is configured with only {len(cfg_b)} ids, so slot {s} gets nothing"
+    cfg = cfg_b[s]
+    tol = cmp.opts.tolerance
+    if evidence == "observed":
+        if b == cfg:
+            return "ok", note
+        return "mismatch", note + f"; the engine captures B{cfg} for this slot"
+    direct = d.get("direct")
+    if direct is None:
+        direct = _direct(cmp_cands(cmp, s), cfg)
+    if direct is not None and not direct.metrics.sink_only:
+        e = direct.metrics.rel_err
+        if e <= tol:
+            return "ok", note + f"; equals the engine's slot {s} (B{cfg}) within noise ({e * 100:.2g}%)"
+        return "mismatch", note + f"; the engine's slot {s} (B{cfg}) differs from it by {_pct(e)}"
+    if b is not None:
+        return ("mismatch" if b != cfg else "unverified"), note + (
+            f"; the engine captures B{cfg} for this slot" if b != cfg else "; the configured id agrees but was not observed"
+        )
+    return "unverified", note
+
+
+def cmp_cands(cmp, s) -> list[Candidate]:
+    return getattr(cmp, "_cands", {}).get(s, [])
+
+
+def _verdict(results: list[SlotResult], configured, decisions) -> str:
+    if not any(decisions[r.slot]["match"] is not None for r in results):
+        return "mismatch"
+    if configured is not None:
+        if any(r.status == "mismatch" for r in results):
+            return "mismatch"
+        return "ok" if all(r.status == "ok" for r in results) else "inconclusive"
+    return "ok" if all(r.evidence == "observed" and r.boundary_index is not None for r in results) else "inconclusive"
+
+
+def _recommend(engine, family, bs, num_layers, warnings) -> Recommendation:
+    ids = conv.from_boundary(bs, engine, num_layers=num_layers, model_family=family)
+    for b, i in zip(bs, ids):
+        if b is not None and i is None:
+            warnings.append(
+                f"{conv.rule(engine).title} ({family}) cannot capture B{b} ({conv.describe_boundary(b, num_layers)}); "
+                "the draft needs an engine that captures it, or retraining on capturable layers"
+            )
+    known = [b for b in bs if b is not None]
+    if known != sorted(known):
+        warnings.append("training slots are not in ascending layer order, but engines concatenate captures ascending")
+    by_engine: dict[str, list[int | None]] = {}
+    for e in conv.ENGINES:
+        try:
+            by_engine[e] = conv.from_boundary(bs, e, num_layers=num_layers, model_family=family if e == "sglang" else None)
+        except Exception:  # a rule that needs num_layers it does not have
+            by_engine[e] = [None] * len(bs)
+    return Recommendation(engine, family, tuple(ids), tuple(bs), by_engine)
+
+
+def _bl(bs) -> str:
+    return "[" + ", ".join("?" if b is None else str(b) for b in bs) + "]"
+
+
+def _cause(verdict, results, configured, decisions, L, engine, family, label_offset, claim_src) -> str:
+    title = conv.rule(engine).title
+    bs = [r.boundary_index for r in results]
+    parts: list[str] = []
+    if not any(decisions[r.slot]["match"] is not None for r in results):
+        closest = [decisions[r.slot]["runner"] for r in results if decisions[r.slot]["runner"] is not None]
+        best = min((c.metrics.rel_err for c in closest), default=math.inf)
+        return (
+            f"No inference capture equals any training slot (closest error {_pct(best)}): the two sides hold "
+            "different tensors. Check post-norm vs pre-norm (HF's last hidden state has the final norm applied), "
+            "that both ran the same weights, and that the same sample was replayed."
+        )
+    if configured is not None:
+        cfg = list(configured.boundary_indices)
+        ids = list(configured.ids)
+        if verdict == "ok":
+            return f"The configured ids {ids} make {title} capture B{cfg}, exactly the training slots."
+        pairs = [(r.slot, r.boundary_index, cfg[r.slot]) for r in results if r.boundary_index is not None and r.slot < len(cfg)]
+        diffs = {c - b for _, b, c in pairs}
+        if pairs and len(diffs) == 1 and 0 not in diffs:
+            d = diffs.pop()
+            word = "late" if d > 0 else "early"
+            why = ""
+            r = conv.rule(engine)
+            if d == 1 and r.index == conv.OUTPUT:
+                why = f" — the ids were written as boundary indices, but {title} reads them as layer outputs and adds 1"
+            elif d == -1 and r.index == conv.BOUNDARY:
+                why = f" — the ids were written as layer-output indices, but {title} uses them as boundary indices"
+            parts.append(
+                f"Every slot is captured {abs(d)} layer{'s' if abs(d) > 1 else ''} too {word}: {title} takes B{cfg} "
+                f"where training used B{_bl(bs)}{why}."
+            )
+        else:
+            shift = _position_shift(pairs, cfg)
+            if shift:
+                missing = [b for b in bs if b is not None and b not in cfg]
+                parts.append(
+                    f"The configured ids {ids} are shifted by {shift} slot{'s' if shift > 1 else ''}: {title} captures "
+                    f"B{cfg}, so slot 0 receives the {conv.describe_boundary(cfg[0], L)} while training slot 0 was "
+                    f"B{bs[0]} ({conv.describe_boundary(bs[0], L)})"
+                    + (f", and B{missing} is never captured." if missing else ".")
+                )
+            elif verdict == "mismatch":
+                bad = [r for r in results if r.status == "mismatch"]
+                parts.append(
+                    "Training slot" + ("s " if len(bad) > 1 else " ")
+                    + ", ".join(f"{r.slot} (B{'?' if r.boundary_index is None else r.boundary_index})" for r in bad)
+                    + f" {'are' if len(bad) > 1 else 'is'} not what {title} captures with ids {ids} (B{cfg})."
+                )
+    if verdict == "ok" and configured is None:
+        return f"Every training slot was identified by value: B{_bl(bs)}."
+    if verdict == "inconclusive" or (verdict == "mismatch" and not parts):
+        open_ = [r for r in results if r.boundary_index is None or r.status in ("unverified", "ambiguous")]
+        if open_:
+            parts.append(
+                "The evidence does not settle slot" + ("s " if len(open_) > 1 else " ")
+                + ", ".join(str(r.slot) for r in open_) + ": " + "; ".join(r.note for r in open_[:2]) + "."
+            )
+    if label_offset:
+        parts.append(
+            f"The training side's own labels ({claim_src}) are {abs(label_offset)} off: what they call "
+            f"B{results[0].claimed_boundary} holds B{results[0].boundary_index}."
+        )
+    return " ".join(parts) if parts else "See the per-slot notes."
+
+
+def _position_shift(pairs, cfg) -> int:
+    for p in range(1, len(cfg)):
+        if pairs and all(s + p < len(cfg) and cfg[s + p] == b for s, b, _ in pairs if s + p < len(cfg)) and any(
+            s + p < len(cfg) for s, _, _ in pairs
+        ):
+            return p
+    return 0
+
+
+def _walkthrough(results: list[SlotResult], configured, claims, claim_src, L) -> list[str]:
+    lines = []
+    if any(c is not None for c in claims):
+        lines.append(f"The training side labels its slots B{_bl(claims)} ({claim_src}).")
+    if configured is not None:
+        lines.append(
+            f"The engine is configured with ids {list(configured.ids)} ({configured.engine}, from {configured.source}), "
+            f"which it reads as B{list(configured.boundary_indices)}."
+        )
+    for r in results:
+        head = f"Slot {r.slot}: "
+        if r.match is not None:
+            m = r.match.metrics
+            c = r.match.capture
+            where = str(c.origin)
+            what = "printed values" if c.is_partial else "tensor"
+            lab = "no layer label" if c.layer is None else f"labelled {c.layer} ({c.layer.source})"
+            sample = f" of sample {r.match.sample}" if r.match.sample else ""
+            tied = f" (equal in {r.match.samples_tied} samples: shared tokens)" if r.match.samples_tied > 1 else ""
+            runner = ""
+            if r.runner_up is not None:
+                runner = f"; runner-up {r.runner_up.capture.label()} at {_pct(r.runner_up.metrics.rel_err)}"
+            lines.append(
+                head + f"the {what} at {where} ({lab}) equals training{sample}{tied} at token offset {r.match.offset}: "
+                f"median error {_pct(m.rel_err)} over {m.tokens} token{'s' if m.tokens != 1 else ''} "
+                f"({m.values} values), cosine {m.cosine:.4f}{runner}. → {r.status}: {r.note}"
+            )
+        else:
+            lines.append(head + f"{r.status}: {r.note}")
+    return lines
+
+
+def _norm_warnings(cmp, results: list[SlotResult]) -> None:
+    for r in results:
+        if r.match is None or r.match.capture.norm is None:
+            continue
+        c = r.match.capture
+        printed = float(c.norm)  # type: ignore[arg-type]
+        ts = _train_slot(cmp, r)
+        if ts is None:
+            continue
+        t = ts.tensor
+        refs = {
+            "per-token (median)": float(ts.norms.median()),
+            "first token": float(ts.norms[0]),
+            "whole tensor": float(t.norm()),
+        }
+        if c.observation is not None:
+            import numpy as np
+
+            vals = np.asarray(c.observation.values, dtype=float)
+            refs["printed values"] = float(np.sqrt(np.nansum(vals**2)))
+        if any(v > 0 and abs(printed / v - 1) <= 0.1 for v in refs.values()):
+            continue
+        ref_text = ", ".join(f"{k} {v:.4g}" for k, v in refs.items())
+        cmp.warnings.append(
+            f"{c.origin}: the values match training slot {r.slot}, but the printed norm {printed:.4g} agrees with none of "
+            f"the training side's norms ({ref_text}): the norm was probably taken over a different reduction or "
+            "token set (all tokens vs one, hidden_states before the residual add, another dtype); the values decide"
+        )
+
+
+def _train_slot(cmp, r: SlotResult) -> Any:
+    sample = r.match.sample if r.match else None
+    for c in getattr(cmp, "_train_slots", {}).get(r.slot, []):
+        if c.group == sample:
+            return align.TrainSlot.load(c)
+    return None
+
+
+def _pct(x: float) -> str:
+    if not math.isfinite(x):
+        return "n/a"
+    return f"{x * 100:.2g}%" if x < 0.1 else f"{x * 100:.0f}%"

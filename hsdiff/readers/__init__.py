@@ -1,0 +1,245 @@
+"""Readers: one module per dump format, a registry, and detection by content.
+
+:func:`scan` walks a file or directory and returns a :class:`~hsdiff.model.Dump` of lazy captures.
+The format of each file is decided from what it holds (magic bytes, then keys), not its suffix;
+``fmt`` forces one format for every file.
+
+Format keys (the same strings in ``--format`` and in the JSON report): ``specforge``,
+``modelopt``, ``eagle``, ``sglang_dumper``, ``vllm``, ``hf``, ``tensors``, ``debuglog``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Callable, Iterable
+
+import torch
+
+from ..errors import FormatError, HsdiffError, InputError
+from ..model import Capture, Dump
+from . import eagle, hf, modelopt, sglang_dumper, specforge, tensors, vllm
+from ._common import ReadContext
+from ._container import cleanup, open_table, sniff_container
+
+__all__ = ["FORMATS", "scan", "read_file"]
+
+log = logging.getLogger("hsdiff.readers")
+
+# Order matters: the first reader whose sniff() accepts a table reads it.
+_TABLE_READERS = [specforge, modelopt, vllm, eagle, hf, tensors]
+FORMATS: tuple[str, ...] = ("specforge", "modelopt", "eagle", "sglang_dumper", "vllm", "hf", "tensors", "debuglog")
+_BY_KEY = {m.KEY: m for m in _TABLE_READERS + [sglang_dumper]}
+
+_SKIP_SUFFIXES = {".json", ".jsonl", ".md", ".py", ".sh", ".yaml", ".yml", ".toml", ".cfg", ".lock", ".png", ".csv", ".ipynb"}
+_LOG_SUFFIXES = {".log", ".txt", ".out", ".err", ".stdout", ".stderr"}
+
+
+def _debuglog():
+    from . import debuglog  # imported lazily: text logs are optional evidence
+
+    return debuglog
+
+
+def read_file(path: Path, ctx: ReadContext, fmt: str | None = None) -> list[Capture]:
+    """Captures in one file; raises :class:`FormatError` when the file is damaged or unreadable."""
+    try:
+        container = sniff_container(path)
+    except PermissionError:
+        raise InputError("permission denied", path=path, hint="make the file readable (chmod +r) or leave it out") from None
+    except IsADirectoryError:
+        raise InputError("is a directory", path=path) from None
+    except OSError as e:
+        raise InputError(f"cannot read ({e.strerror or e})", path=path) from None
+    if container == "empty":
+        raise FormatError("file is empty", path=path, hint="the dump was not written completely; re-run it")
+    if container == "text" or fmt == "debuglog":
+        if fmt not in (None, "debuglog"):
+            raise FormatError(f"not a {fmt} file: it holds text", path=path)
+        return _debuglog().read(path, ctx)
+    table = open_table(path, container)
+    try:
+        if fmt == "sglang_dumper" or (fmt is None and sglang_dumper.sniff_path(path)):
+            return sglang_dumper.read(table, ctx)
+        if fmt is not None:
+            reader = _BY_KEY.get(fmt)
+            if reader is None:
+                raise InputError(f"unknown format {fmt!r}", hint=f"choose one of: {', '.join(FORMATS)}")
+            if not reader.sniff(table):
+                raise FormatError(f"does not look like a {fmt} file (keys: {sorted(table.keys())[:8]})", path=path)
+            return reader.read(table, ctx)
+        for reader in _TABLE_READERS:
+            if reader.sniff(table):
+                return reader.read(table, ctx)
+        return []
+    finally:
+        cleanup(table)
+
+
+def _walk(root: Path) -> Iterable[Path]:
+    seen: set[tuple[int, int]] = set()
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False, onerror=None):
+        st = os.stat(dirpath)
+        if (st.st_dev, st.st_ino) in seen:
+            dirnames[:] = []
+            continue
+        seen.add((st.st_dev, st.st_ino))
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        for name in sorted(filenames, key=_natural):
+            if not name.startswith("."):
+                yield Path(dirpath) / name
+
+
+def _natural(name: str) -> tuple:
+    import re
+
+    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name))
+
+
+def scan(
+    path: str | os.PathLike,
+    side: str,
+    *,
+    fmt: str | None = None,
+    index: str = "boundary",
+    progress: Callable[[int, int, Path], None] | None = None,
+) -> Dump:
+    """Read every capture under ``path`` (a file or a directory, scanned recursively).
+
+    >>> dump = scan("fixtures/seed/train", "train")          # doctest: +SKIP
+    >>> dump.captures[0].shape
+    (1, 33, 1728)
+    """
+    root = Path(path)
+    if not root.exists():
+        raise InputError("no such file or directory", path=root, hint="check the path")
+    if fmt is not None and fmt not in FORMATS:
+        raise InputError(f"unknown format {fmt!r}", hint=f"choose one of: {', '.join(FORMATS)}")
+    ctx = ReadContext(side=side, index=index, root=root if root.is_dir() else root.parent)
+    if root.is_dir():
+        files = [p for p in _walk(root) if p.suffix.lower() not in _SKIP_SUFFIXES or p.name == "config.json"]
+        explicit = False
+    else:
+        files = [root]
+        explicit = True
+    captures: list[Capture] = []
+    configs: list[tuple[str, dict]] = []
+    skipped: list[str] = []
+    for i, p in enumerate(files):
+        if progress is not None:
+            progress(i, len(files), p)
+        if p.suffix.lower() == ".json":
+            configs.append((str(p), _read_json(p)))
+            continue
+        if not explicit and p.is_symlink() and not p.exists():
+            ctx.warnings.append(f"{ctx.rel(p)}: broken symbolic link, skipped")
+            continue
+        if not explicit and fmt is None:
+            try:
+                if sniff_container(p) == "text" and p.suffix.lower() not in _LOG_SUFFIXES:
+                    skipped.append(ctx.rel(p))
+                    continue
+            except OSError as e:
+                raise InputError(f"cannot read ({e.strerror or e})", path=p, hint="make it readable or leave it out") from None
+        found = read_file(p, ctx, fmt)
+        if not found:
+            skipped.append(ctx.rel(p))
+        captures.extend(found)
+    if skipped:
+        ctx.warnings.append(
+            f"{len(skipped)} file(s) held no hidden states hsdiff recognises and were skipped: "
+            + ", ".join(skipped[:5])
+            + (" ..." if len(skipped) > 5 else "")
+        )
+    captures = _attach_token_ids(captures)
+    captures = _collapse_ranks(captures, ctx.warnings)
+    if not captures:
+        where = "directory" if root.is_dir() else "file"
+        raise FormatError(
+            f"no hidden states found in this {where}",
+            path=root,
+            hint=f"hsdiff reads {', '.join(FORMATS)}; point it at the dump itself or pass --format",
+        )
+    return Dump(tuple(captures), tuple(configs), tuple(ctx.warnings), files=len(files))
+
+
+def _read_json(p: Path) -> dict:
+    try:
+        with open(p, encoding="utf-8") as f:
+            obj = json.load(f)
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise InputError(f"config is not valid JSON ({e})", path=p, hint="fix or remove the file") from None
+    return obj if isinstance(obj, dict) else {}
+
+
+def _attach_token_ids(captures: list[Capture]) -> list[Capture]:
+    """SGLang dumper writes ``input_ids`` as its own capture: give its ids to the rest of the group."""
+    ids_by_group: dict[tuple[str | None, int | None], tuple[int, ...]] = {}
+    rest = []
+    for c in captures:
+        if sglang_dumper.is_token_ids(c) or (c.dtype.startswith(("int", "uint")) and c.origin.format == "sglang_dumper"):
+            if sglang_dumper.is_token_ids(c):
+                ids_by_group[(c.group, c.rank)] = tuple(int(v) for v in c.load().reshape(-1).tolist())
+            continue
+        rest.append(c)
+    if not ids_by_group:
+        return rest
+    out = []
+    for c in rest:
+        ids = ids_by_group.get((c.group, c.rank)) or ids_by_group.get((c.group, 0))
+        out.append(c.replace(token_ids=ids) if ids is not None and c.token_ids is None else c)
+    return out
+
+
+def _collapse_ranks(captures: list[Capture], warnings: list[str]) -> list[Capture]:
+    """Replicas of one tensor from several TP ranks become one capture; disagreement is reported."""
+    by_key: dict[tuple, list[Capture]] = {}
+    order: list[tuple] = []
+    for c in captures:
+        if c.rank is None:
+            key: tuple = ("single", id(c))
+        else:
+            key = (c.group, c.origin.key, c.slot, c.boundary)
+        if key not in by_key:
+            order.append(key)
+        by_key.setdefault(key, []).append(c)
+    out = []
+    for key in order:
+        group = by_key[key]
+        if len(group) == 1:
+            out.append(group[0])
+            continue
+        group.sort(key=lambda c: c.rank or 0)
+        base = group[0]
+        disagree = []
+        try:
+            ref = base.load().float()
+            for other in group[1:]:
+                t = other.load().float()
+                if t.shape != ref.shape:
+                    disagree.append(f"rank {other.rank} has shape {tuple(t.shape)} (rank {base.rank}: {tuple(ref.shape)})")
+                    continue
+                err = float((t - ref).norm() / ref.norm().clamp_min(1e-12))
+                if not err <= 1e-3:
+                    disagree.append(f"rank {other.rank} differs from rank {base.rank} by {err:.3g} relative")
+        except HsdiffError:
+            raise
+        except (RuntimeError, ValueError) as e:  # pragma: no cover - damaged member already reported
+            disagree.append(str(e))
+        if disagree:
+            warnings.append(
+                f"{base.origin.path} [{base.origin.key}]: tensor-parallel ranks disagree ({'; '.join(disagree)}); "
+                f"using rank {base.rank}"
+            )
+        out.append(base.replace(rank=None) if not disagree else base)
+    return out
+
+
+def _is_float(dtype: str) -> bool:
+    return dtype.startswith(("float", "bfloat"))
+
+
+__all__ += ["ReadContext"]
+_ = torch  # torch is needed by every reader; importing here fails early with a clear error

@@ -1,0 +1,26 @@
+"""SpecForge offline hidden states: ``rows_{g}-{g+2000}/data_{idx}.ckpt`` (or ``.ckpt.gz``).
+
+Each file is ``torch.save(dict)`` with ``input_ids`` [T], ``loss_mask`` [T], ``aux_hidden_state``
+[1, T, k·H] (the aux slots concatenated, ascending) and ``hidden_state`` [1, T, H] (final, post-norm).
+"""
+
+from __future__ import annotations
+
+from ..model import Capture
+from ._common import ReadContext, make_capture, sample_name, token_ids_of
+from ._container import Table
+
+KEY = "specforge"
+
+
+def sniff(table: Table) -> bool:
+    return "aux_hidden_state" in table.entries
+
+
+def read(table: Table, ctx: ReadContext) -> list[Capture]:
+    entry = table.entries["aux_hidden_state"]
+    return [
+        make_capture(
+            table, entry, ctx, fmt=KEY, group=sample_name(table.path), token_ids=token_ids_of(table), concat=True
+        )
+    ]
