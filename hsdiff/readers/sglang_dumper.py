@@ -71,8 +71,11 @@ def read(table: Table, ctx: ReadContext) -> list[Capture]:
     name = str(tags.get("name"))
     extra = {k: v for k, v in tags.items() if k not in ("step", "forward_pass_id", "rank", "dump_index", "name", "world_rank", "world_size", "recompute_status")}
     key = "name=" + name + "".join(f" {k}={v}" for k, v in sorted(extra.items()))
+    rank = _int(tags.get("rank"))
+    if _int(tags.get("world_size")) == 1:
+        rank = None  # a single-rank run: nothing to collapse or compare
     cap = make_capture(
-        table, entry, ctx, fmt=KEY, group=group, rank=_int(tags.get("rank")), key=key,
+        table, entry, ctx, fmt=KEY, group=group, rank=rank, key=key,
         layer=None if layer_val is None else Layer(layer_val, ctx.index, "tag"),
     )
     return [cap.replace(slot=slot)]

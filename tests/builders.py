@@ -1,0 +1,141 @@
+"""Build dumps in the formats engines and trainers write, from real SmolLM2 hidden states.
+
+``fixtures/smollm2/states/sample-{i}.safetensors`` holds every boundary (B 0..30, the last one
+before the final norm) of a real 30-layer Llama, from an fp32 run (training side) and a bf16 run
+(inference side, engine-like noise). These helpers cut them into SpecForge files, SGLang dumper
+directories, ModelOpt files and so on, so tests exercise real activations (massive activations,
+attention-sink tokens) in every format.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Sequence
+
+import torch
+from safetensors.torch import load_file, save_file
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "fixtures"
+SMOLLM2 = FIXTURES / "smollm2"
+SEED = FIXTURES / "seed"
+REAL = FIXTURES / "real-dumps"
+L = 30  # SmolLM2-135M layers
+H = 576
+
+
+@lru_cache(maxsize=None)
+def states(i: int) -> dict[str, torch.Tensor]:
+    """Sample ``i``: ``input_ids`` [T], ``fp32`` [31, T, H] float32, ``bf16`` [31, T, H] bfloat16."""
+    d = load_file(str(SMOLLM2 / "states" / f"sample-{i}.safetensors"))
+    return {"input_ids": d["input_ids"], "fp32": d["fp32.boundaries"], "bf16": d["bf16.boundaries"]}
+
+
+def concat(i: int, boundaries: Sequence[int], run: str = "fp32") -> torch.Tensor:
+    """[T, k*H]: the given boundaries of sample ``i`` side by side (EAGLE-3 aux layout)."""
+    s = states(i)[run]
+    return torch.cat([s[b] for b in boundaries], dim=-1)
+
+
+def specforge(root: Path, samples: Sequence[int], boundaries: Sequence[int], *, gz: bool = False) -> Path:
+    """SpecForge offline layout: ``rows_0-2000/data_{i}.ckpt`` with aux concat [1, T, k*H]."""
+    d = root / "rows_0-2000"
+    d.mkdir(parents=True, exist_ok=True)
+    for i in samples:
+        s = states(i)
+        obj = {
+            "input_ids": s["input_ids"].clone(),
+            "loss_mask": torch.ones_like(s["input_ids"]),
+            "aux_hidden_state": concat(i, boundaries).unsqueeze(0).clone(),
+            "hidden_state": s["fp32"][L].unsqueeze(0).clone(),
+        }
+        path = d / f"data_{i}.ckpt"
+        if gz:
+            import gzip
+            import io
+
+            buf = io.BytesIO()
+            torch.save(obj, buf)
+            with gzip.open(str(path) + ".gz", "wb") as f:
+                f.write(buf.getvalue())
+        else:
+            torch.save(obj, path)
+    return root
+
+
+def sglang_dump(
+    root: Path,
+    sample: int,
+    boundaries: Sequence[int],
+    *,
+    concat_slots: bool = True,
+    with_ids: bool = True,
+    ranks: int = 1,
+    tag_layers: bool = False,
+    tokens: slice | None = None,
+    tag_shift: int = 0,
+) -> Path:
+    """SGLang dumper (current format) directory with what the engine captured at ``boundaries``.
+
+    ``concat_slots``: one ``aux_hidden_states`` tensor [T, k*H] (what the draft receives);
+    otherwise one file per boundary, tagged ``layer_id=B + tag_shift`` when ``tag_layers``.
+    """
+    exp = root / "dump_20261130_000000_000001"
+    exp.mkdir(parents=True, exist_ok=True)
+    s = states(sample)
+    sl = tokens or slice(None)
+    ids = s["input_ids"][sl]
+    for r in range(ranks):
+        base = {"step": 0, "rank": r, "recompute_status": "disabled", "world_rank": r, "world_size": ranks}
+        if with_ids:
+            torch.save({"value": ids.clone(), "meta": {**base, "dump_index": 0, "name": "input_ids"}},
+                       exp / f"step=0___rank={r}___dump_index=0___name=input_ids___recompute_status=disabled.pt")
+        if concat_slots:
+            v = concat(sample, boundaries, "bf16")[sl].clone()
+            torch.save({"value": v, "meta": {**base, "dump_index": 1, "name": "aux_hidden_states"}},
+                       exp / f"step=0___rank={r}___dump_index=1___name=aux_hidden_states___recompute_status=disabled.pt")
+        else:
+            for j, b in enumerate(boundaries):
+                v = s["bf16"][b][sl].clone()
+                tag = f"___layer_id={b + tag_shift}" if tag_layers else f"___slot={j}"
+                meta = {**base, "dump_index": j + 1, "name": "eagle3_aux"}
+                meta.update({"layer_id": b + tag_shift} if tag_layers else {"slot": j})
+                torch.save({"value": v, "meta": meta},
+                           exp / f"step=0___rank={r}___dump_index={j + 1}___name=eagle3_aux___recompute_status=disabled{tag}.pt")
+    return root
+
+
+def vllm_file(root: Path, sample: int, boundaries: Sequence[int]) -> Path:
+    """vLLM extract_hidden_states connector file: hidden_states [T, k, H], token_ids [T]."""
+    root.mkdir(parents=True, exist_ok=True)
+    s = states(sample)
+    hs = torch.stack([s["bf16"][b] for b in boundaries], dim=1).contiguous()
+    save_file({"hidden_states": hs, "token_ids": s["input_ids"].clone()}, str(root / f"req-{sample}.safetensors"))
+    return root
+
+
+def modelopt_file(root: Path, sample: int, boundaries: Sequence[int]) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    s = states(sample)
+    torch.save(
+        {"input_ids": s["input_ids"].clone(), "hidden_states": s["fp32"][L].clone(),
+         "aux_hidden_states": concat(sample, boundaries).clone(), "conversation_id": f"conv-{sample}"},
+        root / f"conv-{sample}.pt",
+    )
+    return root
+
+
+def draft_config(path: Path, ids: Sequence[int], *, nested: bool = True, top: Sequence[int] | None = None,
+                 target_hidden: int = H, fc_in: int | None = None) -> Path:
+    import json
+
+    cfg: dict = {"architectures": ["LlamaForCausalLMEagle3"], "hidden_size": H, "num_hidden_layers": 1,
+                 "target_hidden_size": target_hidden, "vocab_size": 49152, "draft_vocab_size": 32000}
+    if nested:
+        cfg["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": list(ids), "use_aux_hidden_state": True}
+    if top is not None:
+        cfg["eagle_aux_hidden_state_layer_ids"] = list(top)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(cfg, indent=2))
+    return path
