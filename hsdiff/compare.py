@@ -288,23 +288,33 @@ class _Comparison:
         rows: list[dict] = []
         ids_failed = set()
         n = len(samples)
+        sample_ids = {g: next((c.token_ids for c in caps.values() if c.token_ids), None) for g, caps in samples.items()}
+        homes: dict[str | None, set] = {}  # inference group -> training samples whose ids contain its ids
+        for c in infer:
+            if c.token_ids and c.group not in homes:
+                homes[c.group] = {g for g, ids in sample_ids.items() if ids and align.id_offsets(c.token_ids, ids)}
         for si, (sample, slot_caps) in enumerate(samples.items()):
             if self.opts.progress:
                 self.opts.progress("scoring samples", si, n)
             train_ids = next((c.token_ids for c in slot_caps.values() if c.token_ids), None)
-            loaded = {s: align.TrainSlot.load(c) for s, c in slot_caps.items()}
-            for s, ts in loaded.items():
-                bad = int((~torch.isfinite(ts.tensor)).sum())
-                if bad:
-                    self.warnings.append(f"{ts.capture.origin} slot {s}: {bad} NaN/Inf values in the training tensor")
+            plan = []
             for c in infer:
                 offsets = None
                 if c.token_ids and train_ids:
                     offsets = align.id_offsets(c.token_ids, train_ids)
                     if not offsets:
                         ids_failed.add(c.group)
-                        if any(_ids_match_any(c.token_ids, x) for x in self._train_ids()):
+                        if homes.get(c.group):
                             continue  # another training sample holds these tokens
+                plan.append((c, offsets))
+            if not plan:
+                continue  # token ids rule this sample out: its tensors are never loaded
+            loaded = {s: align.TrainSlot.load(c) for s, c in slot_caps.items()}
+            for s, ts in loaded.items():
+                bad = int((~torch.isfinite(ts.tensor)).sum())
+                if bad:
+                    self.warnings.append(f"{ts.capture.origin} slot {s}: {bad} NaN/Inf values in the training tensor")
+            for c, offsets in plan:
                 x = infer_tensors[id(c)]
                 if c.observation is None and x is None:
                     continue
@@ -325,7 +335,7 @@ class _Comparison:
         if self.opts.progress:
             self.opts.progress("scoring samples", n, n)
         for g in sorted(x for x in ids_failed if x is not None):
-            if not any(_ids_match_any(c.token_ids, t) for c in infer if c.group == g and c.token_ids for t in self._train_ids()):
+            if not homes.get(g):
                 self.warnings.append(
                     f"{g}: its token ids appear in no training sample; tokens were aligned by value instead"
                 )
@@ -339,11 +349,6 @@ class _Comparison:
         for s in out:
             out[s].sort(key=lambda c: c.metrics.rel_err)
         return out, rows
-
-    def _train_ids(self) -> list[tuple[int, ...]]:
-        if not hasattr(self, "_ids_cache"):
-            self._ids_cache = [c.token_ids for c in self.train.captures if c.token_ids]
-        return self._ids_cache
 
     # ---------------------------------------------------------------- decisions
     def _decide(self, s: int, cands: list[Candidate]) -> dict:
@@ -427,10 +432,6 @@ def _build_report(cmp: _Comparison, decisions, claims, claim_src, configured, nu
 def _pad(b: list[int], k: int) -> list[int | None]:
     out: list[int | None] = list(b[:k])
     return out + [None] * (k - len(out))
-
-
-def _ids_match_any(a: Sequence[int] | None, b: Sequence[int] | None) -> bool:
-    return bool(a and b and align.id_offsets(a, b))
 
 
 def _checked_load(c: Capture, warnings: list[str]) -> torch.Tensor | None:

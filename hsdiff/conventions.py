@@ -46,6 +46,11 @@ __all__ = [
     "describe_boundary",
     "max_capturable",
     "parse_ids",
+    "VLLM_RUNNERS",
+    "config_keys",
+    "write_key",
+    "key_name",
+    "read_config_ids",
 ]
 
 BOUNDARY = "boundary"
@@ -125,6 +130,8 @@ _FAMILY_ALIASES = {
     "llama": "llama", "qwen": "llama", "qwen2": "llama", "qwen3": "llama", "qwen3_moe": "llama",
     "qwen2_moe": "llama", "mistral": "llama", "mixtral": "llama", "minimax": "llama",
     "minimax_m2": "llama", "glm4_moe": "llama", "llama4": "llama",
+    # deepseek_v4 captures *after* layer i returns, so its ids are layer outputs: the llama rule in B terms
+    "deepseek_v4": "llama",
     "deepseek": "deepseek", "deepseek_v2": "deepseek", "deepseek_v3": "deepseek", "kimi": "deepseek",
     "kimi_k2": "deepseek", "kimi_k25": "deepseek", "kimi-k2.5": "deepseek",
     "deepseek-legacy": "deepseek-legacy", "deepseek_legacy": "deepseek-legacy",
@@ -161,6 +168,8 @@ def family_from_config(config: dict) -> str:
     text_cfg = config.get("text_config")
     if isinstance(text_cfg, dict) and text_cfg.get("model_type"):
         model_type = str(text_cfg["model_type"]).lower() if model_type in ("", "kimi_k25") else model_type
+    if model_type.startswith("deepseek_v4"):
+        return "llama"
     if model_type.startswith(("deepseek", "kimi")):
         return "deepseek"
     if model_type.startswith("gpt_oss"):
@@ -338,3 +347,66 @@ def parse_ids(text: str | Sequence[int], *, what: str = "--layer-ids") -> list[i
         raise InputError(
             f"{what} {text!r} is not a list of integers", hint='give comma-separated integers, e.g. "2,30,58"'
         ) from None
+
+
+#: vLLM's model runners differ in where they read the ids: V1 (the default) reads the top-level key and
+#: then ``eagle_config``'s; V2 (``VLLM_USE_V2_MODEL_RUNNER=1``) reads only the top-level key
+#: (vllm/v1/worker/gpu/spec_decode/eagle/eagle3_utils.py get_eagle3_aux_layers_from_config).
+VLLM_RUNNERS = ("v1", "v2")
+
+_WRITE_KEYS = {"sglang": _NESTED, "vllm": _TOP, "trtllm": ("eagle3_layers_to_capture",), "modelopt": _NESTED,
+               "specforge": _NESTED}
+
+
+def config_keys(engine: str, *, vllm_runner: str = "v1") -> tuple[tuple[str, ...], ...]:
+    """Where ``engine`` reads the ids in a draft ``config.json``, first match wins.
+
+    >>> config_keys("vllm", vllm_runner="v2")
+    (('eagle_aux_hidden_state_layer_ids',),)
+    """
+    r = rule(engine)
+    if r.key == "vllm" and vllm_runner == "v2":
+        return (_TOP,)
+    return r.config_keys
+
+
+def write_key(engine: str) -> tuple[str, ...]:
+    """The key ``hsdiff fix-config`` writes for ``engine`` (the one the engine reads first)."""
+    r = rule(engine)
+    if r.key not in _WRITE_KEYS:
+        raise InputError(
+            f"{r.title} reads no layer ids from a draft config.json",
+            hint=f"choose an engine that does: {', '.join(_WRITE_KEYS)}",
+        )
+    return _WRITE_KEYS[r.key]
+
+
+def key_name(path: Sequence[str]) -> str:
+    """``("eagle_config", "eagle_aux_hidden_state_layer_ids")`` -> ``"eagle_config.eagle_aux_hidden_state_layer_ids"``."""
+    return ".".join(path)
+
+
+def read_config_ids(config: dict, engine: str, *, vllm_runner: str = "v1") -> tuple[object, tuple[str, ...] | None]:
+    """The raw value ``engine`` reads from a draft config and the key it came from, or ``(None, None)``.
+
+    The value is returned as stored (a list, ``null``, an empty list...): what an engine does with an
+    empty or null value differs, see :func:`hsdiff.gate.read_ids`.
+    """
+    for path in config_keys(engine, vllm_runner=vllm_runner):
+        node: object = config
+        for part in path:
+            node = node.get(part) if isinstance(node, dict) else None
+        if node is not None or _has_path(config, path):
+            if rule(engine).key == "vllm" and not (isinstance(node, (list, tuple)) and node):
+                continue  # vLLM: `if layer_ids and isinstance(layer_ids, (list, tuple))`, else the next key / default
+            return node, tuple(path)
+    return None, None
+
+
+def _has_path(config: dict, path: Sequence[str]) -> bool:
+    node: object = config
+    for part in path:
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return True
