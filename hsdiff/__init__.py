@@ -50,14 +50,14 @@ __all__ = [
 ]
 
 
-def compare(train: Any, infer: Any, options: "Options | None" = None, **kwargs: Any) -> "Report":
+def compare(train: Any, infer: Any, options: Options | None = None, **kwargs: Any) -> Report:
     """Compare a training-side dump with an inference-side dump; see :func:`hsdiff.compare.compare`."""
     from .compare import compare as _compare
 
     return _compare(train, infer, options, **kwargs)
 
 
-def load(path: Any, side: str = "infer", **kwargs: Any) -> "Dump":
+def load(path: Any, side: str = "infer", **kwargs: Any) -> Dump:
     """Read every capture under ``path`` lazily; see :func:`hsdiff.readers.scan`.
 
     >>> dump = hsdiff.load("fixtures/seed/infer-wrong")      # doctest: +SKIP

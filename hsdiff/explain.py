@@ -15,7 +15,7 @@ if TYPE_CHECKING:  # pragma: no cover
 _IDENTIFIED = ("identified",)
 
 
-def explain(cmp: "_Comparison", decisions: dict, claims, claim_src, configured: Configured | None, num_layers, hidden, rows, k) -> Report:
+def explain(cmp: _Comparison, decisions: dict, claims, claim_src, configured: Configured | None, num_layers, hidden, rows, k) -> Report:
     opts = cmp.opts
     family = cmp.family
     warnings = cmp.warnings

@@ -11,8 +11,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -125,7 +126,7 @@ class Capture:
     rank: int | None = None
     norm: float | None = None
     observation: Observation | None = None
-    loader: Callable[[], "torch.Tensor"] | None = field(default=None, repr=False)
+    loader: Callable[[], torch.Tensor] | None = field(default=None, repr=False)
     col_start: int = 0
     col_stop: int | None = None
 
@@ -155,7 +156,7 @@ class Capture:
             parts.append(f"rank {self.rank}")
         return " ".join(parts)
 
-    def load(self) -> "torch.Tensor":
+    def load(self) -> torch.Tensor:
         """The tensor as ``[tokens, width]`` (leading batch dims of 1 dropped), not converted."""
         if self.loader is None:
             raise ValueError(f"{self.origin}: a printed observation has no tensor to load")
@@ -168,10 +169,10 @@ class Capture:
             t = t[:, self.col_start : self.col_stop]
         return t
 
-    def replace(self, **changes: Any) -> "Capture":
+    def replace(self, **changes: Any) -> Capture:
         return dataclasses.replace(self, **changes)
 
-    def split(self, hidden_size: int, layers: Sequence[Layer | None] | None = None) -> list["Capture"]:
+    def split(self, hidden_size: int, layers: Sequence[Layer | None] | None = None) -> list[Capture]:
         """Cut a concatenated capture into ``width // hidden_size`` slot captures (lazy views)."""
         if self.width is None or self.width % hidden_size:
             raise ValueError(f"width {self.width} is not a multiple of {hidden_size}")
@@ -397,7 +398,7 @@ class Report:
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
 
-    def slots_frame(self) -> "pd.DataFrame":
+    def slots_frame(self) -> pd.DataFrame:
         import pandas as pd
 
         rows = []
@@ -420,7 +421,7 @@ class Report:
             )
         return pd.DataFrame(rows).set_index("slot")
 
-    def scores_frame(self) -> "pd.DataFrame":
+    def scores_frame(self) -> pd.DataFrame:
         """Every (training slot, inference capture) pair that was scored, one row each."""
         import pandas as pd
 

@@ -9,9 +9,9 @@ attention-sink tokens) in every format.
 
 from __future__ import annotations
 
-from functools import lru_cache
+from collections.abc import Sequence
+from functools import cache
 from pathlib import Path
-from typing import Sequence
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -25,7 +25,7 @@ L = 30  # SmolLM2-135M layers
 H = 576
 
 
-@lru_cache(maxsize=None)
+@cache
 def states(i: int) -> dict[str, torch.Tensor]:
     """Sample ``i``: ``input_ids`` [T], ``fp32`` [31, T, H] float32, ``bf16`` [31, T, H] bfloat16."""
     d = load_file(str(SMOLLM2 / "states" / f"sample-{i}.safetensors"))

@@ -75,7 +75,7 @@ def render_text(report: Report, *, verbose: bool = True) -> str:
     out.append(f"recommended for {rec.engine} ({rec.model_family}): {meaning}")
     nested = rec.engine == "sglang"
     line = rec.config_line()
-    out.append(("paste into the draft's config.json under \"eagle_config\":" if nested else "paste into the draft's config.json:"))
+    out.append("paste into the draft's config.json under \"eagle_config\":" if nested else "paste into the draft's config.json:")
     out.append(f"  {line}")
     others = ", ".join(f"{e} {v}" for e, v in rec.by_engine.items() if e != rec.engine and e in ("sglang", "vllm", "trtllm"))
     if others:
