@@ -14,7 +14,8 @@ the sink token alone adjacent middle boundaries differ by under 1 %.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 import numpy as np
@@ -31,6 +32,7 @@ __all__ = [
     "id_offsets",
     "score",
     "best_alignment",
+    "observation_tokens",
 ]
 
 #: Largest median per-token relative error still read as "the same tensor" (bf16/fp16/fp8 noise).
@@ -143,15 +145,17 @@ def score(train: TrainSlot, infer: torch.Tensor | Capture, offset: int) -> Metri
 
 
 def _obs_arrays(cap: Capture, width: int) -> tuple[torch.Tensor, list[int], list[int]]:
+    """Printed values [R, C] (float64, NaN where nothing was printed), their rows and absolute columns."""
     obs = cap.observation
     assert obs is not None
     cols = [c if c >= 0 else width + c for c in obs.cols]
     keep_c = [i for i, c in enumerate(cols) if 0 <= c < width]
-    vals = torch.as_tensor(np.asarray(obs.values, dtype=np.float64)[:, keep_c], dtype=torch.float32)
+    vals = torch.as_tensor(np.asarray(obs.values, dtype=np.float64)[:, keep_c], dtype=torch.float64)
     return vals, list(obs.rows), [cols[i] for i in keep_c]
 
 
 def _resolve_rows(cap: Capture, rows: list[int]) -> list[int] | None:
+    """Rows counted from the start of the printed tensor; None if some count from an unknown end."""
     if all(r >= 0 for r in rows):
         return rows
     t = cap.tokens
@@ -160,22 +164,88 @@ def _resolve_rows(cap: Capture, rows: list[int]) -> list[int] | None:
     return [r if r >= 0 else t + r for r in rows]
 
 
-def _score_observation(train: TrainSlot, cap: Capture, offset: int) -> Metrics:
-    vals, rows, cols = _obs_arrays(cap, train.tensor.shape[1])
-    rows_r = _resolve_rows(cap, rows)
-    if rows_r is None or not cols:
-        return Metrics(float("inf"), float("nan"), float("inf"), float("nan"), 0, 0)
-    idx = [r + offset for r in rows_r]
-    keep = [i for i, j in enumerate(idx) if 0 <= j < train.tokens]
+@dataclass
+class _ObsErrors:
+    """Per-token metrics of every printed row against every training token: [R, T] each."""
+
+    err: torch.Tensor
+    cos: torch.Tensor
+    ratio: torch.Tensor
+    counts: torch.Tensor  # [R] printed finite values per row
+
+    @classmethod
+    def of(cls, train: TrainSlot, cap: Capture) -> _ObsErrors | None:
+        vals, _, cols = _obs_arrays(cap, train.tensor.shape[1])
+        if not cols:
+            return None
+        m = torch.isfinite(vals)
+        x = torch.where(m, vals, torch.zeros_like(vals))
+        md = m.double()
+        y = train.tensor[:, cols].double()
+        y = torch.where(torch.isfinite(y), y, torch.full_like(y, float("nan")))
+        dot = x @ y.T
+        ny2 = md @ (y * y).T
+        nx2 = (x * x).sum(dim=1, keepdim=True)
+        d2 = (nx2 - 2 * dot + ny2).clamp_min(0)
+        ny = ny2.sqrt().clamp_min(_EPS)
+        nx = nx2.sqrt()
+        err = (d2.sqrt() / ny).float()
+        cos = (dot / (nx * ny).clamp_min(_EPS)).float()
+        ratio = (nx / ny).float()
+        empty = m.sum(dim=1) == 0
+        err[empty] = float("nan")
+        return cls(err, cos, ratio, m.sum(dim=1))
+
+
+def _metrics_at(train: TrainSlot, oe: _ObsErrors, rows: list[int], tokens: list[int]) -> Metrics:
+    keep = [(r, j) for r, j in zip(rows, tokens) if 0 <= j < train.tokens]
     if not keep:
         return Metrics(float("inf"), float("nan"), float("inf"), float("nan"), 0, 0)
-    j = torch.tensor([idx[i] for i in keep])
-    y = train.tensor[j][:, cols]
-    x = vals[keep]
-    mask = torch.isfinite(x)
-    x = torch.where(mask, x, y)  # missing printed values do not count
-    err, cos, ratio = _per_token(x, y)
-    return _summarise(err, cos, ratio, train.sinks[j], len(cols))
+    r = torch.tensor([k[0] for k in keep])
+    j = torch.tensor([k[1] for k in keep])
+    sinks = train.sinks[j]
+    m = _summarise(oe.err[r, j], oe.cos[r, j], oe.ratio[r, j], sinks, 1)
+    if m.tokens == 0:
+        return m
+    e = oe.err[r, j]
+    used = torch.isfinite(e) & (~sinks if m.sink_only is False else torch.ones_like(sinks))
+    # the middle of an even count is the mean of the two middle values: with two printed tokens
+    # the lower one alone would hide a token that does not match at all
+    return replace(
+        m,
+        rel_err=float(np.median(e[used].double().numpy())),
+        cosine=float(np.median(oe.cos[r, j][used].double().numpy())),
+        values=int(oe.counts[r][used].sum()),
+    )
+
+
+def _score_observation(train: TrainSlot, cap: Capture, offset: int) -> Metrics:
+    """Metrics of printed values whose row 0 sits at training token ``offset``."""
+    obs = cap.observation
+    assert obs is not None
+    oe = _ObsErrors.of(train, cap)
+    if oe is None:
+        return Metrics(float("inf"), float("nan"), float("inf"), float("nan"), 0, 0)
+    rows = list(range(len(obs.rows)))
+    resolved = _resolve_rows(cap, list(obs.rows))
+    if resolved is not None:
+        return _metrics_at(train, oe, rows, [p + offset for p in resolved])
+    return _place_unknown_end(train, oe, list(obs.rows), offset)[1]
+
+
+def observation_tokens(train: TrainSlot, cap: Capture, offset: int) -> list[int | None]:
+    """The training token each printed row of ``cap`` was compared with at ``offset`` (None: outside)."""
+    obs = cap.observation
+    assert obs is not None
+    resolved = _resolve_rows(cap, list(obs.rows))
+    if resolved is not None:
+        toks = [p + offset for p in resolved]
+    else:
+        oe = _ObsErrors.of(train, cap)
+        if oe is None:
+            return [None] * len(obs.rows)
+        toks = _place_unknown_end(train, oe, list(obs.rows), offset)[2]
+    return [t if 0 <= t < train.tokens else None for t in toks]
 
 
 def best_alignment(
@@ -199,6 +269,7 @@ def _search_full(train: TrainSlot, x: torch.Tensor, exhaustive: bool = False) ->
     xs, ys = x[:, cols].double(), train.tensor[:, cols].double()
     ynorm = ys.norm(dim=1).clamp_min(_EPS)
     min_overlap = max(1, min(ti, tt, 8))
+    offsets: Sequence[int]
     if exhaustive:
         offsets = range(-(ti - 1), tt)
         dist = (torch.cdist(xs, ys) / ynorm[None, :]).float()
@@ -242,21 +313,119 @@ def _probe_rows(x: torch.Tensor, n: int = 8) -> torch.Tensor:
 
 
 def _search_observation(train: TrainSlot, cap: Capture) -> tuple[int, Metrics]:
+    """Where printed rows sit in a training sample: every placement is scored at once (the errors of
+    every printed row against every training token are computed once). Rows counted from an unknown
+    end (a summarised print without its shape) are placed after the first rows."""
     obs = cap.observation
     assert obs is not None
-    rows = _resolve_rows(cap, list(obs.rows))
-    if rows is None:  # rows counted from an unknown end: try them as consecutive from 0
-        rows = list(range(len(obs.rows)))
-    lo, hi = -min(rows), train.tokens - max(rows)
-    results = [(o, _score_observation(train, cap, o)) for o in range(lo, hi)]
-    results = [r for r in results if r[1].tokens > 0]
-    if not results:
+    oe = _ObsErrors.of(train, cap)
+    if oe is None:
+        return 0, Metrics(float("inf"), float("nan"), float("inf"), float("nan"), 0, 0)
+    resolved = _resolve_rows(cap, list(obs.rows))
+    if resolved is None:
+        return _place_unknown_end(train, oe, list(obs.rows), None)[:2]
+    idx = list(range(len(resolved)))
+    lo, hi = -min(resolved), train.tokens - max(resolved)
+    if hi <= lo:
         return 0, _score_observation(train, cap, 0)
-    if obs.rows_known:
+    offsets = torch.arange(lo, hi)
+    toks = torch.tensor(resolved)[None, :] + offsets[:, None]
+    med, sink_only, nvals = _placement_scores(train, oe, idx, toks)
+    key = torch.where(sink_only, med * 1.5, med)
+    if not bool(torch.isfinite(key).any()):
+        return 0, _score_observation(train, cap, 0)
+    best = _argbest(key, nvals, offsets)
+    choice = best
+    if obs.rows_known and lo <= 0 < hi:
         # positions were printed: prefer the alignment that keeps them unless another is clearly better
-        zero = next((r for r in results if r[0] == 0), None)
-        best = min(results, key=lambda r: r[1].rel_err)
-        if zero is not None and zero[1].rel_err <= max(best[1].rel_err * 1.05, best[1].rel_err + 1e-4):
-            return zero
-        return best
-    return min(results, key=lambda r: (r[1].rel_err, abs(r[0])))
+        z = -lo
+        if bool(sink_only[z] == sink_only[best]) and float(med[z]) <= max(float(med[best]) * 1.05, float(med[best]) + 1e-4):
+            choice = z
+    o = int(offsets[choice])
+    return o, _metrics_at(train, oe, idx, [p + o for p in resolved])
+
+
+def _placement_scores(
+    train: TrainSlot, oe: _ObsErrors, idx: list[int], toks: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """For placements ``toks`` [n, k] of printed rows ``idx``: median error (ordinary tokens, or the
+    sinks if nothing else), whether only sinks were compared, and the number of values compared."""
+    r = torch.tensor(idx)[None, :].expand_as(toks)
+    e = oe.err[r, toks].double()
+    sinks = train.sinks[toks]
+    fin = torch.isfinite(e)
+    ordinary = fin & ~sinks
+    has_ordinary = ordinary.any(dim=1)
+    use = torch.where(has_ordinary[:, None], ordinary, fin)
+    med = torch.nanquantile(torch.where(use, e, torch.full_like(e, float("nan"))), 0.5, dim=1)
+    med = torch.where(torch.isfinite(med), med, torch.full_like(med, float("inf")))
+    nvals = (oe.counts[r] * use).sum(dim=1)
+    return med, ~has_ordinary, nvals
+
+
+def _argbest(key: torch.Tensor, nvals: torch.Tensor, offsets: torch.Tensor) -> int:
+    """Smallest error; among equal errors the most values, then the offset nearest 0."""
+    m = float(key.min())
+    tied = torch.nonzero(key <= m + 1e-12).flatten()
+    return int(min(tied.tolist(), key=lambda i: (-int(nvals[i]), abs(int(offsets[i])))))
+
+
+def _rank(m: Metrics) -> tuple[float, float]:
+    """Order placements by error; a placement that only compared attention sinks ranks after one
+    that compared ordinary tokens at a similar error."""
+    return (m.rel_err * (1.5 if m.sink_only else 1.0), -m.values)
+
+
+def _place_unknown_end(
+    train: TrainSlot, oe: _ObsErrors, rows: list[int], offset: int | None
+) -> tuple[int, Metrics, list[int]]:
+    """Place rows ``0..`` at ``offset`` (searched if None) and rows ``..-1`` (counted from an unknown
+    end) where they fit best after them; the printed tensor's length is whatever that implies."""
+    head = [i for i, r in enumerate(rows) if r >= 0]
+    tail = [i for i, r in enumerate(rows) if r < 0]
+    tt = train.tokens
+    hmax = max((rows[i] for i in head), default=-1)
+    tmin = min((rows[i] for i in tail), default=0)
+    fail = (0, Metrics(float("inf"), float("nan"), float("inf"), float("nan"), 0, 0), [-1] * len(rows))
+    # the tail's last row sits at token e: its rows r < 0 at e + 1 + r
+    ends = torch.arange(max(0, -1 - tmin), tt)
+    if tail and ends.numel() == 0:
+        return fail
+    if tail:
+        t_toks = ends[:, None] + 1 + torch.tensor([rows[i] for i in tail])[None, :]
+        t_med, t_sink, t_n = _placement_scores(train, oe, tail, t_toks)
+        t_key = torch.where(t_sink, t_med * 1.5, t_med)
+    offsets = torch.tensor([offset]) if offset is not None else torch.arange(0, tt - hmax if head else 1)
+    offsets = offsets[(offsets >= 0) & (offsets + max(hmax, 0) < tt)] if head else offsets
+    if offsets.numel() == 0:
+        return fail
+    placements: list[tuple[int, list[int]]] = []
+    if tail:
+        # best tail end at or after each position (the latest end among equals: the whole sample printed)
+        keys = t_key.tolist()
+        best_from: list[int | None] = [None] * (len(keys) + 1)
+        for i in range(len(keys) - 1, -1, -1):
+            j = best_from[i + 1]
+            best_from[i] = i if j is None or keys[i] < keys[j] - 1e-12 else j
+        first_end = int(ends[0])
+        for o in offsets.tolist():
+            lo_e = max(0, o + hmax - tmin - first_end)  # ends e with e + 1 + tmin >= o + hmax + 1
+            j = best_from[lo_e] if lo_e < len(keys) else None
+            if j is None:
+                continue
+            e = int(ends[j])
+            placements.append((o, [o + rows[i] for i in head] + [e + 1 + rows[i] for i in tail]))
+    else:
+        placements = [(o, [o + rows[i] for i in head]) for o in offsets.tolist()]
+    if not placements:
+        return fail
+    med, sink_only, _ = _placement_scores(train, oe, head + tail, torch.tensor([t for _, t in placements]))
+    key = torch.where(sink_only, med * 1.5, med)
+    m = float(key.min())
+    if not math.isfinite(m):
+        return fail
+    pick = min((i for i in range(len(placements)) if float(key[i]) <= m + 1e-12), key=lambda i: abs(placements[i][0]))
+    o, toks = placements[pick]
+    by_row = dict(zip(head + tail, toks))
+    toks = [by_row[i] for i in range(len(rows))]
+    return o, _metrics_at(train, oe, list(range(len(rows))), toks), toks

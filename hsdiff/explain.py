@@ -32,6 +32,18 @@ def explain(cmp: _Comparison, decisions: dict, claims, claim_src, configured: Co
             f"({sorted(label_offsets)}): unobserved slots were not inferred from them"
         )
     identified_conf = [decisions[s]["conf"] for s in range(k) if decisions[s]["status"] in _IDENTIFIED]
+    from_config = [
+        decisions[s]["match"].capture.layer.source == "configured"
+        for s in range(k)
+        if decisions[s]["status"] in _IDENTIFIED and decisions[s]["match"] is not None
+    ]
+    if label_offset and from_config and all(from_config):
+        warnings.append(
+            f"the inference dump carries no layer labels of its own, so its slots were labelled from the configured ids; "
+            f"the training side's labels ({claim_src}) differ from those by {label_offset:+d} layer(s). The values "
+            "match slot for slot, so the draft receives what it was trained on — provided the dump was captured with "
+            "the configuration under test; if not, re-capture with it"
+        )
 
     cfg_b = list(configured.boundary_indices) if configured else None
     results: list[SlotResult] = []
@@ -68,7 +80,7 @@ def explain(cmp: _Comparison, decisions: dict, claims, claim_src, configured: Co
     recommended = _recommend(opts.engine, family, [r.boundary_index for r in results], num_layers, warnings)
     verdict = _verdict(results, configured, decisions)
     cause = _cause(verdict, results, configured, decisions, num_layers, opts.engine, family, label_offset, claim_src)
-    walk = _walkthrough(results, configured, claims, claim_src, num_layers)
+    walk = _walkthrough(results, configured, claims, claim_src, num_layers, cmp=cmp, recommended=recommended)
     if cfg_b is not None and len(cfg_b) != k:
         warnings.append(f"{len(cfg_b)} ids are configured but the training side has {k} slots")
     return Report(
@@ -109,7 +121,7 @@ def _against_config(cmp, s, d, b, evidence, cfg_b, note) -> tuple[str, str]:
         return ("mismatch" if b != cfg else "unverified"), note + (
             f"; the engine captures B{cfg} for this slot" if b != cfg else "; the configured id agrees but was not observed"
         )
-    return "unverified", note
+    return ("ambiguous" if d["status"] == "ambiguous" else "unverified"), note
 
 
 def cmp_cands(cmp, s) -> list[Candidate]:
@@ -195,12 +207,13 @@ def _cause(verdict, results, configured, decisions, L, engine, family, label_off
                 bad = [r for r in results if r.status == "mismatch"]
                 parts.append(
                     "Training slot" + ("s " if len(bad) > 1 else " ")
-                    + ", ".join(f"{r.slot} (B{'?' if r.boundary_index is None else r.boundary_index})" for r in bad)
-                    + f" {'are' if len(bad) > 1 else 'is'} not what {title} captures with ids {ids} (B{cfg})."
+                    + ", ".join(f"{r.slot} ({'not identified' if r.boundary_index is None else f'B{r.boundary_index}'})" for r in bad)
+                    + f" {'are' if len(bad) > 1 else 'is'} not what {title} captures with ids {ids} (B{cfg}): "
+                    + bad[0].note.split("; ")[-1] + "."
                 )
     if verdict == "ok" and configured is None:
         return f"Every training slot was identified by value: B{_bl(bs)}."
-    if verdict == "inconclusive" or (verdict == "mismatch" and not parts):
+    if verdict == "inconclusive" or (verdict == "mismatch" and (not parts or any(r.status == "ambiguous" for r in results))):
         open_ = [r for r in results if r.boundary_index is None or r.status in ("unverified", "ambiguous")]
         if open_:
             parts.append(
@@ -234,7 +247,7 @@ def _position_shift(pairs, cfg) -> int:
     return 0
 
 
-def _walkthrough(results: list[SlotResult], configured, claims, claim_src, L) -> list[str]:
+def _walkthrough(results: list[SlotResult], configured, claims, claim_src, L, cmp=None, recommended=None) -> list[str]:
     lines = []
     if any(c is not None for c in claims):
         lines.append(f"The training side labels its slots B{_bl(claims)} ({claim_src}).")
@@ -245,7 +258,9 @@ def _walkthrough(results: list[SlotResult], configured, claims, claim_src, L) ->
         )
     for r in results:
         head = f"Slot {r.slot}: "
-        if r.match is not None:
+        if r.match is not None and r.match.capture.is_partial and cmp is not None:
+            lines.append(head + _printed_evidence(cmp, r) + f" → {r.status}: {r.note}")
+        elif r.match is not None:
             m = r.match.metrics
             c = r.match.capture
             where = str(c.origin)
@@ -263,36 +278,176 @@ def _walkthrough(results: list[SlotResult], configured, claims, claim_src, L) ->
             )
         else:
             lines.append(head + f"{r.status}: {r.note}")
+    if cmp is not None and any(c.is_partial for c in cmp.infer.captures):
+        lines.append(_next_time(results, recommended, configured))
     return lines
+
+
+def _printed_evidence(cmp, r: SlotResult) -> str:
+    """Which printed values matched this slot, at which training token, with what error, and what
+    their labels claimed: the walk-through an engineer would write for a debug log."""
+    import numpy as np
+
+    assert r.match is not None
+    c, m = r.match.capture, r.match.metrics
+    obs = c.observation
+    assert obs is not None
+    if c.layer is None:
+        claim = "no layer label"
+    elif c.layer.source == "configured":
+        claim = f"no layer label; as slot {c.slot} of the configured ids it is {c.layer}"
+    else:
+        claim = f"its label says {c.layer}"
+    text = f"the values printed at {c.origin} ({claim})"
+    ts = _train_slot(cmp, r)
+    if ts is None:
+        return text + f" match training at {_pct(m.rel_err)}."
+    toks = align.observation_tokens(ts, c, r.match.offset)
+    vals, _, cols = align._obs_arrays(c, ts.tensor.shape[1])
+    placed = [(i, t) for i, t in enumerate(toks) if t is not None]
+    ordinary = [(i, t) for i, t in placed if not bool(ts.sinks[t])]
+    sinks = sorted({t for i, t in placed if bool(ts.sinks[t])})
+    shown = (ordinary or placed)[:1]
+    sample = f"sample {r.match.sample}" if r.match.sample else "training"
+    tied = f" (the same in {r.match.samples_tied} samples: they share these tokens)" if r.match.samples_tied > 1 else ""
+    used = sorted({t for _, t in (ordinary or placed)})
+    where_t = _token_span(used)
+    out = text + f" sit at {where_t} of {sample}{tied}"
+    if shown:
+        i, t = shown[0]
+        row = vals[i].numpy()
+        keep = [k for k in range(len(cols)) if np.isfinite(row[k])][:5]
+        if keep:
+            pv = ", ".join(f"{row[k]:.4g}" for k in keep)
+            tv = ", ".join(f"{float(ts.tensor[t, cols[k]]):.4g}" for k in keep)
+            col_text = _token_span([cols[k] for k in keep], "column")
+            out += f": printed {pv} where training holds {tv} (token {t}, {col_text})"
+    out += (
+        f"; median error {_pct(m.rel_err)} over {m.tokens} token{'s' if m.tokens != 1 else ''} ({m.values} values), "
+        f"cosine {m.cosine:.4f}"
+    )
+    if sinks and ordinary:
+        out += f"; {_token_span(sinks)} left out (attention sink: barely changes between layers)"
+    elif sinks:
+        out += " — attention-sink tokens only"
+    if r.runner_up is not None:
+        out += f"; next best {r.runner_up.capture.label()} at {_pct(r.runner_up.metrics.rel_err)}"
+    nc = _norm_check(cmp, r)
+    if nc is not None:
+        printed, agree, _, _ = nc
+        out += (f"; its printed norm {printed:.4g} agrees with {agree}" if agree else
+                f"; its printed norm {printed:.4g} does not (see warnings)")
+    return out + "."
+
+
+def _token_span(ts: list[int], word: str = "token") -> str:
+    if not ts:
+        return f"no {word}"
+    if len(ts) == 1:
+        return f"{word} {ts[0]}"
+    runs, start, prev = [], ts[0], ts[0]
+    for t in ts[1:] + [None]:  # type: ignore[list-item]
+        if t is not None and t == prev + 1:
+            prev = t
+            continue
+        runs.append(f"{start}" if start == prev else f"{start}–{prev}")
+        if t is not None:
+            start = prev = t
+    return f"{word}s " + ", ".join(runs)
+
+
+def _next_time(results: list[SlotResult], recommended=None, configured=None) -> str:
+    """What the log lacked, and what to print next time."""
+    notes = []
+    for r in results:
+        m = r.match.metrics if r.match is not None else None
+        if r.evidence == "observed":
+            if m is not None and m.values < 20:
+                notes.append(f"slot {r.slot} rests on {m.values} printed values")
+            continue
+        if m is None:
+            notes.append(f"slot {r.slot} matched no printed capture (B{'?' if r.boundary_index is None else r.boundary_index} "
+                         "was not in the log)")
+        elif m.sink_only:
+            notes.append(f"slot {r.slot} was seen on the first token only (the attention sink)")
+        else:
+            notes.append(f"slot {r.slot} matched within noise ({_pct(m.rel_err)}) but not clearly enough to rule out "
+                         "a neighbouring layer")
+    if not notes:
+        return "The printed values settle every slot."
+    text = "What the log lacked: " + "; ".join(notes) + ". Next time print, for every captured layer, its layer number, "
+    text += ("shape and a few ordinary tokens with more columns, e.g. f\"layer={i} shape={tuple(h.shape)} "
+             "h[1:5, :64]={h[1:5, :64].tolist()}\" (or dump whole tensors with SGLang's dumper)")
+    if recommended is not None and configured is not None and list(recommended.ids) != list(configured.ids) and all(
+        i is not None for i in recommended.ids
+    ):
+        text += f", and run with the recommended ids {list(recommended.ids)} to confirm that every slot then matches"
+    return text + "."
+
+
+def _norm_check(cmp, r: SlotResult):
+    """(printed norm, what it agrees with or None, the training norms, likely reason) for a match with a printed norm."""
+    if r.match is None or r.match.capture.norm is None:
+        return None
+    c = r.match.capture
+    printed = float(c.norm)  # type: ignore[arg-type]
+    ts = _train_slot(cmp, r)
+    if ts is None:
+        return None
+    import torch
+
+    norms = ts.norms[torch.isfinite(ts.norms)]
+    if norms.numel() == 0:
+        return None
+    refs = {
+        "the per-token norm (median)": float(norms.median()),
+        "the per-token norm (mean)": float(norms.mean()),
+        "the first token's norm": float(ts.norms[0]),
+        "the last token's norm": float(ts.norms[-1]),
+        "the whole tensor's norm": float(ts.tensor.norm()),
+    }
+    if c.observation is not None:
+        import numpy as np
+
+        vals = np.asarray(c.observation.values, dtype=float)
+        refs["the norm of the printed values"] = float(np.sqrt(np.nansum(vals**2)))
+        toks = [t for t in align.observation_tokens(ts, c, r.match.offset) if t is not None]
+        for t in sorted(set(toks))[:8]:
+            refs[f"token {t}'s norm"] = float(ts.norms[t])
+    agree = next((f"{k} ({v:.4g})" for k, v in refs.items() if v > 0 and abs(printed / v - 1) <= 0.1), None)
+    lo, hi = float(norms.min()), float(ts.tensor.norm())
+    if printed < 0.9 * lo:
+        reason = (
+            f"it is smaller than the norm of every training token (smallest {lo:.4g}): probably the norm of "
+            "hidden_states before the residual add (engines that fuse add+norm carry the residual separately; the "
+            "captured stream is their sum), or of some columns only"
+        )
+    elif printed > 1.1 * hi:
+        reason = (
+            "it is larger than the whole training tensor's norm: probably taken over more tokens (a batch, padding) "
+            "or another tensor"
+        )
+    else:
+        reason = (
+            "it lies between one token's norm and the whole tensor's: probably another reduction (a mean or sum over "
+            "tokens, which includes the attention sink) or another token"
+        )
+    return printed, agree, refs, reason
 
 
 def _norm_warnings(cmp, results: list[SlotResult]) -> None:
     for r in results:
-        if r.match is None or r.match.capture.norm is None:
+        nc = _norm_check(cmp, r)
+        if nc is None or nc[1] is not None:
             continue
-        c = r.match.capture
-        printed = float(c.norm)  # type: ignore[arg-type]
-        ts = _train_slot(cmp, r)
-        if ts is None:
-            continue
-        t = ts.tensor
-        refs = {
-            "per-token (median)": float(ts.norms.median()),
-            "first token": float(ts.norms[0]),
-            "whole tensor": float(t.norm()),
-        }
-        if c.observation is not None:
-            import numpy as np
-
-            vals = np.asarray(c.observation.values, dtype=float)
-            refs["printed values"] = float(np.sqrt(np.nansum(vals**2)))
-        if any(v > 0 and abs(printed / v - 1) <= 0.1 for v in refs.values()):
-            continue
-        ref_text = ", ".join(f"{k} {v:.4g}" for k, v in refs.items())
+        printed, _, refs, reason = nc
+        c = r.match.capture  # type: ignore[union-attr]
+        main = {k: v for k, v in refs.items() if not k.startswith("token ")}
+        ref_text = ", ".join(f"{k.replace('the ', '', 1)} {v:.4g}" for k, v in main.items())
         cmp.warnings.append(
             f"{c.origin}: the values match training slot {r.slot}, but the printed norm {printed:.4g} agrees with none of "
-            f"the training side's norms ({ref_text}): the norm was probably taken over a different reduction or "
-            "token set (all tokens vs one, hidden_states before the residual add, another dtype); the values decide"
+            f"the training side's norms ({ref_text}); {reason}. Norms are secondary evidence: the values decide, and "
+            "the match stands"
         )
 
 

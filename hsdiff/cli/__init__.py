@@ -7,7 +7,6 @@ Exit status (every command): 0 consistent, 1 mismatch or inconclusive, 2 bad inp
 from __future__ import annotations
 
 import logging
-import sys
 import traceback
 
 import click
@@ -25,6 +24,12 @@ class _Group(click.Group):
             return super().invoke(ctx)
         except HsdiffError as e:
             click.echo(f"hsdiff: error: {e}", err=True)
+            ctx.exit(EXIT_INPUT)
+        except click.BadParameter as e:
+            if not isinstance(getattr(e.param, "type", None), click.Path):
+                raise
+            # a path click itself refused (unreadable, ...): an input error like any other, on one line
+            click.echo(f"hsdiff: error: {e.format_message()} — check the path and its permissions", err=True)
             ctx.exit(EXIT_INPUT)
         except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
             raise
@@ -83,4 +88,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    main()

@@ -32,6 +32,21 @@ family_option = click.option(
     "or a model_type such as qwen3.",
 )
 
+
+def _check_log_pattern(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """--log-pattern must compile and name a group 'values': a usage error (exit 2) otherwise."""
+    if value is None:
+        return None
+    from ..errors import InputError
+    from ..readers.debuglog import compile_pattern
+
+    try:
+        compile_pattern(value)
+    except InputError as e:
+        raise click.BadParameter(str(e)) from None
+    return value
+
+
 dump_options = _stack(
     click.argument("train", type=click.Path(exists=False, path_type=str)),
     click.argument("infer", type=click.Path(exists=False, path_type=str)),
@@ -51,6 +66,10 @@ dump_options = _stack(
                  show_default=True, help="Convention of --train-layer-ids and of a draft config found in TRAIN."),
     click.option("--train-format", type=click.Choice(FORMATS), default=None, help="Force the training-side format."),
     click.option("--infer-format", type=click.Choice(FORMATS), default=None, help="Force the inference-side format."),
+    click.option("--log-pattern", default=None, metavar="REGEX", callback=_check_log_pattern,
+                 help="For a debug log in an unusual format: a regular expression with a named group 'values' "
+                 "(the printed numbers) and optionally slot, layer, token, col, norm, shape, dtype, name; "
+                 "each line it matches is one printed capture."),
     click.option("--tolerance", type=click.FloatRange(min=0.0, max=1.0, min_open=True), default=0.10, show_default=True,
                  help="Largest median per-token relative error read as the same tensor."),
     click.option("--json", "json_path", type=click.Path(path_type=str), default=None,

@@ -57,6 +57,7 @@ def options_from(kw: dict, *, engine: str, layer_ids: str | None, progress: bool
         train_format=kw.get("train_format"),
         infer_format=kw.get("infer_format"),
         tolerance=kw.get("tolerance", 0.10),
+        log_pattern=kw.get("log_pattern"),
         configured_source=source,
         progress=progress_printer(progress),
     )

@@ -22,7 +22,7 @@ from ..errors import FormatError, HsdiffError, InputError
 from ..model import Capture, Dump
 from . import eagle, hf, modelopt, sglang_dumper, specforge, tensors, vllm
 from ._common import ReadContext
-from ._container import cleanup, open_table, sniff_container
+from ._container import claimed_format, cleanup, not_what_it_claims, open_table, sniff_container
 
 __all__ = ["FORMATS", "scan", "read_file"]
 
@@ -55,7 +55,14 @@ def read_file(path: Path, ctx: ReadContext, fmt: str | None = None) -> list[Capt
         raise InputError(f"cannot read ({e.strerror or e})", path=path) from None
     if container == "empty":
         raise FormatError("file is empty", path=path, hint="the dump was not written completely; re-run it")
-    if container == "text" or fmt == "debuglog":
+    if container in ("text", "binary") and fmt != "debuglog" and claimed_format(path) is not None:
+        raise not_what_it_claims(path, container)
+    if container == "binary" and fmt != "debuglog" and path.suffix.lower() not in _LOG_SUFFIXES:
+        raise FormatError(
+            "not in any format hsdiff reads (unrecognised binary data)", path=path,
+            hint=f"hsdiff reads {', '.join(FORMATS)}; point it at the dump itself",
+        )
+    if container in ("text", "binary") or fmt == "debuglog":
         if fmt not in (None, "debuglog"):
             raise FormatError(f"not a {fmt} file: it holds text", path=path)
         return _debuglog().read(path, ctx)
@@ -80,7 +87,7 @@ def read_file(path: Path, ctx: ReadContext, fmt: str | None = None) -> list[Capt
 
 def _walk(root: Path) -> Iterable[Path]:
     seen: set[tuple[int, int]] = set()
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False, onerror=None):
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False, onerror=_walk_error):
         st = os.stat(dirpath)
         if (st.st_dev, st.st_ino) in seen:
             dirnames[:] = []
@@ -92,10 +99,15 @@ def _walk(root: Path) -> Iterable[Path]:
                 yield Path(dirpath) / name
 
 
+def _walk_error(e: OSError) -> None:
+    raise InputError(f"cannot list directory ({e.strerror or e})", path=e.filename,
+                     hint="make it readable (chmod +rx) or leave it out")
+
+
 def _natural(name: str) -> tuple:
     import re
 
-    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name))
+    return tuple(int(p) if p.isdecimal() else p for p in re.split(r"(\d+)", name))  # "²" is a digit, not decimal
 
 
 def scan(
@@ -105,19 +117,30 @@ def scan(
     fmt: str | None = None,
     index: str = "boundary",
     progress: Callable[[int, int, Path], None] | None = None,
+    log_pattern: str | None = None,
 ) -> Dump:
     """Read every capture under ``path`` (a file or a directory, scanned recursively).
+
+    ``log_pattern`` is a regular expression with a named group ``values`` for debug logs in an
+    unusual format (see :mod:`hsdiff.readers.debuglog`).
 
     >>> dump = scan("fixtures/seed/train", "train")          # doctest: +SKIP
     >>> dump.captures[0].shape
     (1, 33, 1728)
     """
     root = Path(path)
-    if not root.exists():
+    try:
+        exists = root.exists()
+    except OSError as e:  # a parent directory that cannot be entered
+        raise InputError(f"cannot look at this path ({e.strerror or e})", path=root,
+                         hint="make it and the directories above it readable (chmod +rx)") from None
+    if not exists:
+        if root.is_symlink():
+            raise InputError("symbolic link that leads nowhere (broken, or a loop)", path=root, hint="check the link target")
         raise InputError("no such file or directory", path=root, hint="check the path")
     if fmt is not None and fmt not in FORMATS:
         raise InputError(f"unknown format {fmt!r}", hint=f"choose one of: {', '.join(FORMATS)}")
-    ctx = ReadContext(side=side, index=index, root=root if root.is_dir() else root.parent)
+    ctx = ReadContext(side=side, index=index, root=root if root.is_dir() else root.parent, log_pattern=log_pattern)
     if root.is_dir():
         files = [p for p in _walk(root) if p.suffix.lower() not in _SKIP_SUFFIXES or p.name == "config.json"]
         explicit = False
@@ -138,12 +161,19 @@ def scan(
             continue
         if not explicit and fmt is None:
             try:
-                if sniff_container(p) == "text" and p.suffix.lower() not in _LOG_SUFFIXES:
+                container = sniff_container(p)
+                if container in ("text", "binary") and claimed_format(p) is None and p.suffix.lower() not in _LOG_SUFFIXES:
                     skipped.append(ctx.rel(p))
                     continue
             except OSError as e:
                 raise InputError(f"cannot read ({e.strerror or e})", path=p, hint="make it readable or leave it out") from None
-        found = read_file(p, ctx, fmt)
+        try:
+            found = read_file(p, ctx, fmt)
+        except FormatError:
+            # a server log beside the dumps that prints no tensor is no error: skip it
+            if explicit or p.suffix.lower() not in _LOG_SUFFIXES or fmt not in (None, "debuglog"):
+                raise
+            found = []
         if not found:
             skipped.append(ctx.rel(p))
         captures.extend(found)
@@ -153,12 +183,13 @@ def scan(
             + ", ".join(skipped[:5])
             + (" ..." if len(skipped) > 5 else "")
         )
-    captures = _attach_token_ids(captures)
+    captures = _attach_token_ids(captures, ctx.warnings)
     captures = _collapse_ranks(captures, ctx.warnings)
     if not captures:
         where = "directory" if root.is_dir() else "file"
+        why = f" ({ctx.warnings[0] if len(ctx.warnings) == 1 else '; '.join(ctx.warnings[:2])})" if ctx.warnings else ""
         raise FormatError(
-            f"no hidden states found in this {where}",
+            f"no hidden states found in this {where}{why[:400]}",
             path=root,
             hint=f"hsdiff reads {', '.join(FORMATS)}; point it at the dump itself or pass --format",
         )
@@ -174,7 +205,7 @@ def _read_json(p: Path) -> dict:
     return obj if isinstance(obj, dict) else {}
 
 
-def _attach_token_ids(captures: list[Capture]) -> list[Capture]:
+def _attach_token_ids(captures: list[Capture], warnings: list[str]) -> list[Capture]:
     """SGLang dumper writes ``input_ids`` as its own capture: give its ids to the rest of the group."""
     ids_by_group: dict[tuple[str | None, int | None], tuple[int, ...]] = {}
     rest = []
@@ -182,6 +213,8 @@ def _attach_token_ids(captures: list[Capture]) -> list[Capture]:
         if sglang_dumper.is_token_ids(c) or (c.dtype.startswith(("int", "uint")) and c.origin.format == "sglang_dumper"):
             if sglang_dumper.is_token_ids(c):
                 ids_by_group[(c.group, c.rank)] = tuple(int(v) for v in c.load().reshape(-1).tolist())
+            else:
+                warnings.append(f"{c.origin}: integer tensor ({c.dtype}) is not a hidden state; skipped")
             continue
         rest.append(c)
     if not ids_by_group:

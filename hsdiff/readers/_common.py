@@ -19,6 +19,7 @@ class ReadContext:
     index: str = "boundary"  # how layer numbers found in names/tags count: "boundary" or "output"
     root: Path | None = None
     warnings: list[str] = field(default_factory=list)
+    log_pattern: str | None = None  # --log-pattern: a regex with a named group "values" for debug logs
 
     def rel(self, path: Path) -> str:
         if self.root is not None:
@@ -31,8 +32,9 @@ class ReadContext:
 
 
 # A layer number in a key or a file name: hidden_states.layer_3, layers.31, h59, layer_id=12, blk.7 ...
+# (at most 9 digits: no model has a billion layers, and int() refuses strings of over 4300 digits)
 _LAYER_RE = re.compile(
-    r"(?:^|[^a-z])(?:layer_id|layer_idx|layers?|hidden_states?|hs|h|blk|block|capture|aux)[._\-=\[:]?(-?\d+)\]?(?![\d])",
+    r"(?:^|[^a-z])(?:layer_id|layer_idx|layers?|hidden_states?|hs|h|blk|block|capture|aux)[._\-=\[:]?(-?\d{1,9})\]?(?![\d])",
     re.IGNORECASE,
 )
 TOKEN_KEYS = ("input_ids", "token_ids", "tokens", "ids", "prompt_token_ids")

@@ -1,0 +1,41 @@
+"""``hsdiff capture --model DIR --input SAMPLE --out DIR``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ..capture import DTYPES, capture_hf, check_out_dir, write_capture
+from ..samples import load_sample
+from . import cli
+
+EPILOG = """\b
+Example:
+  hsdiff capture --model target/ --input train/rows_0-2000/data_1.ckpt --out ref/ --dtype bf16
+  hsdiff compare train/ ref/
+\b
+Needs the capture extra: pip install "hsdiff[capture]".
+"""
+
+
+@cli.command("capture", epilog=EPILOG)
+@click.option("--model", "model_dir", required=True, type=click.Path(path_type=str), help="A Hugging Face model folder.")
+@click.option("--input", "sample", required=True, type=click.Path(path_type=str),
+              help="A training sample (any dump file hsdiff reads, or JSON {\"input_ids\": [...]}).")
+@click.option("--sample", "name", default=None, help="Which sample, when --input holds several.")
+@click.option("--out", "out_dir", required=True, type=click.Path(path_type=str), help="Folder for the capture (created).")
+@click.option("--dtype", type=click.Choice(sorted(DTYPES)), default="bf16", show_default=True)
+@click.option("--device", default="cpu", show_default=True, help="torch device to run on.")
+def capture_cmd(model_dir, sample, name, out_dir, dtype, device) -> None:
+    """Run a Hugging Face model on a sample's token ids and write every boundary B0..BL (the last one
+    before the final norm) with the ids: a ground-truth reference for hsdiff compare."""
+    s = load_sample(sample, name)
+    out = Path(out_dir)
+    check_out_dir(out, sample)
+    result = capture_hf(model_dir, s.token_ids, dtype, device=device)
+    path = write_capture(result, out / f"{s.name.replace(':', '_')}.safetensors")
+    for w in result["warnings"]:
+        click.echo(f"hsdiff: warning: {w}", err=True)
+    hs = result["hidden_states"]
+    click.echo(f"wrote {path}: B0..B{hs.shape[0] - 1} × {hs.shape[1]} tokens × {hs.shape[2]} ({dtype}), sample {s.name}")

@@ -1,0 +1,48 @@
+"""``hsdiff fix-config DRAFT_CONFIG (--from-report REPORT.json | --layer-ids IDS)``."""
+
+from __future__ import annotations
+
+import click
+
+from .. import conventions as conv
+from ..fixconfig import fix_config, ids_from_report
+from . import cli
+from ._options import engine_option, family_option
+
+EPILOG = """\b
+Examples:
+  hsdiff gate train/ dump/ --draft-config draft/config.json --json gate.json
+  hsdiff fix-config draft/config.json --from-report gate.json
+  hsdiff fix-config draft/config.json --layer-ids 2,30,58 --engine sglang --dry-run
+\b
+The original is kept beside the config as config.json.bak (byte for byte); nothing else is written.
+"""
+
+
+@cli.command("fix-config", epilog=EPILOG)
+@click.argument("draft_config", type=click.Path(path_type=str))
+@click.option("--from-report", "report", type=click.Path(path_type=str), default=None,
+              help="A JSON report of hsdiff gate/compare whose verdict was confident.")
+@click.option("--layer-ids", default=None, metavar="IDS", help="The ids to write, in the --engine convention.")
+@engine_option
+@family_option
+@click.option("--dry-run", is_flag=True, help="Print the diff, write nothing.")
+def fix_config_cmd(draft_config, report, layer_ids, engine, model_family, dry_run) -> None:
+    """Write the layer ids where ENGINE reads them, atomically, keeping a backup; print the diff."""
+    if (report is None) == (layer_ids is None):
+        raise click.UsageError("give exactly one of --from-report REPORT.json or --layer-ids IDS")
+    if report is not None:
+        ids = list(ids_from_report(report, engine, model_family=model_family).ids)
+    else:
+        ids = conv.parse_ids(layer_ids)
+    result = fix_config(draft_config, ids, engine=engine, dry_run=dry_run)
+    for w in result.warnings:
+        click.echo(f"hsdiff: warning: {w}", err=True)
+    if not result.changed:
+        click.echo(f"{result.path}: {result.key} is already {list(result.new)}; nothing to do")
+        return
+    click.echo(result.diff, nl=False)
+    if result.written:
+        click.echo(f"wrote {result.path} ({result.key} = {list(result.new)}); the original is kept in {result.backup}")
+    else:
+        click.echo("dry run: nothing written")

@@ -1,0 +1,48 @@
+"""``hsdiff gate TRAIN INFER --draft-config PATH``."""
+
+from __future__ import annotations
+
+import click
+
+from ..gate import run_gate
+from . import cli
+from ._ci import ci_options, emit
+from ._options import dump_options, engine_option
+from .compare import options_from
+
+EPILOG = """\b
+Examples:
+  hsdiff gate fixtures/seed/train fixtures/seed/infer-fixed \\
+      --draft-config fixtures/seed/draft-fixed/config.json --target-config fixtures/seed/model/config.json
+  hsdiff gate train/ dump/ --draft-config draft/ --engine vllm --target-config target/ \\
+      --junit gate.xml --markdown "$GITHUB_STEP_SUMMARY" --github
+\b
+Exit status: 0 pass, 1 fail (a check failed or the layers differ), 2 bad input, 3 a bug in hsdiff.
+"""
+
+
+@cli.command("gate", epilog=EPILOG)
+@dump_options
+@engine_option
+@click.option("--draft-config", required=True, type=click.Path(path_type=str),
+              help="The draft model's config.json (or its folder): the ids are read from it as the engine reads them.")
+@click.option("--target-config", default=None, type=click.Path(path_type=str),
+              help="The target model's config.json (L, hidden size, model family); same as --model-config.")
+@ci_options
+def gate_cmd(train, infer, engine, draft_config, target_config, vllm_runner, strict, json_path, plot_path, quiet,
+             progress, junit_path, markdown_path, github, **kw) -> None:
+    """Pre-deployment gate: read the draft config's ids as ENGINE does, check it, compare TRAIN and INFER.
+
+    Passes only when every error-level check passes and each training slot equals what the engine
+    captures. Falls back to the engine's default ids exactly as the engine would, and says so.
+    """
+    if target_config and kw.get("model_config") and target_config != kw["model_config"]:
+        raise click.UsageError("--target-config and --model-config name different files; give one")
+    opts = options_from(kw, engine=engine, layer_ids=None, progress=progress)
+    result = run_gate(train, infer, draft_config, opts, target_config=target_config or kw.get("model_config"),
+                      vllm_runner=vllm_runner, strict=strict)
+    if plot_path and result.report is not None:
+        from ._output import write_plot
+
+        write_plot(result.report, plot_path)
+    emit(result, json_path=json_path, junit_path=junit_path, markdown_path=markdown_path, github=github, quiet=quiet)

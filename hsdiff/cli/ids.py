@@ -1,0 +1,42 @@
+"""``hsdiff ids IDS --from E --to E2``."""
+
+from __future__ import annotations
+
+import click
+
+from .. import conventions as conv
+from ..idmap import translate_ids
+from . import cli
+from ._options import family_option
+
+EPILOG = """\b
+Examples:
+  hsdiff ids 2,30,58 --from sglang --to vllm --num-layers 61      # 3,31,59
+  hsdiff ids 3,31,59 --from vllm --to sglang --explain
+  hsdiff ids -1,2,30 --from sglang --to vllm --num-layers 61
+  hsdiff ids 24,30,36 --from sglang --to vllm --num-layers 36 --model-family gpt-oss
+\b
+Exit status: 0 translated, 1 the target engine cannot capture one of the layers, 2 bad input.
+"""
+
+_ENGINE = click.Choice(conv.ENGINES, case_sensitive=False)
+
+
+@cli.command("ids", epilog=EPILOG, context_settings={"ignore_unknown_options": True})  # IDS may start with -1
+@click.argument("ids")
+@click.option("--from", "src", type=_ENGINE, required=True, help="The convention IDS are written in.")
+@click.option("--to", "dst", type=_ENGINE, required=True, help="The convention to print them in.")
+@click.option("--num-layers", type=click.IntRange(min=1), default=None, help="Target num_hidden_layers L (range checks, gpt-oss rule).")
+@family_option
+@click.option("--explain", is_flag=True, help="Say in words which tensor each id names.")
+def ids_cmd(ids, src, dst, num_layers, model_family, explain) -> None:
+    """Print the same layers in another engine's convention, one comma-separated line."""
+    t = translate_ids(conv.parse_ids(ids, what="IDS"), src, dst, num_layers=num_layers, model_family=model_family)
+    if explain:
+        for line in t.explain():
+            click.echo(line, err=True)
+    if not t.complete:
+        click.echo(f"hsdiff: {conv.rule(t.dst).title} cannot capture B{t.missing()}: no id of its convention names "
+                   "that tensor", err=True)
+        click.get_current_context().exit(1)
+    click.echo(t.line())

@@ -1,0 +1,216 @@
+"""``hsdiff fix-config``: write the right layer ids where the engine reads them.
+
+The ids come from a report (``hsdiff gate --json`` or ``hsdiff compare --json``) whose verdict was
+confident, or are given explicitly. The config is rewritten atomically (a temporary file beside it,
+then a rename), the original is kept byte for byte as ``config.json.bak`` (``.bak.1`` ... if that
+exists), and the change is returned as a unified diff. Nothing else is written.
+
+>>> result = fix_config("draft/config.json", [2, 30, 58], engine="sglang")   # doctest: +SKIP
+>>> print(result.diff)                                                       # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import conventions as conv
+from .errors import ConfigError, InputError
+
+__all__ = ["FixResult", "fix_config", "ids_from_report", "ReportIds"]
+
+_UNSETTLED = ("ambiguous", "unobserved", "unmatched", "matched-unlabelled")
+
+
+@dataclass(frozen=True)
+class ReportIds:
+    """The ids a report recommends, re-expressed for one engine."""
+
+    ids: tuple[int, ...]
+    boundaries: tuple[int, ...]
+    num_layers: int | None
+    model_family: str | None
+    verdict: str
+
+
+@dataclass(frozen=True)
+class FixResult:
+    path: str
+    backup: str | None
+    engine: str
+    key: str
+    old: Any
+    new: tuple[int, ...]
+    diff: str
+    changed: bool
+    written: bool
+    warnings: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict:
+        return {"path": self.path, "backup": self.backup, "engine": self.engine, "key": self.key, "old": self.old,
+                "new": list(self.new), "changed": self.changed, "written": self.written, "warnings": list(self.warnings)}
+
+
+def ids_from_report(path: str | os.PathLike, engine: str, *, model_family: str | None = None) -> ReportIds:
+    """The recommended layers of a JSON report, as ``engine`` ids; refuses a report that is not confident.
+
+    Accepts the JSON of ``hsdiff compare --json`` and of ``hsdiff gate --json``.
+    """
+    p = Path(path)
+    try:
+        obj = json.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError("no such report", path=p, hint="give the file written by hsdiff gate/compare --json") from None
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise InputError(f"not a readable JSON report ({e})", path=p, hint="give the file written by --json") from None
+    report = obj.get("report") if isinstance(obj, dict) and isinstance(obj.get("report"), dict) else obj
+    if not isinstance(report, dict) or "slots" not in report or "recommended" not in report:
+        if isinstance(obj, dict) and obj.get("command") == "gate" and obj.get("report") is None:
+            raise InputError("the gate stopped before comparing, so this report recommends no ids", path=p,
+                             hint="fix the failed checks it lists, or give --layer-ids")
+        raise InputError("not an hsdiff report (no slots/recommended)", path=p,
+                         hint="give the file written by hsdiff gate --json or hsdiff compare --json")
+    verdict = report.get("verdict")
+    problems = []
+    if verdict not in ("ok", "mismatch"):
+        problems.append(f"verdict {verdict!r}")
+    slots = report.get("slots") or []
+    for s in slots:
+        if s.get("boundary_index") is None or s.get("status") in _UNSETTLED or s.get("evidence") not in ("observed", "inferred"):
+            problems.append(f"slot {s.get('slot')} {s.get('status') or 'unidentified'}")
+    if not any(s.get("evidence") == "observed" for s in slots):
+        problems.append("no slot was observed")
+    rec = report.get("recommended") or {}
+    bs = rec.get("boundary_indices") or []
+    if not bs or any(b is None for b in bs):
+        problems.append("the recommendation has unknown layers")
+    if problems:
+        raise InputError(
+            f"the report is not confident ({'; '.join(problems)}): its ids would be a guess", path=p,
+            hint="capture more layers (docs/capture.md) and re-run hsdiff gate, or give --layer-ids explicitly",
+        )
+    L = report.get("num_hidden_layers")
+    family = None
+    if rule_key(engine) == "sglang":  # the family rule is SGLang's alone
+        family = model_family or rec.get("model_family") or (report.get("inputs") or {}).get("model_family")
+    out = conv.from_boundary([int(b) for b in bs], engine, num_layers=L, model_family=family)
+    if any(i is None for i in out):
+        missing = [b for b, i in zip(bs, out) if i is None]
+        raise InputError(
+            f"{conv.rule(engine).title} cannot capture B{missing}, which the draft was trained on", path=p,
+            hint="serve the draft on an engine that captures those layers, or retrain on capturable ones",
+        )
+    return ReportIds(tuple(int(i) for i in out if i is not None), tuple(int(b) for b in bs), L, family, str(verdict))
+
+
+def rule_key(engine: str) -> str:
+    return conv.rule(engine).key
+
+
+def fix_config(
+    path: str | os.PathLike,
+    ids: Sequence[int],
+    *,
+    engine: str = "sglang",
+    dry_run: bool = False,
+) -> FixResult:
+    """Write ``ids`` into the draft config at the key ``engine`` reads; keep a byte-exact backup."""
+    engine = rule_key(engine)
+    key = conv.write_key(engine)
+    p = Path(path)
+    if p.is_dir():
+        p = p / "config.json"
+    ids = [int(i) for i in ids]
+    if not ids:
+        raise InputError("no layer ids to write", hint='give them, e.g. --layer-ids 2,30,58')
+    if ids != sorted(set(ids)):
+        raise InputError(
+            f"{ids} is not ascending without repeats; engines capture in layer order and once per layer",
+            hint=f"write {sorted(set(ids))} if that is the order the draft was trained in",
+        )
+    try:
+        raw = p.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError("no such config file", path=p, hint="give the draft model's config.json") from None
+    except OSError as e:
+        raise ConfigError(f"cannot read ({e.strerror or e})", path=p) from None
+    try:
+        text = raw.decode("utf-8")
+        cfg = json.loads(text)
+    except (UnicodeDecodeError, ValueError) as e:
+        raise ConfigError(f"not a readable JSON config ({e})", path=p, hint="fix the file by hand first") from None
+    if not isinstance(cfg, dict):
+        raise ConfigError("config is not a JSON object", path=p)
+    new_cfg = copy.deepcopy(cfg)
+    node = new_cfg
+    for part in key[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"{part} is not a JSON object", path=p, hint="fix the file by hand first")
+        node = child
+    old = node.get(key[-1])
+    node[key[-1]] = ids
+    new_text = json.dumps(new_cfg, indent=_indent(text), ensure_ascii=False) + "\n"
+    warnings = _other_key_warnings(new_cfg, engine)
+    changed = old != ids
+    diff = "".join(difflib.unified_diff(text.splitlines(keepends=True), new_text.splitlines(keepends=True),
+                                        fromfile=f"{p} (before)", tofile=f"{p} (after)"))
+    if not changed or dry_run:
+        return FixResult(str(p), None, engine, conv.key_name(key), old, tuple(ids), diff if changed else "",
+                         changed, False, tuple(warnings))
+    backup = _backup_path(p)
+    _atomic_write(backup, raw, like=p)
+    _atomic_write(p, new_text.encode("utf-8"), like=p)
+    return FixResult(str(p), str(backup), engine, conv.key_name(key), old, tuple(ids), diff, True, True, tuple(warnings))
+
+
+def _indent(text: str) -> int:
+    for line in text.splitlines()[1:]:
+        stripped = line.lstrip(" ")
+        if stripped and len(line) != len(stripped):
+            return len(line) - len(stripped)
+    return 2
+
+
+def _other_key_warnings(cfg: dict, engine: str) -> list[str]:
+    top = cfg.get("eagle_aux_hidden_state_layer_ids")
+    nested = (cfg.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids") if isinstance(cfg.get("eagle_config"), dict) else None
+    out = []
+    if engine == "sglang" and top is not None:
+        out.append(f"the top-level eagle_aux_hidden_state_layer_ids {top} was left as it is: SGLang ignores it, but vLLM "
+                   "reads it as boundary indices (`hsdiff ids --from sglang --to vllm` gives its value)")
+    if engine == "vllm" and nested is not None:
+        out.append(f"eagle_config.eagle_aux_hidden_state_layer_ids {nested} was left as it is: vLLM's V1 runner reads it "
+                   "only when the top-level key is absent, but SGLang and SpecForge read it as layer-output indices")
+    return out
+
+
+def _backup_path(p: Path) -> Path:
+    candidate = p.with_name(p.name + ".bak")
+    n = 1
+    while candidate.exists():
+        candidate = p.with_name(f"{p.name}.bak.{n}")
+        n += 1
+    return candidate
+
+
+def _atomic_write(target: Path, data: bytes, *, like: Path) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        shutil.copymode(like, tmp)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -1,0 +1,58 @@
+"""Request bodies that replay a training sample's exact token ids against a running server, so the
+inference-side capture lines up with a known sample (no chat template, no tokenizer in between).
+
+* SGLang's native ``POST /generate`` takes ``input_ids`` (a list of token ids) and
+  ``sampling_params`` (``max_new_tokens``, ``temperature``) — ``io_struct.py::GenerateReqInput``.
+* vLLM's OpenAI-compatible ``POST /v1/completions`` takes the token ids as ``prompt`` (a list of
+  ints), with ``max_tokens`` and ``temperature``.
+
+One new token is enough: the prefill computes the hidden states of every prompt token.
+
+>>> request_body([1, 2, 3], "sglang")
+{'input_ids': [1, 2, 3], 'sampling_params': {'max_new_tokens': 1, 'temperature': 0}}
+>>> request_body([1, 2, 3], "vllm", model="target")
+{'model': 'target', 'prompt': [1, 2, 3], 'max_tokens': 1, 'temperature': 0}
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Sequence
+
+from .errors import InputError
+
+__all__ = ["ENDPOINTS", "request_body", "curl_command", "advice"]
+
+ENDPOINTS = {"sglang": "/generate", "vllm": "/v1/completions"}
+
+
+def request_body(token_ids: Sequence[int], engine: str = "sglang", *, model: str | None = None,
+                 max_new_tokens: int = 1) -> dict:
+    """The JSON body that makes ``engine`` run a prefill over exactly ``token_ids``."""
+    ids = [int(i) for i in token_ids]
+    if engine == "sglang":
+        return {"input_ids": ids, "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": 0}}
+    if engine == "vllm":
+        body: dict = {"model": model} if model else {}
+        body.update({"prompt": ids, "max_tokens": max_new_tokens, "temperature": 0})
+        return body
+    raise InputError(f"no request format for engine {engine!r}", hint=f"choose one of: {', '.join(ENDPOINTS)}")
+
+
+def curl_command(body: dict, url: str, engine: str = "sglang") -> str:
+    """A ``curl`` line posting ``body`` to ``url`` (the endpoint path is added when ``url`` has none)."""
+    base = url.rstrip("/")
+    if not base.endswith(ENDPOINTS[engine]):
+        base += ENDPOINTS[engine]
+    data = json.dumps(body, separators=(",", ":"))
+    return f"curl -sS {shlex.quote(base)} -H 'Content-Type: application/json' -d {shlex.quote(data)}"
+
+
+def advice(engine: str) -> str:
+    """What to switch off so the replayed tokens are all recomputed (and so all captured)."""
+    if engine == "sglang":
+        return ("POST it to http://HOST:PORT/generate; start the server with --disable-radix-cache, or a cached "
+                "prefix is not recomputed and not captured")
+    return ("POST it to http://HOST:PORT/v1/completions; start the server with --no-enable-prefix-caching, or a "
+            "cached prefix is not recomputed and not captured")

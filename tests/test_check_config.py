@@ -1,0 +1,180 @@
+"""`hsdiff check-config`: each known trap flagged on a fixture built for it (fixtures/configs/)."""
+
+from __future__ import annotations
+
+import json
+import struct
+import xml.etree.ElementTree as ET
+
+import pytest
+from click.testing import CliRunner
+
+from hsdiff.cli import cli
+from hsdiff.gate import check_config
+
+from . import builders as B
+
+CONFIGS = B.FIXTURES / "configs"
+LLAMA61 = str(CONFIGS / "targets" / "llama-61.json")
+
+
+def run(*args: str):
+    return CliRunner().invoke(cli, list(args))
+
+
+def checks(name: str, *args: str, target: str = LLAMA61) -> tuple[int, dict[str, dict]]:
+    r = run("check-config", str(CONFIGS / name), "--target-config", target, "--json", "-", *args)
+    assert r.exit_code in (0, 1), r.output
+    doc = json.loads(r.output)
+    assert doc["command"] == "check-config" and doc["report"] is None
+    return r.exit_code, {c["name"]: c for c in doc["checks"]}
+
+
+def only_failures(found: dict[str, dict]) -> set[str]:
+    return {n for n, c in found.items() if c["status"] in ("FAIL", "warn")}
+
+
+@pytest.mark.parametrize("name,engine", [("good.json", "sglang"), ("good-vllm.json", "vllm")])
+def test_good_configs_pass_every_check(name, engine):
+    code, found = checks(name, "--engine", engine)
+    assert code == 0
+    assert only_failures(found) == set()
+    assert found["ids-source"]["message"].endswith("captures B[3, 31, 59]")
+
+
+def test_unsorted():
+    code, found = checks("unsorted.json")
+    assert code == 1 and only_failures(found) == {"ids-sorted"}
+    assert found["ids-sorted"]["severity"] == "error"
+    assert "[30, 2, 58] is not ascending" in found["ids-sorted"]["message"]
+    assert "B[3, 31, 59]" in found["ids-sorted"]["message"] and "B[31, 3, 59]" in found["ids-sorted"]["message"]
+
+
+def test_duplicated():
+    code, found = checks("duplicated.json")
+    assert code == 1
+    assert found["ids-unique"]["status"] == "FAIL" and "repeats [30]" in found["ids-unique"]["message"]
+    assert found["fc-width"]["status"] == "FAIL"  # 2 slots reach an fc built for 3
+
+
+def test_out_of_range():
+    code, found = checks("out-of-range.json")
+    assert code == 1 and only_failures(found) == {"ids-in-range"}
+    assert "id 61 → B62" in found["ids-in-range"]["message"]
+
+
+def test_last_layer_cannot_be_captured_on_sglang_llama():
+    code, found = checks("last-layer.json")
+    assert code == 1 and only_failures(found) == {"ids-capturable"}
+    assert "id 60 → B61" in found["ids-capturable"]["message"]
+    # vLLM captures B = L (the last layer, pre-norm): the same boundary is fine there
+    cfg = json.loads((CONFIGS / "last-layer.json").read_text())
+    assert cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [2, 30, 60]
+
+
+def test_vllm_may_capture_the_last_layer(tmp_path):
+    cfg = json.loads((CONFIGS / "good-vllm.json").read_text())
+    cfg["eagle_aux_hidden_state_layer_ids"] = [3, 31, 61]
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    r = run("check-config", str(tmp_path), "--engine", "vllm", "--target-config", LLAMA61)
+    assert r.exit_code == 0, r.output
+
+
+def test_fc_width_from_the_engine_built_fc():
+    code, found = checks("fc-width.json")
+    assert code == 1 and only_failures(found) == {"fc-width"}
+    msg = found["fc-width"]["message"]
+    assert "1728" in msg and "4 slots × 576 = 2304" in msg
+
+
+def _tiny_safetensors(path, shapes: dict[str, list[int]]) -> None:
+    header, offset = {}, 0
+    for name, shape in shapes.items():
+        n = 2
+        for d in shape:
+            n *= d
+        header[name] = {"dtype": "F16", "shape": shape, "data_offsets": [offset, offset + n]}
+        offset += n
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    path.write_bytes(struct.pack("<Q", len(h)) + h + bytes(offset))
+
+
+def test_fc_width_from_the_draft_weights(tmp_path):
+    cfg = json.loads((CONFIGS / "good.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    _tiny_safetensors(tmp_path / "model.safetensors", {"fc.weight": [8, 2 * 576]})  # trained on 2 slots
+    r = run("check-config", str(tmp_path / "config.json"), "--target-config", LLAMA61, "--json", "-")
+    assert r.exit_code == 1
+    fc = next(c for c in json.loads(r.output)["checks"] if c["name"] == "fc-width")
+    assert fc["status"] == "FAIL" and "model.safetensors [fc.weight] has shape [8, 1152]" in fc["message"]
+    _tiny_safetensors(tmp_path / "model.safetensors", {"midlayer.x": [2], "fc.weight": [8, 3 * 576]})
+    assert run("check-config", str(tmp_path), "--target-config", LLAMA61).exit_code == 0
+
+
+def test_ids_in_the_key_sglang_ignores():
+    code, found = checks("ignored-key.json")
+    assert code == 1
+    assert found["ignored-key"]["status"] == "FAIL"
+    assert "never reads" in found["ignored-key"]["message"]
+    assert found["ids-source"]["status"] == "warn" and "silently falls back" in found["ids-source"]["message"]
+
+
+def test_ids_in_the_key_the_vllm_v2_runner_ignores():
+    code, found = checks("nested-only.json", "--engine", "vllm", "--vllm-runner", "v2")
+    assert code == 1 and found["ignored-key"]["status"] == "FAIL"
+    assert "V2 model runner ignores" in found["ignored-key"]["message"]
+    code, found = checks("nested-only.json", "--engine", "vllm", "--vllm-runner", "v1")
+    assert code == 0 and found["ignored-key"]["status"] == "warn"  # read by V1, ignored by V2
+    assert found["ids-source"]["message"].startswith("vLLM reads eagle_config.eagle_aux_hidden_state_layer_ids = [2, 30, 58]")
+
+
+def test_deepseek_family_rule_does_not_shift_unless_the_first_id_is_1(tmp_path):
+    target = str(CONFIGS / "targets" / "kimi-k25-61.json")
+    code, found = checks("kimi-first-id.json", target=target)
+    assert only_failures(found) == {"family-rule"} and found["family-rule"]["severity"] == "warning"
+    assert "B[2, 30, 58]" in found["family-rule"]["message"] and "B[3, 31, 59]" in found["family-rule"]["message"]
+    assert found["ids-source"]["message"].endswith("captures B[2, 30, 58]")
+    cfg = json.loads((CONFIGS / "kimi-first-id.json").read_text())
+    cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = [1, 29, 57]  # the first id is 1: +1 as for llama
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    r = run("check-config", str(tmp_path), "--target-config", target, "--json", "-")
+    fam = next(c for c in json.loads(r.output)["checks"] if c["name"] == "family-rule")
+    assert fam["ok"] and r.exit_code == 0
+
+
+def test_gpt_oss_rule_uses_ids_as_they_are_when_the_max_is_L():
+    code, found = checks("gpt-oss-max-layer.json", target=str(CONFIGS / "targets" / "gpt-oss-36.json"))
+    assert only_failures(found) == {"family-rule"}
+    assert "B[24, 30, 36]" in found["family-rule"]["message"]
+    assert found["ids-capturable"]["ok"]  # gpt-oss captures B = L before the final norm
+
+
+def test_without_a_target_config_range_checks_are_skipped_and_junit_says_so(tmp_path):
+    junit = tmp_path / "c.xml"
+    r = run("check-config", str(CONFIGS / "good.json"), "--junit", str(junit))
+    assert r.exit_code == 0, r.output
+    cases = {c.get("name"): c for c in ET.fromstring(junit.read_text()).iter("testcase")}
+    assert cases["ids-in-range"].find("skipped") is not None
+    assert set(cases) >= {"ids-sorted", "ids-unique", "fc-width", "ignored-key", "family-rule"}
+
+
+def test_fallback_without_the_layer_count_is_bad_input():
+    r = run("check-config", str(CONFIGS / "ignored-key.json"))
+    assert r.exit_code == 2
+    assert "ignored-key.json" in r.output and "--target-config" in r.output
+
+
+def test_junit_failure_carries_the_explanation(tmp_path):
+    junit = tmp_path / "c.xml"
+    r = run("check-config", str(CONFIGS / "unsorted.json"), "--target-config", LLAMA61, "--junit", str(junit))
+    assert r.exit_code == 1
+    case = next(c for c in ET.fromstring(junit.read_text()).iter("testcase") if c.get("name") == "ids-sorted")
+    assert "not ascending" in case.find("failure").get("message")
+
+
+def test_library_api_names():
+    result = check_config(CONFIGS / "duplicated.json", target_config=LLAMA61)
+    assert result.verdict == "fail"
+    assert [c.name for c in result.failed_checks] == ["ids-unique", "fc-width"]
+    assert result.ids.boundaries == (3, 31)

@@ -1,0 +1,136 @@
+"""`hsdiff fix-config`: writes the ids where the engine reads them, atomically, with a byte-exact backup."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from click.testing import CliRunner
+
+from hsdiff.cli import cli
+from hsdiff.fixconfig import fix_config, ids_from_report
+
+from . import builders as B
+
+SEED = B.SEED
+TARGET = str(SEED / "model" / "config.json")
+
+
+def run(*args: str):
+    return CliRunner().invoke(cli, list(args))
+
+
+@pytest.fixture
+def wrong_copy(tmp_path):
+    draft = tmp_path / "draft" / "config.json"
+    draft.parent.mkdir()
+    shutil.copyfile(SEED / "draft-wrong" / "config.json", draft)
+    return draft
+
+
+def gate(infer: str, draft, *extra: str):
+    return run("gate", str(SEED / "train"), str(SEED / infer), "--draft-config", str(draft), "--target-config", TARGET, *extra)
+
+
+def test_fix_from_the_gate_report_makes_the_gate_pass(tmp_path, wrong_copy):
+    report = tmp_path / "gate.json"
+    assert gate("infer-wrong", wrong_copy, "--json", str(report)).exit_code == 1
+    original = (SEED / "draft-wrong" / "config.json").read_bytes()
+    r = run("fix-config", str(wrong_copy), "--from-report", str(report))
+    assert r.exit_code == 0, r.output
+    assert "-      -1," in r.stdout and "+      58" in r.stdout  # the diff
+    backup = wrong_copy.with_name("config.json.bak")
+    assert backup.read_bytes() == original  # byte for byte
+    cfg = json.loads(wrong_copy.read_text())
+    assert cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [2, 30, 58]
+    assert "eagle_aux_hidden_state_layer_ids" not in cfg  # SGLang reads only the nested key
+    before, after = json.loads(original), dict(cfg)
+    before["eagle_config"].pop("eagle_aux_hidden_state_layer_ids")
+    after["eagle_config"] = {k: v for k, v in cfg["eagle_config"].items() if k != "eagle_aux_hidden_state_layer_ids"}
+    assert after == before  # nothing else changed
+    # the server restarted with the fixed config captures B3, 31, 59 (infer-fixed): the gate passes
+    assert gate("infer-fixed", wrong_copy).exit_code == 0
+    assert sorted(p.name for p in wrong_copy.parent.iterdir()) == ["config.json", "config.json.bak"]
+
+
+def test_a_second_run_changes_nothing_and_keeps_the_first_backup(tmp_path, wrong_copy):
+    assert run("fix-config", str(wrong_copy), "--layer-ids", "2,30,58").exit_code == 0
+    first = wrong_copy.with_name("config.json.bak").read_bytes()
+    r = run("fix-config", str(wrong_copy.parent), "--layer-ids", "2,30,58")
+    assert r.exit_code == 0 and "nothing to do" in r.output
+    assert sorted(p.name for p in wrong_copy.parent.iterdir()) == ["config.json", "config.json.bak"]
+    assert wrong_copy.with_name("config.json.bak").read_bytes() == first
+    assert run("fix-config", str(wrong_copy), "--layer-ids", "3,31,59").exit_code == 0
+    assert wrong_copy.with_name("config.json.bak.1").exists()  # an existing backup is never overwritten
+    assert wrong_copy.with_name("config.json.bak").read_bytes() == first
+
+
+def test_vllm_gets_the_top_level_key_in_its_own_convention(tmp_path, wrong_copy):
+    report = tmp_path / "compare.json"
+    run("compare", str(SEED / "train"), str(SEED / "infer-wrong"), "--layer-ids=-1,2,30", "--json", str(report))
+    r = run("fix-config", str(wrong_copy), "--from-report", str(report), "--engine", "vllm")
+    assert r.exit_code == 0, r.output
+    cfg = json.loads(wrong_copy.read_text())
+    assert cfg["eagle_aux_hidden_state_layer_ids"] == [3, 31, 59]
+    assert cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [-1, 2, 30]  # left alone, and said so
+    assert "left as it is" in r.stderr
+    assert ids_from_report(report, "trtllm").ids == (2, 30, 58)
+
+
+def test_dry_run_writes_nothing(wrong_copy):
+    before = wrong_copy.read_bytes()
+    r = run("fix-config", str(wrong_copy), "--layer-ids", "2,30,58", "--dry-run")
+    assert r.exit_code == 0 and "dry run" in r.output and "+      58" in r.output
+    assert wrong_copy.read_bytes() == before
+    assert list(wrong_copy.parent.iterdir()) == [wrong_copy]
+
+
+def _report(tmp_path, **changes):
+    doc = json.loads(run("compare", str(SEED / "train"), str(SEED / "infer-wrong"), "--layer-ids=-1,2,30",
+                         "--json", "-").stdout)
+    doc.update(changes)
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps(doc))
+    return path, doc
+
+
+def test_refuses_a_report_that_is_not_confident(tmp_path, wrong_copy):
+    before = wrong_copy.read_bytes()
+    path, _ = _report(tmp_path, verdict="inconclusive")
+    r = run("fix-config", str(wrong_copy), "--from-report", str(path))
+    assert r.exit_code == 2
+    assert "not confident" in r.output and "verdict 'inconclusive'" in r.output
+    path, doc = _report(tmp_path)
+    doc["slots"][2].update(status="ambiguous", boundary_index=None, evidence="none")
+    path.write_text(json.dumps(doc))
+    r = run("fix-config", str(wrong_copy), "--from-report", str(path))
+    assert r.exit_code == 2 and "slot 2 ambiguous" in r.output
+    assert wrong_copy.read_bytes() == before and list(wrong_copy.parent.iterdir()) == [wrong_copy]
+
+
+def test_refuses_layers_the_engine_cannot_capture(tmp_path, wrong_copy):
+    path, doc = _report(tmp_path)
+    doc["num_hidden_layers"] = 59  # B59 would be the last layer's output: SGLang's llama rule cannot capture it
+    path.write_text(json.dumps(doc))
+    r = run("fix-config", str(wrong_copy), "--from-report", str(path))
+    assert r.exit_code == 2 and "cannot capture B[59]" in r.output
+
+
+@pytest.mark.parametrize("args", [(), ("--layer-ids", "2,30,58", "--from-report", "x.json"), ("--layer-ids", "30,2,58"),
+                                  ("--from-report", "missing.json"), ("--layer-ids", "2,30,58", "--engine", "hf")])
+def test_bad_input_exits_2(wrong_copy, args):
+    before = wrong_copy.read_bytes()
+    r = run("fix-config", str(wrong_copy), *args)
+    assert r.exit_code == 2, r.output
+    assert wrong_copy.read_bytes() == before
+
+
+def test_library_keeps_key_order_and_indent(tmp_path):
+    p = tmp_path / "config.json"
+    p.write_text('{\n    "b": 1,\n    "a": {"x": 2}\n}\n')
+    res = fix_config(p, [2, 30, 58], engine="sglang")
+    assert res.written and res.key == "eagle_config.eagle_aux_hidden_state_layer_ids" and res.old is None
+    text = p.read_text()
+    assert text.startswith('{\n    "b": 1,\n    "a": {')
+    assert list(json.loads(text)) == ["b", "a", "eagle_config"]
