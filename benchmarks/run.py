@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from hsdiff import align  # noqa: E402
-from hsdiff.compare import compare  # noqa: E402
+from hsdiff.comparison import compare  # noqa: E402
 from hsdiff.readers import scan  # noqa: E402
 from tests import builders as B  # noqa: E402
 

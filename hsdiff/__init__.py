@@ -23,7 +23,7 @@ from .conventions import ENGINES, default_ids, describe_boundary, from_boundary,
 from .errors import AlignmentError, ConfigError, FormatError, HsdiffError, InputError, UnsafeFileError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .compare import Options
+    from .comparison import Options
     from .model import Capture, Dump, Report
 
 __version__ = "0.1.0"
@@ -51,8 +51,8 @@ __all__ = [
 
 
 def compare(train: Any, infer: Any, options: Options | None = None, **kwargs: Any) -> Report:
-    """Compare a training-side dump with an inference-side dump; see :func:`hsdiff.compare.compare`."""
-    from .compare import compare as _compare
+    """Compare a training-side dump with an inference-side dump; see :func:`hsdiff.comparison.compare`."""
+    from .comparison import compare as _compare
 
     return _compare(train, infer, options, **kwargs)
 
@@ -71,7 +71,7 @@ def load(path: Any, side: str = "infer", **kwargs: Any) -> Dump:
 
 def __getattr__(name: str) -> Any:
     if name == "Options":
-        from .compare import Options
+        from .comparison import Options
 
         return Options
     if name in ("Report", "Capture", "Dump"):

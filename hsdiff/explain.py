@@ -10,7 +10,7 @@ from . import conventions as conv
 from .model import Candidate, Configured, Recommendation, Report, SlotResult
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .compare import _Comparison
+    from .comparison import _Comparison
 
 _IDENTIFIED = ("identified",)
 

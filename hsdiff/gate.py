@@ -1,5 +1,5 @@
 """The pre-deployment gate: read the layer ids where the engine really reads them, check the draft
-config for the known traps, then prove with :func:`hsdiff.compare.compare` that the engine feeds the
+config for the known traps, then prove with :func:`hsdiff.comparison.compare` that the engine feeds the
 draft the hidden states it was trained on.
 
 Three steps, each usable alone:
@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from . import conventions as conv
-from .compare import Options, compare, load_config
+from .comparison import Options, compare, load_config
 from .errors import ConfigError, InputError
 from .model import Report
 
@@ -642,7 +642,7 @@ def run_gate(
 ) -> GateResult:
     """Read the ids from ``draft_config`` as ``options.engine`` does, run the static checks, then compare.
 
-    ``options`` are :class:`~hsdiff.compare.Options` (its ``layer_ids`` is replaced by the ids read from the
+    ``options`` are :class:`~hsdiff.comparison.Options` (its ``layer_ids`` is replaced by the ids read from the
     config); ``target_config`` is the target model's ``config.json`` (gives L, H and the model family).
     """
     opts = replace(options) if options is not None else Options()

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from hsdiff.compare import compare
+from hsdiff.comparison import compare
 
 from . import builders as B
 

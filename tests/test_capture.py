@@ -17,7 +17,7 @@ from click.testing import CliRunner
 import hsdiff
 from hsdiff.capture import capture_boundaries, capture_hf, decoder_layers, write_capture
 from hsdiff.cli import cli
-from hsdiff.compare import compare
+from hsdiff.comparison import compare
 from hsdiff.errors import InputError
 
 from . import builders as B

@@ -58,7 +58,7 @@ def test_deep_library_failure_is_exit_3(monkeypatch, tmp_path: Path, debug: bool
 
 
 @pytest.mark.parametrize("target", ["hsdiff.readers.sniff_container", "hsdiff.readers._collapse_ranks",
-                                    "hsdiff.compare._Comparison._hidden_size", "hsdiff.explain.explain"])
+                                    "hsdiff.comparison._Comparison._hidden_size", "hsdiff.explain.explain"])
 def test_failure_anywhere_in_compare_is_exit_3(monkeypatch, tmp_path: Path, target: str) -> None:
     module, _, name = target.rpartition(".")
     try:

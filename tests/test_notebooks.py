@@ -26,10 +26,15 @@ def test_checked_in_notebook_matches_its_builder():
 
 def test_investigate_notebook_executes(tmp_path):
     nb = nbformat.read(NOTEBOOKS / "investigate.ipynb", as_version=4)
+    env = dict(os.environ)
     os.environ["HSDIFF_ROOT"] = str(NOTEBOOKS.parent)
-    os.environ["MPLBACKEND"] = "Agg"
-    client = nbclient.NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}})
-    client.execute()
+    os.environ.pop("MPLBACKEND", None)  # the kernel's inline backend, as in Jupyter
+    try:
+        client = nbclient.NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}})
+        client.execute()
+    finally:
+        os.environ.clear()
+        os.environ.update(env)
     outputs = {i: c.get("outputs", []) for i, c in enumerate(nb.cells) if c.cell_type == "code"}
     text = "\n".join(
         o.get("text", "") + str(o.get("data", {}).get("text/plain", "")) for outs in outputs.values() for o in outs

@@ -19,7 +19,7 @@ from safetensors.torch import load_file
 
 from hsdiff import align
 from hsdiff.cli import cli
-from hsdiff.compare import Options, compare
+from hsdiff.comparison import Options, compare
 from hsdiff.model import Capture, Observation, Origin
 from hsdiff.readers import scan
 

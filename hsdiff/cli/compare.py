@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from .. import conventions as conv
-from ..compare import Options, compare
+from ..comparison import Options, compare
 from ..report.text import render_text
 from . import cli
 from ._options import dump_options, engine_option, progress_printer

@@ -407,7 +407,9 @@ def _st_get(path: Path, key: str) -> Any:
 
 def _open_npy(path: Path) -> Table:
     try:
-        arr = np.load(path, mmap_mode="r", allow_pickle=False)
+        with warnings.catch_warnings():  # a damaged header is parsed as a literal: no SyntaxWarning on stderr
+            warnings.simplefilter("ignore")
+            arr = np.load(path, mmap_mode="r", allow_pickle=False)
     except ValueError as e:
         if "pickle" in str(e).lower() or "object" in str(e).lower():
             raise UnsafeFileError(
@@ -428,7 +430,9 @@ def _open_npz(path: Path) -> Table:
     try:
         npz = np.load(path, allow_pickle=False)
         for name in npz.files:
-            arr = npz[name]
+            with warnings.catch_warnings():  # as in _open_npy
+                warnings.simplefilter("ignore")
+                arr = npz[name]
             if not isinstance(arr, np.ndarray):
                 raise FormatError(f"npz member {name!r} is not a numpy array", path=path, hint="re-copy the file")
             table.entries[name] = Entry(name, tuple(arr.shape), arr.dtype.name, lambda a=arr: _np_to_torch(a, path))
