@@ -11,7 +11,7 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 $(VENV)/.installed: $(BIN)/python setup.cfg pyproject.toml constraints.txt
-	$(PIP) -e '.[test,dev]'
+	$(PIP) -e '.[test,dev,fixtures]'
 	touch $@
 
 ## demo: the main job — hsdiff compare on the bundled seed story (wrong ids, then the fix)
