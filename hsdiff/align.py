@@ -15,8 +15,8 @@ the sink token alone adjacent middle boundaries differ by under 1 %.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Sequence
 
 import numpy as np
 import torch
@@ -58,7 +58,7 @@ class TrainSlot:
     norms: torch.Tensor  # float [T]
 
     @classmethod
-    def load(cls, capture: Capture) -> "TrainSlot":
+    def load(cls, capture: Capture) -> TrainSlot:
         t = capture.load().float()
         norms = t.norm(dim=1)
         return cls(capture, t, sink_mask(norms), norms)

@@ -14,16 +14,17 @@ import logging
 import math
 import os
 from collections import Counter, defaultdict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 
 from . import align
 from . import conventions as conv
 from .errors import AlignmentError, ConfigError, InputError
-from .model import INFER, TRAIN, Candidate, Capture, Configured, Dump, Layer, Recommendation, Report, SlotResult
+from .model import INFER, TRAIN, Candidate, Capture, Configured, Dump, Layer, Report
 from .readers import scan
 
 __all__ = ["compare", "Options", "load_config"]
@@ -239,7 +240,7 @@ class _Comparison:
                     path=c.origin.path,
                     hint="pass the target's --hidden-size or --model-config",
                 )
-        for group, caps in by_group.items():
+        for caps in by_group.values():
             ordered = sorted(caps, key=lambda c: (c.boundary is None, c.boundary if c.boundary is not None else 0))
             for i, c in enumerate(ordered):
                 slots[i].append(c.replace(slot=i))

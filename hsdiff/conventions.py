@@ -44,6 +44,7 @@ __all__ = [
     "default_ids",
     "default_boundaries",
     "describe_boundary",
+    "name_boundary",
     "max_capturable",
     "parse_ids",
     "VLLM_RUNNERS",
@@ -332,6 +333,17 @@ def describe_boundary(b: int | None, num_layers: int | None = None) -> str:
     if num_layers is not None and b > num_layers:
         return f"boundary {b}, beyond a {num_layers}-layer model"
     return f"output of layer {b - 1} (input of layer {b})"
+
+
+def name_boundary(b: int | None, num_layers: int | None = None) -> str:
+    """A boundary with its meaning, for sentences: ``"B0 (the embeddings)"``, ``"B3 (the output of layer 2)"``."""
+    if b is None:
+        return "an unknown layer"
+    if b == 0:
+        return "B0 (the embeddings)"
+    if num_layers is not None and b == num_layers:
+        return f"B{b} (the last layer's output before the final norm)"
+    return f"B{b} (the output of layer {b - 1})"
 
 
 def parse_ids(text: str | Sequence[int], *, what: str = "--layer-ids") -> list[int]:

@@ -200,7 +200,7 @@ def _cause(verdict, results, configured, decisions, L, engine, family, label_off
                 missing = [b for b in bs if b is not None and b not in cfg]
                 parts.append(
                     f"The configured ids {ids} are shifted by {shift} slot{'s' if shift > 1 else ''}: {title} captures "
-                    f"B{cfg}, so slot 0 receives {_name(cfg[0], L)} while training slot 0 was {_name(bs[0], L)}"
+                    f"B{cfg}, so slot 0 receives {conv.name_boundary(cfg[0], L)} while training slot 0 was {conv.name_boundary(bs[0], L)}"
                     + (f", and B{missing} is never captured." if missing else ".")
                 )
             elif verdict == "mismatch":
@@ -226,16 +226,6 @@ def _cause(verdict, results, configured, decisions, L, engine, family, label_off
             f"B{results[0].claimed_boundary} holds B{results[0].boundary_index}."
         )
     return " ".join(parts) if parts else "See the per-slot notes."
-
-
-def _name(b: int | None, L: int | None) -> str:
-    if b is None:
-        return "an unknown layer"
-    if b == 0:
-        return "B0 (the embeddings)"
-    if L is not None and b == L:
-        return f"B{b} (the last layer's output before the final norm)"
-    return f"B{b} (the output of layer {b - 1})"
 
 
 def _position_shift(pairs, cfg) -> int:
