@@ -21,11 +21,15 @@ demo: $(VENV)/.installed
 	@$(BIN)/hsdiff compare fixtures/seed/train fixtures/seed/infer-wrong --layer-ids=-1,2,30 \
 		--json $(OUT)/seed-wrong.json; rc=$$?; test $$rc -eq 1 || { echo "unexpected exit $$rc"; exit 1; }
 	@echo
+	@echo "== the same from what the server printed (a debug log, five values per capture) =="
+	@$(BIN)/hsdiff compare fixtures/seed/train fixtures/logs/seed-first5.log --layer-ids=-1,2,30 -q \
+		--json $(OUT)/seed-log.json; rc=$$?; test $$rc -eq 1 || { echo "unexpected exit $$rc"; exit 1; }
+	@echo
 	@echo "== after the fix: ids [2, 30, 58] (expect OK, exit 0) =="
 	@$(BIN)/hsdiff compare fixtures/seed/train fixtures/seed/infer-fixed --layer-ids=2,30,58 -q \
 		--json $(OUT)/seed-fixed.json
 	@echo
-	@echo "JSON reports: $(OUT)/seed-wrong.json $(OUT)/seed-fixed.json"
+	@echo "JSON reports: $(OUT)/seed-wrong.json $(OUT)/seed-log.json $(OUT)/seed-fixed.json"
 
 ## test: the whole test suite
 test: $(VENV)/.installed
