@@ -132,7 +132,7 @@ def test_gzip_limit_is_enforced(corpus: Corpus, monkeypatch) -> None:
     import gzip
 
     (d / "rows_0-2000" / "data_0.ckpt.gz").write_bytes(gzip.compress(os.urandom(3 << 20), compresslevel=1))
-    r = run(["compare", str(d), str(corpus.get("good_control").argv[2]), "--layer-ids", M.IDS])
+    r = run(["compare", str(d), str(corpus.root / "_good" / "infer"), "--layer-ids", M.IDS])
     assert r.exit_code == 2, r.output
     assert "gzip bomb" in r.stderr and "HSDIFF_GZIP_LIMIT" in r.stderr
 

@@ -503,7 +503,7 @@ def test_mutation_fuzz_readers(tmp_path: Path, capsys) -> None:
 @pytest.mark.skipif(FUZZ_SECONDS <= 0, reason="HSDIFF_FUZZ_SECONDS=0")
 def test_mutation_fuzz_compare(tmp_path: Path, capsys) -> None:
     """Mutated inference dumps through the whole compare: a report or an HsdiffError; nothing else."""
-    from hsdiff.compare import compare
+    from hsdiff.comparison import compare
     from hsdiff.readers import scan
 
     train = scan(B.specforge(tmp_path / "train", [0], (3, 15, 27)), "train")  # read once: the mutants are the other side
@@ -695,3 +695,24 @@ def test_sample_name_never_raises(stem: str, suffix: str) -> None:
     from hsdiff.readers._common import sample_name
 
     assert isinstance(sample_name(Path("d") / ((stem or "x") + suffix)), str)
+
+
+def test_fuzz_regression_damaged_npy_header_prints_no_warning(tmp_path: Path) -> None:
+    """A header with a backslash made Python warn "invalid escape sequence" on stderr (a SyntaxWarning from
+    3.12): the one-line error must stay one line."""
+    import warnings
+
+    from hsdiff.errors import FormatError
+
+    buf = io.BytesIO()
+    np.save(buf, np.ones((2, 3), np.float32))
+    data = buf.getvalue()
+    hlen = struct.unpack("<H", data[8:10])[0]
+    header = data[10:10 + hlen].decode("latin1").replace("'descr': '<f4'", "'descr': '\\e<f4'").encode("latin1")
+    p = tmp_path / "h3.npy"
+    p.write_bytes(data[:8] + struct.pack("<H", len(header)) + header + data[10 + hlen:])
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        with pytest.raises(FormatError):
+            _read_and_load(p)
+    assert not seen, [str(w.message) for w in seen]

@@ -67,7 +67,7 @@ def _compare(e: Env) -> list[Run]:
         (["compare", e["corpus/train.gz"], e["seed/infer-fixed"], "--layer-ids", "2,30,58"], (0, 1)),
     ]
     if importlib.util.find_spec("hsdiff.readers.debuglog") is not None:
-        runs.append((["compare", e["real/modelopt"], e["real/sglang-dumper.log"], "--json", "-"], (0, 1, 2)))
+        runs.append((["compare", e["real/modelopt"], e["real/sglang-dumper.log"], "--json", "-"], (0, 1)))
     return runs
 
 
