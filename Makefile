@@ -36,7 +36,7 @@ test: $(VENV)/.installed
 	$(BIN)/python -m pytest -q
 
 lint: $(VENV)/.installed
-	$(BIN)/ruff check hsdiff tests
+	$(BIN)/ruff check hsdiff tests benchmarks fixtures notebooks
 	$(BIN)/mypy hsdiff
 
 bench: $(VENV)/.installed

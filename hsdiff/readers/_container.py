@@ -8,6 +8,7 @@ ever written next to the user's files.
 
 from __future__ import annotations
 
+import functools
 import gzip
 import io
 import json
@@ -297,12 +298,16 @@ def _scan_pickle(path: Path, container: str, max_ops: int = 1_000_000) -> tuple[
     return list(dict.fromkeys(found)), protocol
 
 
+def _identity(t: Any) -> Any:
+    return t
+
+
 def _flatten(obj: Any, prefix: str, table: Table, depth: int) -> None:
     import torch
 
     if isinstance(obj, torch.Tensor):
         t = obj
-        table.entries[prefix] = Entry(prefix, tuple(t.shape), str(t.dtype).replace("torch.", ""), lambda t=t: t)
+        table.entries[prefix] = Entry(prefix, tuple(t.shape), str(t.dtype).replace("torch.", ""), functools.partial(_identity, t))
     elif isinstance(obj, dict) and depth < 4:
         for k, v in obj.items():
             _flatten(v, f"{prefix}.{k}" if prefix else str(k), table, depth + 1)
@@ -362,7 +367,7 @@ def _open_safetensors(path: Path) -> Table:
                 hint="the header is damaged; re-copy the file",
             )
         spans.append((start, stop, name))
-        table.entries[name] = Entry(name, shape, dtype, lambda p=path, k=name: _st_get(p, k))
+        table.entries[name] = Entry(name, shape, dtype, functools.partial(_st_get, path, name))
     spans.sort()
     for (_, prev_stop, prev), (start, _, name) in zip(spans, spans[1:]):
         if start < prev_stop:
@@ -421,7 +426,7 @@ def _open_npy(path: Path) -> Table:
     except _NUMPY_DAMAGE as e:
         raise FormatError(f"npy file is damaged ({_short(e)})", path=path, hint="re-copy the file") from None
     table = Table(path=path, container="npy")
-    table.entries[""] = Entry("", tuple(arr.shape), arr.dtype.name, lambda a=arr: _np_to_torch(a, path))
+    table.entries[""] = Entry("", tuple(arr.shape), arr.dtype.name, functools.partial(_np_to_torch, arr, path))
     return table
 
 
@@ -436,7 +441,7 @@ def _open_npz(path: Path) -> Table:
                 arr = npz[name]
             if not isinstance(arr, np.ndarray):
                 raise FormatError(f"npz member {name!r} is not a numpy array", path=path, hint="re-copy the file")
-            table.entries[name] = Entry(name, tuple(arr.shape), arr.dtype.name, lambda a=arr: _np_to_torch(a, path))
+            table.entries[name] = Entry(name, tuple(arr.shape), arr.dtype.name, functools.partial(_np_to_torch, arr, path))
     except ValueError as e:
         if "pickle" in str(e).lower() or "object" in str(e).lower():
             raise UnsafeFileError(
