@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from . import align
+from . import align, explain
 from . import conventions as conv
 from .errors import AlignmentError, ConfigError, InputError
 from .model import INFER, TRAIN, Candidate, Capture, Configured, Dump, Layer, Report
@@ -129,12 +129,14 @@ def compare(
 
 class _Comparison:
     def __init__(self, train: Dump, infer: Dump, opts: Options, family: str, train_path: str, infer_path: str):
-        self.train, self.infer, self.opts, self.family = train, infer, opts, family
+        self.opts, self.family = opts, family
         self.warnings: list[str] = list(train.warnings) + list(infer.warnings)
         self.inputs = {"train": train_path, "infer": infer_path}
         self.train = _with_values(train, "training", train_path, self.warnings)
         self.infer = _with_values(infer, "inference", infer_path, self.warnings)
         self.model_cfg = load_config(opts.model_config) if opts.model_config else None
+        self.cands: dict[int, list[Candidate]] = {}  # per training slot, best first (filled by run)
+        self.train_slots: dict[int, list[Capture]] = {}
 
     # ---------------------------------------------------------------- set-up
     def _num_layers(self) -> int | None:
@@ -443,11 +445,11 @@ class _Comparison:
                 hint="check --hidden-size, or that INFER is the inference-side dump",
             )
         cands, rows = self._score(slots, usable)
-        self._cands, self._train_slots = cands, slots
+        self.cands, self.train_slots = cands, slots
         decisions = {s: self._decide(s, cands.get(s, [])) for s in range(k)}
         claims, claim_src = self._claims(k, slots, num_layers)
         self._check_data(slots, usable)
-        return _build_report(self, decisions, claims, claim_src, configured, num_layers, hidden, rows, k)
+        return explain.explain(self, decisions, claims, claim_src, configured, num_layers, hidden, rows, k)
 
     def _check_data(self, slots: dict[int, list[Capture]], infer: list[Capture]) -> None:
         for s, caps in slots.items():
@@ -467,11 +469,6 @@ class _Comparison:
                         "(the same sample twice?)"
                     )
 
-
-def _build_report(cmp: _Comparison, decisions, claims, claim_src, configured, num_layers, hidden, rows, k) -> Report:
-    from .explain import explain
-
-    return explain(cmp, decisions, claims, claim_src, configured, num_layers, hidden, rows, k)
 
 
 def _pad(b: list[int], k: int) -> list[int | None]:

@@ -109,9 +109,7 @@ def _against_config(cmp, s, d, b, evidence, cfg_b, note) -> tuple[str, str]:
         if b == cfg:
             return "ok", note
         return "mismatch", note + f"; the engine captures B{cfg} for this slot"
-    direct = d.get("direct")
-    if direct is None:
-        direct = _direct(cmp_cands(cmp, s), cfg)
+    direct = _direct(cmp.cands.get(s, []), cfg)
     if direct is not None and not direct.metrics.sink_only:
         e = direct.metrics.rel_err
         if e <= tol:
@@ -122,10 +120,6 @@ def _against_config(cmp, s, d, b, evidence, cfg_b, note) -> tuple[str, str]:
             f"; the engine captures B{cfg} for this slot" if b != cfg else "; the configured id agrees but was not observed"
         )
     return ("ambiguous" if d["status"] == "ambiguous" else "unverified"), note
-
-
-def cmp_cands(cmp, s) -> list[Candidate]:
-    return getattr(cmp, "_cands", {}).get(s, [])
 
 
 def _verdict(results: list[SlotResult], configured, decisions) -> str:
@@ -443,7 +437,7 @@ def _norm_warnings(cmp, results: list[SlotResult]) -> None:
 
 def _train_slot(cmp, r: SlotResult) -> Any:
     sample = r.match.sample if r.match else None
-    for c in getattr(cmp, "_train_slots", {}).get(r.slot, []):
+    for c in cmp.train_slots.get(r.slot, []):
         if c.group == sample:
             return align.TrainSlot.load(c)
     return None

@@ -16,15 +16,13 @@ import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-import torch
-
 from ..errors import FormatError, HsdiffError, InputError
 from ..model import Capture, Dump
 from . import eagle, hf, modelopt, sglang_dumper, specforge, tensors, vllm
 from ._common import ReadContext
 from ._container import claimed_format, cleanup, not_what_it_claims, open_table, sniff_container
 
-__all__ = ["FORMATS", "scan", "read_file"]
+__all__ = ["FORMATS", "ReadContext", "scan", "read_file"]
 
 log = logging.getLogger("hsdiff.readers")
 
@@ -270,9 +268,3 @@ def _collapse_ranks(captures: list[Capture], warnings: list[str]) -> list[Captur
     return out
 
 
-def _is_float(dtype: str) -> bool:
-    return dtype.startswith(("float", "bfloat"))
-
-
-__all__ += ["ReadContext"]
-_ = torch  # torch is needed by every reader; importing here fails early with a clear error
