@@ -24,26 +24,22 @@ import torch
 from .model import Capture, Metrics
 
 __all__ = [
-    "NOISE_TOLERANCE",
-    "ADJACENT_PRIOR",
     "SINK_FACTOR",
+    "SINK_PENALTY",
     "TrainSlot",
     "sink_mask",
     "id_offsets",
     "score",
     "best_alignment",
     "observation_tokens",
+    "observation_arrays",
 ]
 
-#: Largest median per-token relative error still read as "the same tensor" (bf16/fp16/fp8 noise).
-NOISE_TOLERANCE = 0.10
-#: The smallest median error expected between neighbouring boundaries on ordinary tokens, used
-#: when the neighbours of a match were not captured and so could not be ruled out directly.
-#: Conservative: SmolLM2's neighbours differ by 15-30 %, but the middle of the 61-layer seed
-#: target (each layer applied twice, residual norm doubled) only by 7.9-10 %.
-ADJACENT_PRIOR = 0.08
 #: A token whose norm exceeds this multiple of the median token norm is an attention sink.
 SINK_FACTOR = 8.0
+#: Placing printed rows: a placement that compared only attention-sink tokens ranks as if its error
+#: were this much larger, so one that compared ordinary tokens at a similar error wins.
+SINK_PENALTY = 1.5
 _COLS_FOR_SEARCH = 64
 _EPS = 1e-12
 
@@ -117,7 +113,7 @@ def _summarise(err, cos, ratio, sinks, values_per_token) -> Metrics:
         use = finite
         sink_only = True
     if not bool(use.any()):
-        return Metrics(float("inf"), float("nan"), float("inf"), float("nan"), 0, 0, sink_only)
+        return Metrics.empty(sink_only)
     e = err[use]
     return Metrics(
         rel_err=float(e.median()),
@@ -138,13 +134,13 @@ def score(train: TrainSlot, infer: torch.Tensor | Capture, offset: int) -> Metri
     ti, tt = x.shape[0], train.tokens
     i0, i1 = max(0, -offset), min(ti, tt - offset)
     if i1 <= i0:
-        return Metrics(float("inf"), float("nan"), float("inf"), float("nan"), 0, 0)
+        return Metrics.empty()
     y = train.tensor[i0 + offset : i1 + offset]
     err, cos, ratio = _per_token(x[i0:i1], y)
     return _summarise(err, cos, ratio, train.sinks[i0 + offset : i1 + offset], x.shape[1])
 
 
-def _obs_arrays(cap: Capture, width: int) -> tuple[torch.Tensor, list[int], list[int]]:
+def observation_arrays(cap: Capture, width: int) -> tuple[torch.Tensor, list[int], list[int]]:
     """Printed values [R, C] (float64, NaN where nothing was printed), their rows and absolute columns."""
     obs = cap.observation
     assert obs is not None
@@ -175,7 +171,7 @@ class _ObsErrors:
 
     @classmethod
     def of(cls, train: TrainSlot, cap: Capture) -> _ObsErrors | None:
-        vals, _, cols = _obs_arrays(cap, train.tensor.shape[1])
+        vals, _, cols = observation_arrays(cap, train.tensor.shape[1])
         if not cols:
             return None
         m = torch.isfinite(vals)
@@ -200,7 +196,7 @@ class _ObsErrors:
 def _metrics_at(train: TrainSlot, oe: _ObsErrors, rows: list[int], tokens: list[int]) -> Metrics:
     keep = [(r, j) for r, j in zip(rows, tokens) if 0 <= j < train.tokens]
     if not keep:
-        return Metrics(float("inf"), float("nan"), float("inf"), float("nan"), 0, 0)
+        return Metrics.empty()
     r = torch.tensor([k[0] for k in keep])
     j = torch.tensor([k[1] for k in keep])
     sinks = train.sinks[j]
@@ -225,7 +221,7 @@ def _score_observation(train: TrainSlot, cap: Capture, offset: int) -> Metrics:
     assert obs is not None
     oe = _ObsErrors.of(train, cap)
     if oe is None:
-        return Metrics(float("inf"), float("nan"), float("inf"), float("nan"), 0, 0)
+        return Metrics.empty()
     rows = list(range(len(obs.rows)))
     resolved = _resolve_rows(cap, list(obs.rows))
     if resolved is not None:
@@ -320,7 +316,7 @@ def _search_observation(train: TrainSlot, cap: Capture) -> tuple[int, Metrics]:
     assert obs is not None
     oe = _ObsErrors.of(train, cap)
     if oe is None:
-        return 0, Metrics(float("inf"), float("nan"), float("inf"), float("nan"), 0, 0)
+        return 0, Metrics.empty()
     resolved = _resolve_rows(cap, list(obs.rows))
     if resolved is None:
         return _place_unknown_end(train, oe, list(obs.rows), None)[:2]
@@ -331,7 +327,7 @@ def _search_observation(train: TrainSlot, cap: Capture) -> tuple[int, Metrics]:
     offsets = torch.arange(lo, hi)
     toks = torch.tensor(resolved)[None, :] + offsets[:, None]
     med, sink_only, nvals = _placement_scores(train, oe, idx, toks)
-    key = torch.where(sink_only, med * 1.5, med)
+    key = torch.where(sink_only, med * SINK_PENALTY, med)
     if not bool(torch.isfinite(key).any()):
         return 0, _score_observation(train, cap, 0)
     best = _argbest(key, nvals, offsets)
@@ -370,12 +366,6 @@ def _argbest(key: torch.Tensor, nvals: torch.Tensor, offsets: torch.Tensor) -> i
     return int(min(tied.tolist(), key=lambda i: (-int(nvals[i]), abs(int(offsets[i])))))
 
 
-def _rank(m: Metrics) -> tuple[float, float]:
-    """Order placements by error; a placement that only compared attention sinks ranks after one
-    that compared ordinary tokens at a similar error."""
-    return (m.rel_err * (1.5 if m.sink_only else 1.0), -m.values)
-
-
 def _place_unknown_end(
     train: TrainSlot, oe: _ObsErrors, rows: list[int], offset: int | None
 ) -> tuple[int, Metrics, list[int]]:
@@ -386,7 +376,7 @@ def _place_unknown_end(
     tt = train.tokens
     hmax = max((rows[i] for i in head), default=-1)
     tmin = min((rows[i] for i in tail), default=0)
-    fail = (0, Metrics(float("inf"), float("nan"), float("inf"), float("nan"), 0, 0), [-1] * len(rows))
+    fail = (0, Metrics.empty(), [-1] * len(rows))
     # the tail's last row sits at token e: its rows r < 0 at e + 1 + r
     ends = torch.arange(max(0, -1 - tmin), tt)
     if tail and ends.numel() == 0:
@@ -394,7 +384,7 @@ def _place_unknown_end(
     if tail:
         t_toks = ends[:, None] + 1 + torch.tensor([rows[i] for i in tail])[None, :]
         t_med, t_sink, t_n = _placement_scores(train, oe, tail, t_toks)
-        t_key = torch.where(t_sink, t_med * 1.5, t_med)
+        t_key = torch.where(t_sink, t_med * SINK_PENALTY, t_med)
     offsets = torch.tensor([offset]) if offset is not None else torch.arange(0, tt - hmax if head else 1)
     offsets = offsets[(offsets >= 0) & (offsets + max(hmax, 0) < tt)] if head else offsets
     if offsets.numel() == 0:
@@ -420,7 +410,7 @@ def _place_unknown_end(
     if not placements:
         return fail
     med, sink_only, _ = _placement_scores(train, oe, head + tail, torch.tensor([t for _, t in placements]))
-    key = torch.where(sink_only, med * 1.5, med)
+    key = torch.where(sink_only, med * SINK_PENALTY, med)
     m = float(key.min())
     if not math.isfinite(m):
         return fail

@@ -646,7 +646,7 @@ def run_gate(
     ``options`` are :class:`~hsdiff.comparison.Options` (its ``layer_ids`` is replaced by the ids read from the
     config); ``target_config`` is the target model's ``config.json`` (gives L, H and the model family).
     """
-    opts = replace(options) if options is not None else Options()
+    opts = options if options is not None else Options()
     engine = conv.rule(opts.engine).key
     _runner(vllm_runner)
     target_config = target_config or opts.model_config
@@ -661,12 +661,10 @@ def run_gate(
     if blocking:
         notes.append(f"the comparison did not run: {blocking[0].name} failed, so the engine's captures cannot be labelled")
     else:
-        opts.engine = engine
-        opts.layer_ids = list(ids.ids)
-        opts.model_family = family if engine == "sglang" else opts.model_family
-        opts.model_config = None if target_config is None else str(target_config)
-        opts.configured_source = f"{path} [{ids.key}]" if ids.key else f"{conv.rule(engine).title}'s default (no ids in {path})"
-        report = compare(train, infer, opts)
+        source = f"{path} [{ids.key}]" if ids.key else f"{conv.rule(engine).title}'s default (no ids in {path})"
+        report = compare(train, infer, replace(
+            opts, engine=engine, layer_ids=list(ids.ids), model_family=family if engine == "sglang" else opts.model_family,
+            model_config=None if target_config is None else str(target_config), configured_source=source))
     return GateResult("gate", str(path), None if target_config is None else str(target_config), engine, ids,
                       tuple(checks), report, strict, L, H, family, tuple(notes),
                       {"train": str(train), "infer": str(infer)})

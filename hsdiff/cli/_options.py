@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from .. import conventions as conv
+from ..decide import NOISE_TOLERANCE
 from ..readers import FORMATS
 
 F = Callable[..., Any]
@@ -71,7 +72,7 @@ dump_options = _stack(
                  help="For a debug log in an unusual format: a regular expression with a named group 'values' "
                  "(the printed numbers) and optionally slot, layer, token, col, norm, shape, dtype, name; "
                  "each line it matches is one printed capture."),
-    click.option("--tolerance", type=click.FloatRange(min=0.0, max=1.0, min_open=True), default=0.10, show_default=True,
+    click.option("--tolerance", type=click.FloatRange(min=0.0, max=1.0, min_open=True), default=NOISE_TOLERANCE, show_default=True,
                  help="Largest median per-token relative error read as the same tensor."),
     click.option("--json", "json_path", type=click.Path(path_type=str), default=None,
                  help="Write the JSON report to PATH ('-' for stdout)."),

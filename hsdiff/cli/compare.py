@@ -6,6 +6,7 @@ import click
 
 from .. import conventions as conv
 from ..comparison import Options, compare
+from ..decide import NOISE_TOLERANCE
 from ..report.text import render_text
 from . import cli
 from ._options import dump_options, engine_option, progress_printer
@@ -56,7 +57,7 @@ def options_from(kw: dict, *, engine: str, layer_ids: str | None, progress: bool
         train_engine=(kw.get("train_engine") or "specforge").lower(),
         train_format=kw.get("train_format"),
         infer_format=kw.get("infer_format"),
-        tolerance=kw.get("tolerance", 0.10),
+        tolerance=kw.get("tolerance", NOISE_TOLERANCE),
         log_pattern=kw.get("log_pattern"),
         configured_source=source,
         progress=progress_printer(progress),

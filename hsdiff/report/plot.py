@@ -40,9 +40,8 @@ def plot_scores(report: Report, ax: Any = None) -> Any:
 
 
 def report_tolerance(report: Report) -> float:
-    from ..align import NOISE_TOLERANCE
-
-    return float(report.inputs.get("tolerance", NOISE_TOLERANCE))
+    """The tolerance that decided this report (``--tolerance``)."""
+    return float(report.tolerance)
 
 
 def _tick(label: str) -> str:

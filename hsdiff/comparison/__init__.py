@@ -1,0 +1,152 @@
+"""``compare``: from two dumps to a :class:`~hsdiff.model.Report`, as a pipeline of named steps.
+
+Data flows one way: read both sides (:mod:`hsdiff.readers`) → :mod:`.shape` (L and H) →
+:mod:`.slots` (training tensors cut into slots, inference captures labelled) → :mod:`.scoring`
+(every slot against every capture, with :mod:`.validate` on each tensor read) →
+:mod:`hsdiff.decide` (what each slot is, against labels and configuration; verdict; ids) →
+:mod:`hsdiff.explain` (the words).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .. import conventions as conv
+from .. import decide, explain
+from ..configs import load_config
+from ..errors import AlignmentError, InputError
+from ..model import INFER, TRAIN, Dump, Report
+from ..readers import scan
+from . import scoring, shape, slots, validate
+
+__all__ = ["compare", "Options"]
+
+log = logging.getLogger("hsdiff")
+
+Progress = Callable[[str, int, int], None]
+
+
+@dataclass(frozen=True)
+class Options:
+    """Everything ``compare`` can be told; the CLI options map one to one. Frozen: derive a variant
+    with ``dataclasses.replace(options, engine="vllm")``."""
+
+    layer_ids: Sequence[int] | None = None
+    engine: str = "sglang"
+    model_family: str | None = None
+    infer_index: str = "boundary"
+    train_index: str = "boundary"
+    hidden_size: int | None = None
+    num_layers: int | None = None
+    model_config: str | None = None
+    train_layer_ids: Sequence[int] | None = None
+    train_engine: str = "specforge"
+    train_format: str | None = None
+    infer_format: str | None = None
+    tolerance: float = decide.NOISE_TOLERANCE
+    configured_source: str = "--layer-ids"
+    log_pattern: str | None = None
+    progress: Progress | None = field(default=None, repr=False, compare=False)
+
+
+def compare(
+    train: str | os.PathLike | Dump,
+    infer: str | os.PathLike | Dump,
+    options: Options | None = None,
+    **kwargs: Any,
+) -> Report:
+    """Compare a training-side dump with an inference-side dump.
+
+    Keyword arguments override fields of ``options`` (which is not changed); ids may be a list or a
+    string such as ``"-1,2,30"``.
+
+    >>> report = compare("fixtures/seed/train", "fixtures/seed/infer-wrong", layer_ids=[-1, 2, 30])  # doctest: +SKIP
+    >>> report.verdict, report.recommended.ids
+    ('mismatch', (2, 30, 58))
+    """
+    opts = _options(options, kwargs)
+    family = conv.normalize_family(opts.model_family) if opts.engine == "sglang" else (opts.model_family or "llama")
+    train_dump = train if isinstance(train, Dump) else scan(
+        train, TRAIN, fmt=opts.train_format, index=opts.train_index, progress=_reading(opts, "training"))
+    infer_dump = infer if isinstance(infer, Dump) else scan(
+        infer, INFER, fmt=opts.infer_format, index=opts.infer_index, progress=_reading(opts, "inference"),
+        log_pattern=opts.log_pattern)
+    return _pipeline(train_dump, infer_dump, opts, family, str(train), str(infer))
+
+
+def _options(options: Options | None, kwargs: dict[str, Any]) -> Options:
+    opts = options or Options()
+    names = {f.name for f in dataclasses.fields(Options)}
+    for k in kwargs:
+        if k not in names:
+            raise TypeError(f"compare() got an unexpected keyword argument {k!r}")
+    for k in ("layer_ids", "train_layer_ids"):
+        if isinstance(kwargs.get(k), str):
+            kwargs[k] = conv.parse_ids(kwargs[k], what=k)
+    opts = dataclasses.replace(opts, **kwargs)
+    conv.rule(opts.engine)
+    for name, value in (("--infer-index", opts.infer_index), ("--train-index", opts.train_index)):
+        if value not in (conv.BOUNDARY, conv.OUTPUT):
+            raise InputError(f"{name} must be 'boundary' or 'output', not {value!r}")
+    return opts
+
+
+def _reading(opts: Options, side: str) -> Callable[[int, int, Path], None] | None:
+    progress = opts.progress
+    if progress is None:
+        return None
+    return lambda i, n, path: progress(f"reading {side} files", i + 1, n)
+
+
+def _pipeline(train: Dump, infer: Dump, opts: Options, family: str, train_path: str, infer_path: str) -> Report:
+    warnings = list(train.warnings) + list(infer.warnings)
+    train, w_train = validate.with_values(train, "training", train_path)
+    infer, w_infer = validate.with_values(infer, "inference", infer_path)
+    warnings += w_train + w_infer
+    model_cfg = load_config(opts.model_config) if opts.model_config else None
+
+    num_layers = shape.num_layers(opts.num_layers, model_cfg, train, infer)
+    hidden = shape.hidden_size(opts.hidden_size, model_cfg, train, infer, opts.layer_ids)
+    configured = slots.configured(opts.layer_ids, opts.engine, family, opts.configured_source, num_layers)
+    train_slots = slots.split_train(train, hidden)
+    k = len(train_slots)
+    labelled, w_label = slots.label_infer(infer, hidden, configured)
+    warnings += w_label
+    usable = [c for c in labelled if not c.post_norm]
+    if not usable:
+        widths = sorted({c.width for c in infer.captures if c.width})
+        raise AlignmentError(
+            f"the inference side holds no capture of width {hidden} (or a multiple of it); widths found: {widths}",
+            path=infer_path, hint="check --hidden-size, or that INFER is the inference-side dump",
+        )
+
+    scores = scoring.score_all(train_slots, usable, opts.tolerance, opts.progress)
+    warnings += scores.warnings
+    decisions = [decide.decide_slot(s, scores.candidates.get(s, []), opts.tolerance) for s in range(k)]
+    claims, claim_src = slots.claims(k, train_slots, train, opts.train_layer_ids, opts.train_engine, num_layers)
+    warnings += validate.training_set(train_slots, train)
+
+    resolution = decide.resolve(decisions, claims, claim_src, configured, scores.candidates, opts.tolerance,
+                                opts.engine, family, num_layers)
+    warnings += resolution.warnings
+    results = resolution.slots
+    warnings += explain.norm_warnings(results)
+    recommended, w_rec = decide.recommend(opts.engine, family, [r.boundary_index for r in results], num_layers)
+    warnings += w_rec
+    verdict = decide.verdict(results, configured)
+    words = explain.explain(results, verdict, configured, claims, claim_src, resolution.label_offset, recommended,
+                            num_layers, printed_evidence=any(c.is_partial for c in infer.captures))
+    warnings += decide.count_warning(configured, k)
+    return Report(
+        verdict=verdict, cause=words.cause, slots=results, recommended=recommended, configured=configured,
+        num_layers=num_layers, hidden_size=hidden, explanation=words.walkthrough,
+        warnings=tuple(dict.fromkeys(warnings)), scores=scores.rows,
+        inputs={"train": train_path, "infer": infer_path, "engine": opts.engine, "model_family": family},
+        tolerance=opts.tolerance,
+    )

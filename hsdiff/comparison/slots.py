@@ -1,0 +1,134 @@
+"""Slot splitting and labelling: training tensors cut into slots, inference captures labelled (their
+own tags, or the configured ids in slot order), and the layers the training side claims."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+
+from .. import conventions as conv
+from ..configs import draft_ids
+from ..errors import AlignmentError, InputError
+from ..model import Capture, Configured, Dump, Layer
+
+#: training slot -> its captures (one per training sample)
+Slots = dict[int, list[Capture]]
+
+
+def configured(layer_ids: Sequence[int] | None, engine: str, family: str, source: str,
+               num_layers: int | None) -> Configured | None:
+    """The ids under test and the boundaries the engine reads them as."""
+    if layer_ids is None:
+        return None
+    ids = [int(i) for i in layer_ids]
+    b = conv.to_boundary(ids, engine, num_layers=num_layers, model_family=family)
+    return Configured(engine, tuple(ids), tuple(b), source)
+
+
+def split_train(train: Dump, hidden: int) -> Slots:
+    """Training captures per slot: concatenated aux tensors cut by ``hidden``; per-layer tensors of one
+    sample ordered by their labels."""
+    slots: Slots = defaultdict(list)
+    by_group: dict[str | None, list[Capture]] = defaultdict(list)
+    for c in train.captures:
+        if c.is_partial:
+            raise InputError(
+                f"the training side must hold full tensors, but {c.origin} is printed values",
+                hint="swap TRAIN and INFER, or point TRAIN at the training dump",
+            )
+        if not c.dtype.startswith(("float", "bfloat")):
+            raise InputError(
+                f"the training tensor {c.origin} holds {c.dtype} values, which cannot be hidden states",
+                hint="point TRAIN at the hidden-state dump, or re-dump it as float32/bfloat16",
+            )
+        if c.width and c.width != hidden and c.width % hidden == 0:
+            for s in c.split(hidden):
+                slots[s.slot].append(s)  # type: ignore[index]
+        elif c.width == hidden:
+            by_group[c.group].append(c)
+        else:
+            raise AlignmentError(
+                f"training tensor width {c.width} is not a multiple of the hidden size {hidden}",
+                path=c.origin.path,
+                hint="pass the target's --hidden-size or --model-config",
+            )
+    for caps in by_group.values():
+        ordered = sorted(caps, key=lambda c: (c.boundary is None, c.boundary if c.boundary is not None else 0))
+        for i, c in enumerate(ordered):
+            slots[i].append(c.replace(slot=i))
+    return dict(slots)
+
+
+def label_infer(infer: Dump, hidden: int, cfg: Configured | None) -> tuple[list[Capture], list[str]]:
+    """Inference captures cut into slots and labelled; unlabelled ones take the configured ids in slot
+    order. Returns the captures and the warnings."""
+    cfg_b = list(cfg.boundary_indices) if cfg else None
+    out: list[Capture] = []
+    warnings: list[str] = []
+    unlabelled_by_group: dict[str | None, list[Capture]] = defaultdict(list)
+    for c in infer.captures:
+        if c.post_norm:
+            out.append(c)
+            continue
+        width = c.width
+        if width and width != hidden and width % hidden == 0:
+            labels = None
+            k = width // hidden
+            if cfg_b is not None and len(cfg_b) == k:
+                labels = [Layer(b, "boundary", "configured") for b in cfg_b]
+            elif cfg_b is not None:
+                warnings.append(f"{c.origin}: holds {k} slots but {len(cfg_b)} ids are configured; slots left unlabelled")
+            parts = c.split(hidden, labels)
+            if c.observation is not None:  # printed values: only the slots whose columns were printed
+                parts = [p for p in parts if p.observation is not None and p.observation.values.size]
+            out.extend(parts)
+            continue
+        if c.observation is None and width and width % hidden:
+            warnings.append(f"{c.origin}: width {width} is not a multiple of hidden size {hidden}; skipped")
+            continue
+        if c.layer is None:
+            unlabelled_by_group[c.group].append(c)
+        else:
+            out.append(c)
+    for group, caps in unlabelled_by_group.items():
+        if cfg_b is None:
+            out.extend(caps)
+        elif all(c.slot is not None for c in caps):
+            for c in caps:
+                ok = c.slot is not None and c.slot < len(cfg_b)
+                out.append(c.replace(layer=Layer(cfg_b[c.slot], "boundary", "configured")) if ok else c)  # type: ignore[index]
+        elif len(caps) == len(cfg_b):
+            out.extend(c.replace(slot=i, layer=Layer(cfg_b[i], "boundary", "configured")) for i, c in enumerate(caps))
+        else:
+            warnings.append(
+                f"{len(caps)} unlabelled inference captures in {group} but {len(cfg_b)} configured ids: "
+                "they cannot be matched to slots by position"
+            )
+            out.extend(caps)
+    return out, warnings
+
+
+def claims(k: int, slots: Slots, train: Dump, train_layer_ids: Sequence[int] | None, train_engine: str,
+           num_layers: int | None) -> tuple[list[int | None], str]:
+    """Boundary indices the training side claims for its slots, and where that claim came from."""
+    if train_layer_ids is not None:
+        b = conv.to_boundary(train_layer_ids, train_engine, num_layers=num_layers, keep_order=True)
+        return _pad(b, k), f"--train-layer-ids in {train_engine} convention"
+    labelled = [slots[s][0].boundary for s in range(k)]
+    if all(b is not None for b in labelled):
+        return labelled, "labels in the training dump"
+    for path, cfg in train.configs:
+        ids = draft_ids(cfg)
+        if ids is not None:
+            try:
+                b = conv.to_boundary(ids, train_engine, num_layers=num_layers, keep_order=True)
+            except InputError:
+                continue
+            return _pad(b, k), f"{Path(path).name} beside the training dump ({train_engine} convention)"
+    return [None] * k, ""
+
+
+def _pad(b: list[int], k: int) -> list[int | None]:
+    out: list[int | None] = list(b[:k])
+    return out + [None] * (k - len(out))

@@ -1,0 +1,53 @@
+"""The records that flow through hsdiff, in the order data flows.
+
+Readers make :class:`Capture` objects grouped in a :class:`Dump` (:mod:`.capture`); the aligner
+scores them into :class:`Candidate` and :class:`Score` records; :mod:`hsdiff.decide` turns those into
+:class:`SlotDecision` and :class:`SlotResult` records; a :class:`Report` carries the verdict to the
+renderers (:mod:`.results`). Records are frozen dataclasses; closed sets are ``str`` enums.
+
+A capture is a *description* of a tensor plus a loader: nothing is read from disk until
+:meth:`Capture.load` is called, and torch/safetensors loads are memory-mapped, so a directory of
+tens of GB can be opened and scanned cheaply.
+"""
+
+from .capture import INFER, TRAIN, Capture, Dump, Layer, Observation, Origin
+from .results import (
+    Candidate,
+    Configured,
+    Evidence,
+    Metrics,
+    NormCheck,
+    PrintedEvidence,
+    Recommendation,
+    Report,
+    Score,
+    SlotDecision,
+    SlotResult,
+    Status,
+    Verdict,
+    pct,
+)
+
+__all__ = [
+    "TRAIN",
+    "INFER",
+    "Origin",
+    "Layer",
+    "Observation",
+    "Capture",
+    "Dump",
+    "Evidence",
+    "Status",
+    "Verdict",
+    "Metrics",
+    "NormCheck",
+    "PrintedEvidence",
+    "Candidate",
+    "Score",
+    "SlotDecision",
+    "SlotResult",
+    "Recommendation",
+    "Configured",
+    "Report",
+    "pct",
+]

@@ -1,0 +1,217 @@
+"""What readers make: a :class:`Capture` per tensor (or printed part of one) and a :class:`Dump` per side.
+
+Nothing is read from disk until :meth:`Capture.load` is called.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+__all__ = [
+    "TRAIN",
+    "INFER",
+    "Origin",
+    "Layer",
+    "Observation",
+    "Capture",
+    "Dump",
+]
+
+TRAIN = "train"
+INFER = "infer"
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where a capture came from: a file, a key or tag inside it, and a line for logs."""
+
+    path: str
+    key: str | None = None
+    line: int | None = None
+    format: str = ""
+
+    def __str__(self) -> str:
+        text = self.path
+        if self.line is not None:
+            text += f":{self.line}"
+        if self.key:
+            text += f" [{self.key}]"
+        return text
+
+
+@dataclass(frozen=True)
+class Layer:
+    """A layer number as some label states it, and what that number counts.
+
+    ``index`` is ``"boundary"`` (B: residual stream entering layer ``value``) or ``"output"``
+    (O: output of layer ``value``; B = O + 1). ``source`` says where the label came from
+    (``"tag"``, ``"key"``, ``"filename"``, ``"configured"``, ``"claimed"``, ``"log"``).
+    """
+
+    value: int
+    index: str = "boundary"
+    source: str = "key"
+
+    @property
+    def boundary(self) -> int:
+        return self.value + 1 if self.index == "output" else self.value
+
+    def __str__(self) -> str:
+        return f"B{self.boundary}" if self.index == "boundary" else f"O{self.value} (B{self.boundary})"
+
+
+@dataclass(frozen=True, eq=False)
+class Observation:
+    """Printed values: a few rows (tokens) and columns of a tensor, not the whole of it.
+
+    ``rows`` are token positions relative to the start of the printed tensor (negative counts
+    from its end; ``None`` when unknown); ``cols`` are column positions (negative from the end).
+    ``values`` has shape ``[len(rows), len(cols)]`` and may hold NaN.
+    """
+
+    values: np.ndarray
+    rows: tuple[int, ...]
+    cols: tuple[int, ...]
+    rows_known: bool = True
+
+    @property
+    def size(self) -> int:
+        return int(np.isfinite(self.values).sum())
+
+    def __repr__(self) -> str:
+        return f"<Observation {self.values.shape[0]}x{self.values.shape[1]} values>"
+
+
+@dataclass(frozen=True, eq=False)
+class Capture:
+    """One hidden-state tensor (or a printed part of one), its labels and its provenance.
+
+    ``width`` is the size of the last dimension as stored; a training ``aux_hidden_state`` holds
+    several slots side by side (``concat=True``) until :meth:`split` cuts it by hidden size.
+    ``group`` names the sequence the tensor covers (a training sample, an inference forward
+    pass); captures of one group share ``token_ids``.
+    """
+
+    side: str
+    origin: Origin
+    shape: tuple[int, ...] | None
+    dtype: str
+    width: int | None
+    group: str | None = None
+    slot: int | None = None
+    layer: Layer | None = None
+    token_ids: tuple[int, ...] | None = None
+    concat: bool = False
+    post_norm: bool = False
+    rank: int | None = None
+    norm: float | None = None
+    observation: Observation | None = None
+    loader: Callable[[], torch.Tensor] | None = field(default=None, repr=False)
+    col_start: int = 0
+    col_stop: int | None = None
+
+    @property
+    def boundary(self) -> int | None:
+        return None if self.layer is None else self.layer.boundary
+
+    @property
+    def is_partial(self) -> bool:
+        return self.observation is not None
+
+    @property
+    def tokens(self) -> int | None:
+        if self.shape is None or len(self.shape) == 0:
+            return None
+        if len(self.shape) == 1:
+            return 1
+        return int(math.prod(self.shape[:-1]))
+
+    def label(self) -> str:
+        parts = [self.origin.key or self.origin.path.rsplit("/", 1)[-1]]
+        if self.slot is not None:
+            parts.append(f"slot {self.slot}")
+        if self.layer is not None:
+            parts.append(str(self.layer))
+        if self.rank is not None:
+            parts.append(f"rank {self.rank}")
+        return " ".join(parts)
+
+    def load(self) -> torch.Tensor:
+        """The tensor as ``[tokens, width]`` (leading batch dims of 1 dropped), not converted."""
+        if self.loader is None:
+            raise ValueError(f"{self.origin}: a printed observation has no tensor to load")
+        t = self.loader()
+        if t.dim() == 1:
+            t = t.unsqueeze(0)
+        elif t.dim() > 2:
+            t = t.reshape(-1, t.shape[-1])
+        if self.col_start or self.col_stop is not None:
+            t = t[:, self.col_start : self.col_stop]
+        return t
+
+    def replace(self, **changes: Any) -> Capture:
+        return dataclasses.replace(self, **changes)
+
+    def split(self, hidden_size: int, layers: Sequence[Layer | None] | None = None) -> list[Capture]:
+        """Cut a concatenated capture into ``width // hidden_size`` slot captures (lazy views)."""
+        if self.width is None or self.width % hidden_size:
+            raise ValueError(f"width {self.width} is not a multiple of {hidden_size}")
+        k = self.width // hidden_size
+        out = []
+        for s in range(k):
+            layer = layers[s] if layers is not None and s < len(layers) else self.layer
+            obs = self.observation
+            if obs is not None:
+                keep = [i for i, c in enumerate(obs.cols) if _col_in(c, s, hidden_size, self.width)]
+                cols = tuple(_local_col(obs.cols[i], hidden_size, self.width) for i in keep)
+                obs = Observation(obs.values[:, keep], obs.rows, cols, obs.rows_known)
+            out.append(
+                self.replace(
+                    slot=s,
+                    layer=layer,
+                    width=hidden_size,
+                    concat=False,
+                    observation=obs,
+                    shape=None if self.shape is None else tuple(self.shape[:-1]) + (hidden_size,),
+                    col_start=self.col_start + s * hidden_size,
+                    col_stop=self.col_start + (s + 1) * hidden_size,
+                    norm=None,
+                )
+            )
+        return out
+
+    def __repr__(self) -> str:
+        shape = "x".join(map(str, self.shape)) if self.shape else "?"
+        return f"<Capture {self.side} {self.label()} {shape} {self.dtype}>"
+
+
+def _col_in(col: int, slot: int, h: int, width: int) -> bool:
+    c = col if col >= 0 else width + col
+    return slot * h <= c < (slot + 1) * h
+
+
+def _local_col(col: int, h: int, width: int) -> int:
+    c = col if col >= 0 else width + col
+    return c % h
+
+
+@dataclass(frozen=True, eq=False)
+class Dump:
+    """What reading one side gave: captures, configs found beside them, and warnings."""
+
+    captures: tuple[Capture, ...]
+    configs: tuple[tuple[str, dict], ...] = ()
+    warnings: tuple[str, ...] = ()
+    files: int = 0
+
+    def __repr__(self) -> str:
+        return f"<Dump {len(self.captures)} captures from {self.files} files>"

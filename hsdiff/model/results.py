@@ -1,0 +1,390 @@
+"""What a comparison finds: scores of inference captures against training slots, the decision for
+each slot, and the :class:`Report` that carries the verdict to the renderers.
+
+Closed sets are ``str``-valued enums (:class:`Evidence`, :class:`Status`, :class:`Verdict`), so the
+JSON keeps plain strings and ``report.verdict == "ok"`` reads as before.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import TYPE_CHECKING, Any
+
+from .capture import Capture
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+
+__all__ = [
+    "Evidence",
+    "Status",
+    "Verdict",
+    "Metrics",
+    "NormCheck",
+    "PrintedEvidence",
+    "Candidate",
+    "Score",
+    "SlotDecision",
+    "SlotResult",
+    "Recommendation",
+    "Configured",
+    "Report",
+    "pct",
+]
+
+
+class _StrEnum(str, Enum):
+    """An enum whose members are their string values everywhere: JSON, f-strings, comparisons."""
+
+    __str__ = str.__str__
+    __format__ = str.__format__  # type: ignore[assignment]
+
+
+class Evidence(_StrEnum):
+    """What a slot's answer rests on."""
+
+    OBSERVED = "observed"  #: the values match one capture and rule out its neighbours
+    INFERRED = "inferred"  #: no value evidence: the training labels and the offset seen on other slots
+    NONE = "none"  #: nothing determines it
+
+
+class Status(_StrEnum):
+    """A slot's state: against the configuration when ids are configured, else what the values showed."""
+
+    OK = "ok"  #: the engine captures exactly this slot's layer
+    MISMATCH = "mismatch"  #: the engine captures another layer for this slot
+    AMBIGUOUS = "ambiguous"  #: a match that cannot be told from a neighbouring layer
+    UNVERIFIED = "unverified"  #: the configured id agrees with what is known, but was not observed
+    UNOBSERVED = "unobserved"  #: no inference capture could be compared with this slot
+    UNMATCHED = "unmatched"  #: no inference capture equals this slot
+    IDENTIFIED = "identified"  #: (no configuration) identified by value
+    INFERRED = "inferred"  #: (no configuration) inferred from the training labels
+    UNLABELLED = "matched-unlabelled"  #: matched a capture that carries no layer number
+
+
+class Verdict(_StrEnum):
+    OK = "ok"
+    MISMATCH = "mismatch"
+    INCONCLUSIVE = "inconclusive"
+
+
+def pct(x: float) -> str:
+    """A relative error in words: ``0.0059`` → ``0.59%``, ``0.85`` → ``85%``; ``n/a`` when not finite."""
+    if not math.isfinite(x):
+        return "n/a"
+    return f"{x * 100:.2g}%" if x < 0.1 else f"{x * 100:.0f}%"
+
+
+@dataclass(frozen=True)
+class Metrics:
+    """How close one inference capture is to one training slot, at a token alignment.
+
+    ``rel_err``: median over compared tokens of ||infer - train|| / ||train|| (per token, on the
+    compared columns; attention-sink tokens left out when ordinary tokens are present).
+    ``cosine``: median per-token cosine similarity. ``p90_err``: 90th percentile of the per-token
+    error. ``norm_ratio``: median per-token norm ratio infer/train. ``sink_only``: only
+    attention-sink tokens were compared, which cannot separate neighbouring layers.
+    """
+
+    rel_err: float
+    cosine: float
+    p90_err: float
+    norm_ratio: float
+    tokens: int
+    values: int
+    sink_only: bool = False
+
+    @classmethod
+    def empty(cls, sink_only: bool = False) -> Metrics:
+        """Nothing could be compared: infinite error."""
+        return cls(math.inf, math.nan, math.inf, math.nan, 0, 0, sink_only)
+
+    def to_dict(self) -> dict:
+        return {k: _clean(v) for k, v in dataclasses.asdict(self).items()}
+
+
+@dataclass(frozen=True)
+class NormCheck:
+    """A norm printed beside matching values, against the training slot's own norms.
+
+    ``refs``: (what, value) pairs of training-side norms; ``agree`` names the one the printed norm
+    equals within 10 %, or is ``None``; ``reason`` the likely cause when none agrees.
+    """
+
+    printed: float
+    refs: tuple[tuple[str, float], ...]
+    agree: str | None
+    reason: str
+
+
+@dataclass(frozen=True)
+class PrintedEvidence:
+    """Where printed values sat in the training slot they matched: tokens used, sink tokens left
+    out, and one row of printed values next to the training values they equal."""
+
+    tokens: tuple[int, ...]
+    sinks: tuple[int, ...]
+    sinks_only: bool
+    token: int | None = None
+    cols: tuple[int, ...] = ()
+    printed: tuple[float, ...] = ()
+    training: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True, eq=False)
+class Candidate:
+    """An inference capture scored against a training slot at its best token alignment.
+
+    ``printed`` and ``norm_check`` hold the evidence a walk-through needs, computed while the
+    training tensor was loaded (printed-value captures only).
+    """
+
+    capture: Capture
+    sample: str | None
+    offset: int
+    metrics: Metrics
+    samples_tied: int = 1
+    printed: PrintedEvidence | None = None
+    norm_check: NormCheck | None = None
+
+    @property
+    def boundary(self) -> int | None:
+        return self.capture.boundary
+
+    def to_dict(self) -> dict:
+        c = self.capture
+        return {
+            "file": c.origin.path,
+            "key": c.origin.key,
+            "line": c.origin.line,
+            "label": c.label(),
+            "capture_boundary_index": c.boundary,
+            "label_source": None if c.layer is None else c.layer.source,
+            "sample": self.sample,
+            "samples_tied": self.samples_tied,
+            "token_offset": self.offset,
+            "metrics": self.metrics.to_dict(),
+        }
+
+
+@dataclass(frozen=True)
+class Score:
+    """One scored (training slot, training sample, inference capture) pair: a row of ``scores_frame``."""
+
+    slot: int
+    sample: str | None
+    capture: str
+    capture_boundary: int | None
+    label_source: str | None
+    token_offset: int
+    metrics: Metrics
+
+    def to_dict(self) -> dict:
+        m = self.metrics
+        return {
+            "slot": self.slot, "sample": self.sample, "capture": self.capture,
+            "capture_boundary": self.capture_boundary, "label_source": self.label_source,
+            "token_offset": self.token_offset, "rel_err": m.rel_err, "cosine": m.cosine, "p90_err": m.p90_err,
+            "norm_ratio": m.norm_ratio, "tokens": m.tokens, "values": m.values, "sink_only": m.sink_only,
+        }
+
+
+@dataclass(frozen=True, eq=False)
+class SlotDecision:
+    """What the values alone say one training slot is (before labels and configuration are weighed).
+
+    ``status`` is IDENTIFIED, UNLABELLED, AMBIGUOUS, UNMATCHED or UNOBSERVED; ``candidate_boundary``
+    the layer an ambiguous match pointed at.
+    """
+
+    slot: int
+    status: Status
+    boundary: int | None
+    confidence: float
+    margin: float | None
+    match: Candidate | None
+    runner_up: Candidate | None
+    note: str
+    candidate_boundary: int | None = None
+
+    @property
+    def identified(self) -> bool:
+        return self.status == Status.IDENTIFIED
+
+
+@dataclass(frozen=True, eq=False)
+class SlotResult:
+    """What the evidence says one training slot is, and how it stands against the configuration."""
+
+    slot: int
+    boundary_index: int | None
+    layer_id: int | None
+    evidence: Evidence
+    confidence: float
+    margin: float | None
+    match: Candidate | None
+    runner_up: Candidate | None
+    claimed_boundary: int | None = None
+    configured_boundary: int | None = None
+    status: Status = Status.UNOBSERVED
+    note: str = ""
+
+    def to_dict(self) -> dict:
+        return {
+            "slot": self.slot,
+            "boundary_index": self.boundary_index,
+            "layer_id": self.layer_id,
+            "evidence": self.evidence,
+            "confidence": round(self.confidence, 4),
+            "margin": _clean(self.margin),
+            "status": self.status,
+            "claimed_boundary_index": self.claimed_boundary,
+            "configured_boundary_index": self.configured_boundary,
+            "metrics": None if self.match is None else self.match.metrics.to_dict(),
+            "matched": None if self.match is None else self.match.to_dict(),
+            "runner_up": None if self.runner_up is None else self.runner_up.to_dict(),
+            "note": self.note,
+        }
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    engine: str
+    model_family: str
+    ids: tuple[int | None, ...]
+    boundary_indices: tuple[int | None, ...]
+    by_engine: dict[str, list[int | None]]
+
+    def to_dict(self) -> dict:
+        return {
+            "engine": self.engine,
+            "model_family": self.model_family,
+            "eagle_aux_hidden_state_layer_ids": list(self.ids),
+            "boundary_indices": list(self.boundary_indices),
+            "by_engine": self.by_engine,
+        }
+
+    def config_line(self) -> str:
+        ids = ", ".join("null" if i is None else str(i) for i in self.ids)
+        return f'"eagle_aux_hidden_state_layer_ids": [{ids}]'
+
+
+@dataclass(frozen=True)
+class Configured:
+    engine: str
+    ids: tuple[int, ...]
+    boundary_indices: tuple[int, ...]
+    source: str = "--layer-ids"
+
+    def to_dict(self) -> dict:
+        return {
+            "engine": self.engine,
+            "eagle_aux_hidden_state_layer_ids": list(self.ids),
+            "boundary_indices": list(self.boundary_indices),
+            "source": self.source,
+        }
+
+
+@dataclass(frozen=True, eq=False)
+class Report:
+    """The outcome of a comparison. ``verdict`` is ``"ok"``, ``"mismatch"`` or ``"inconclusive"``.
+
+    In a notebook: ``report.slots_frame()`` and ``report.scores_frame()`` give pandas frames,
+    ``report.plot()`` draws the error of every training slot against every inference capture.
+    ``tolerance`` is the largest median per-token error that was read as "the same tensor".
+    """
+
+    verdict: Verdict
+    cause: str
+    slots: tuple[SlotResult, ...]
+    recommended: Recommendation
+    configured: Configured | None
+    num_layers: int | None
+    hidden_size: int
+    explanation: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+    scores: tuple[Score, ...] = ()
+    inputs: dict = field(default_factory=dict)
+    tolerance: float = 0.10
+
+    SCHEMA_VERSION = 1
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.verdict == Verdict.OK else 1
+
+    def to_dict(self) -> dict:
+        return {
+            "schema_version": self.SCHEMA_VERSION,
+            "verdict": self.verdict,
+            "cause": self.cause,
+            "num_hidden_layers": self.num_layers,
+            "hidden_size": self.hidden_size,
+            "tolerance": self.tolerance,
+            "recommended": self.recommended.to_dict(),
+            "configured": None if self.configured is None else self.configured.to_dict(),
+            "slots": [s.to_dict() for s in self.slots],
+            "explanation": list(self.explanation),
+            "warnings": list(self.warnings),
+            "inputs": self.inputs,
+        }
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
+
+    def slots_frame(self) -> pd.DataFrame:
+        import pandas as pd
+
+        rows = []
+        for s in self.slots:
+            m = s.match.metrics if s.match else None
+            rows.append(
+                {
+                    "slot": s.slot,
+                    "boundary_index": s.boundary_index,
+                    "layer_id": s.layer_id,
+                    "evidence": str(s.evidence),
+                    "status": str(s.status),
+                    "confidence": s.confidence,
+                    "rel_err": None if m is None else m.rel_err,
+                    "cosine": None if m is None else m.cosine,
+                    "runner_up_err": None if s.runner_up is None else s.runner_up.metrics.rel_err,
+                    "configured_boundary": s.configured_boundary,
+                    "matched": None if s.match is None else s.match.capture.label(),
+                }
+            )
+        return pd.DataFrame(rows).set_index("slot")
+
+    def scores_frame(self) -> pd.DataFrame:
+        """Every (training slot, inference capture) pair that was scored, one row each."""
+        import pandas as pd
+
+        return pd.DataFrame([s.to_dict() for s in self.scores])
+
+    def plot(self, ax: Any = None) -> Any:
+        """Error of each training slot against each inference capture (log scale)."""
+        from ..report.plot import plot_scores
+
+        return plot_scores(self, ax=ax)
+
+    def __repr__(self) -> str:
+        ids = list(self.recommended.ids)
+        return f"<Report {self.verdict}: recommend {self.recommended.engine} ids {ids}>"
+
+    def _repr_html_(self) -> str:
+        from html import escape
+
+        head = f"<b>hsdiff: {escape(self.verdict)}</b> — {escape(self.cause)}"
+        return head + self.slots_frame().to_html() + f"<pre>{escape(self.recommended.config_line())}</pre>"
+
+
+def _clean(v: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, float):
+        return round(v, 6)
+    return v
