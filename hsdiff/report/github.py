@@ -3,7 +3,7 @@ result: each failed check and each failed slot becomes an annotation on the draf
 
 from __future__ import annotations
 
-from ..gate import GateResult
+from ._doc import Doc, _HasDict, as_doc, check_fails, check_warns, config_line
 
 __all__ = ["render_github"]
 
@@ -23,28 +23,30 @@ def _line(level: str, title: str, message: str, file: str | None) -> str:
     return f"::{level} {','.join(props)}::{_data(message)}"
 
 
-def render_github(result: GateResult) -> str:
+def render_github(result: Doc | _HasDict) -> str:
     """One workflow command per line; a passing result gives a single ``::notice::``."""
+    d = as_doc(result)
     lines = []
-    for c in result.checks:
-        if c.failed or (result.strict and c.warned):
-            lines.append(_line("error", f"hsdiff {c.name}", c.message, c.path))
-        elif c.warned:
-            lines.append(_line("warning", f"hsdiff {c.name}", c.message, c.path))
-    report = result.report
+    for c in d["checks"]:
+        if check_fails(c, d["strict"]):
+            lines.append(_line("error", f"hsdiff {c['name']}", c["message"], c["path"]))
+        elif check_warns(c):
+            lines.append(_line("warning", f"hsdiff {c['name']}", c["message"], c["path"]))
+    report = d["report"]
     if report is not None:
-        for s in report.slots:
-            if s.status != "ok":
-                trained = "?" if s.boundary_index is None else f"B{s.boundary_index}"
-                got = "nothing" if s.configured_boundary is None else f"B{s.configured_boundary}"
-                lines.append(_line("error", f"hsdiff slot {s.slot}",
-                                   f"slot {s.slot} {s.status}: training {trained}, engine captures {got}. {s.note}",
-                                   result.draft_config))
-        if report.verdict != "ok":
-            lines.append(_line("error", f"hsdiff gate {report.verdict}",
-                               f"{report.cause} Fix: {report.recommended.config_line()}", result.draft_config))
-    elif result.command == "gate":
-        lines.append(_line("error", "hsdiff gate", result.cause, result.draft_config))
-    if result.passed:
-        lines.append(_line("notice", f"hsdiff {result.command}", f"pass: {result.cause}", None))
+        for s in report["slots"]:
+            if s["status"] != "ok":
+                b, cfg = s["boundary_index"], s["configured_boundary_index"]
+                trained = "?" if b is None else f"B{b}"
+                got = "nothing" if cfg is None else f"B{cfg}"
+                lines.append(_line("error", f"hsdiff slot {s['slot']}",
+                                   f"slot {s['slot']} {s['status']}: training {trained}, engine captures {got}. {s['note']}",
+                                   d["draft_config"]))
+        if report["verdict"] != "ok":
+            lines.append(_line("error", f"hsdiff gate {report['verdict']}",
+                               f"{report['cause']} Fix: {config_line(report['recommended'])}", d["draft_config"]))
+    elif d["command"] == "gate":
+        lines.append(_line("error", "hsdiff gate", d["cause"], d["draft_config"]))
+    if d["verdict"] == "pass":
+        lines.append(_line("notice", f"hsdiff {d['command']}", f"pass: {d['cause']}", None))
     return "\n".join(lines)

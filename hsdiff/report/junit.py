@@ -10,33 +10,33 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 
 from ..conventions import describe_boundary
-from ..gate import GateResult
-from ..model import Report, SlotResult
+from ._doc import Doc, _HasDict, as_doc, check_fails, check_warns, config_line
 
 __all__ = ["render_junit"]
 
 
-def render_junit(result: GateResult) -> str:
+def render_junit(result: Doc | _HasDict) -> str:
     """The JUnit XML document (UTF-8, with declaration) for a gate or check-config result."""
-    suite = ET.Element("testsuite", name=f"hsdiff.{result.command}")
+    d = as_doc(result)
+    command = d["command"]
+    suite = ET.Element("testsuite", name=f"hsdiff.{command}")
     props = ET.SubElement(suite, "properties")
-    for k, v in (("engine", result.engine), ("model_family", result.model_family), ("draft_config", result.draft_config),
-                 ("target_config", result.target_config), ("verdict", result.verdict)):
-        if v is not None:
-            ET.SubElement(props, "property", name=k, value=str(v))
-    for c in result.checks:
-        case = ET.SubElement(suite, "testcase", classname=f"hsdiff.{result.command}.checks", name=c.name)
-        if c.path:
-            case.set("file", c.path)
-        if c.skipped:
-            ET.SubElement(case, "skipped", message=c.message)
-        elif c.failed or (result.strict and c.warned):
-            f = ET.SubElement(case, "failure", message=c.message, type=c.severity)
-            f.text = f"{c.name} ({c.severity}): {c.message}"
-        elif c.warned:
-            ET.SubElement(case, "system-out").text = f"warning: {c.message}"
-    if result.command == "gate":
-        _report_cases(suite, result)
+    for k in ("engine", "model_family", "draft_config", "target_config", "verdict"):
+        if d[k] is not None:
+            ET.SubElement(props, "property", name=k, value=str(d[k]))
+    for c in d["checks"]:
+        case = ET.SubElement(suite, "testcase", classname=f"hsdiff.{command}.checks", name=c["name"])
+        if c["path"]:
+            case.set("file", c["path"])
+        if c["skipped"]:
+            ET.SubElement(case, "skipped", message=c["message"])
+        elif check_fails(c, d["strict"]):
+            f = ET.SubElement(case, "failure", message=c["message"], type=c["severity"])
+            f.text = f"{c['name']} ({c['severity']}): {c['message']}"
+        elif check_warns(c):
+            ET.SubElement(case, "system-out").text = f"warning: {c['message']}"
+    if command == "gate":
+        _report_cases(suite, d)
     cases = suite.findall("testcase")
     failures = sum(1 for t in cases if t.find("failure") is not None)
     skipped = sum(1 for t in cases if t.find("skipped") is not None)
@@ -52,39 +52,39 @@ def render_junit(result: GateResult) -> str:
     )
 
 
-def _report_cases(suite: ET.Element, result: GateResult) -> None:
-    report = result.report
+def _report_cases(suite: ET.Element, result: Doc) -> None:
+    report = result["report"]
     case = ET.SubElement(suite, "testcase", classname="hsdiff.gate.compare", name="verdict")
     if report is None:
         f = ET.SubElement(case, "failure", message="the comparison did not run", type="not-run")
-        f.text = "\n".join(result.notes) or result.cause
+        f.text = "\n".join(result["notes"]) or result["cause"]
         return
-    if report.verdict != "ok":
-        f = ET.SubElement(case, "failure", message=report.cause, type=report.verdict)
-        f.text = _body(report, report.cause)
-    for s in report.slots:
+    if report["verdict"] != "ok":
+        f = ET.SubElement(case, "failure", message=report["cause"], type=report["verdict"])
+        f.text = _body(report, report["cause"])
+    for s in report["slots"]:
         case = ET.SubElement(suite, "testcase", classname="hsdiff.gate.slots", name=_slot_name(s))
-        if s.status != "ok":
+        if s["status"] != "ok":
             msg = _slot_message(s, report)
-            f = ET.SubElement(case, "failure", message=msg, type=s.status or "failed")
+            f = ET.SubElement(case, "failure", message=msg, type=s["status"] or "failed")
             f.text = _body(report, msg)
 
 
-def _slot_name(s: SlotResult) -> str:
-    trained = "?" if s.boundary_index is None else f"B{s.boundary_index}"
-    return f"slot {s.slot} (training {trained})"
+def _slot_name(s: Doc) -> str:
+    trained = "?" if s["boundary_index"] is None else f"B{s['boundary_index']}"
+    return f"slot {s['slot']} (training {trained})"
 
 
-def _slot_message(s: SlotResult, report: Report) -> str:
-    L = report.num_layers
-    trained = ("an unidentified layer" if s.boundary_index is None
-               else f"B{s.boundary_index}, {describe_boundary(s.boundary_index, L)}")
-    engine = ("nothing" if s.configured_boundary is None
-              else f"B{s.configured_boundary}, {describe_boundary(s.configured_boundary, L)}")
-    return f"slot {s.slot} {s.status}: training used {trained}; the engine captures {engine}. {s.note}"
+def _slot_message(s: Doc, report: Doc) -> str:
+    L = report["num_hidden_layers"]
+    b, cfg = s["boundary_index"], s["configured_boundary_index"]
+    trained = "an unidentified layer" if b is None else f"B{b}, {describe_boundary(b, L)}"
+    engine = "nothing" if cfg is None else f"B{cfg}, {describe_boundary(cfg, L)}"
+    return f"slot {s['slot']} {s['status']}: training used {trained}; the engine captures {engine}. {s['note']}"
 
 
-def _body(report: Report, first: str) -> str:
-    lines = [first, "", f"cause: {report.cause}", "", f"fix: {report.recommended.config_line()}"
-             + (" (under \"eagle_config\")" if report.recommended.engine == "sglang" else "")]
+def _body(report: Doc, first: str) -> str:
+    rec = report["recommended"]
+    lines = [first, "", f"cause: {report['cause']}", "", f"fix: {config_line(rec)}"
+             + (" (under \"eagle_config\")" if rec["engine"] == "sglang" else "")]
     return "\n".join(lines)

@@ -5,46 +5,47 @@ from __future__ import annotations
 import math
 
 from ..conventions import describe_boundary
-from ..gate import GateResult
-from .gate import engine_title
+from ._doc import Doc, _HasDict, as_doc, config_line, engine_title, rel_err
 
 __all__ = ["render_markdown"]
 
 _ICON = {"ok": "✅ ok", "FAIL": "❌ fail", "warn": "⚠️ warn", "skipped": "⏭️ skipped"}
 
 
-def render_markdown(result: GateResult) -> str:
+def render_markdown(result: Doc | _HasDict) -> str:
     """Verdict, where the ids came from, the checks, the per-slot table, the cause and the fix."""
-    head = "✅ PASS" if result.passed else "❌ FAIL"
-    out = [f"## hsdiff {result.command}: {head}", ""]
+    d = as_doc(result)
+    passed = d["verdict"] == "pass"
+    head = "✅ PASS" if passed else "❌ FAIL"
+    out = [f"## hsdiff {d['command']}: {head}", ""]
     target = ""
-    if result.num_layers or result.hidden_size:
-        target = f" · **target** {result.num_layers or '?'} layers, hidden size {result.hidden_size or '?'}"
-    out.append(f"**Engine** {engine_title(result)} · **draft config** `{result.draft_config}`{target}")
+    if d["num_hidden_layers"] or d["hidden_size"]:
+        target = f" · **target** {d['num_hidden_layers'] or '?'} layers, hidden size {d['hidden_size'] or '?'}"
+    out.append(f"**Engine** {engine_title(d)} · **draft config** `{d['draft_config']}`{target}")
     out.append("")
-    if result.ids is not None:
-        out += [f"**Layer ids:** {_cell(result.ids.note)}", ""]
-    if not result.passed:
-        out += [f"**Cause:** {_cell(result.cause)}", ""]
+    if d["ids"] is not None:
+        out += [f"**Layer ids:** {_cell(d['ids']['note'])}", ""]
+    if not passed:
+        out += [f"**Cause:** {_cell(d['cause'])}", ""]
     out += ["| check | status | detail |", "|---|---|---|"]
-    out += [f"| `{c.name}` | {_ICON.get(c.status, c.status)} | {_cell(c.message)} |" for c in result.checks]
-    report = result.report
+    out += [f"| `{c['name']}` | {_ICON.get(c['status'], c['status'])} | {_cell(c['message'])} |" for c in d["checks"]]
+    report = d["report"]
     if report is not None:
-        out += ["", f"**Comparison:** {report.verdict} — {_cell(report.cause)}", ""]
+        L = report["num_hidden_layers"]
+        out += ["", f"**Comparison:** {report['verdict']} — {_cell(report['cause'])}", ""]
         out += ["| slot | training layer | engine captures | status | error | note |", "|---|---|---|---|---|---|"]
-        for s in report.slots:
-            err = s.match.metrics.rel_err if s.match is not None else None
+        for s in report["slots"]:
             out.append(
-                f"| {s.slot} | {_b(s.boundary_index, report.num_layers)} | {_b(s.configured_boundary, report.num_layers)} "
-                f"| {s.status} | {_pct(err)} | {_cell(s.note)} |"
+                f"| {s['slot']} | {_b(s['boundary_index'], L)} | {_b(s['configured_boundary_index'], L)} "
+                f"| {s['status']} | {_pct(rel_err(s['matched']))} | {_cell(s['note'])} |"
             )
-        if report.verdict != "ok":
-            rec = report.recommended
-            where = ' under `"eagle_config"`' if rec.engine == "sglang" else ""
+        if report["verdict"] != "ok":
+            rec = report["recommended"]
+            where = ' under `"eagle_config"`' if rec["engine"] == "sglang" else ""
             out += ["", f"**Fix:** put this in the draft's `config.json`{where}:", "", "```json",
-                    rec.config_line(), "```", "",
+                    config_line(rec), "```", "",
                     "or run `hsdiff fix-config DRAFT_CONFIG --from-report REPORT.json` with this run's `--json` report."]
-    for note in result.notes:
+    for note in d["notes"]:
         out += ["", f"> {_cell(note)}"]
     return "\n".join(out) + "\n"
 

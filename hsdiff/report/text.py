@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from ..conventions import describe_boundary
-from ..model import Report
+from ._doc import Doc, _HasDict, as_doc, config_line, rel_err
 
 _STATUS = {
     "ok": "OK",
@@ -27,22 +27,24 @@ def _fmt_err(x: float | None) -> str:
     return f"{x * 100:.2f}%" if x < 0.1 else f"{x * 100:.0f}%"
 
 
-def render_table(report: Report) -> str:
+def render_table(report: Doc | _HasDict) -> str:
+    """One row per training slot: layer, evidence, confidence, error, runner-up, configured, status."""
+    d = as_doc(report)
     head = ["slot", "layer (B)", "evidence", "conf", "error", "runner-up", "configured", "status", "matched"]
     rows = []
-    for s in report.slots:
-        m = s.match.metrics if s.match else None
+    for s in d["slots"]:
+        b, cfg = s["boundary_index"], s["configured_boundary_index"]
         rows.append(
             [
-                str(s.slot),
-                "?" if s.boundary_index is None else f"B{s.boundary_index}",
-                s.evidence,
-                f"{s.confidence:.2f}",
-                _fmt_err(m.rel_err if m else None),
-                _fmt_err(s.runner_up.metrics.rel_err if s.runner_up else None),
-                "-" if s.configured_boundary is None else f"B{s.configured_boundary}",
-                _STATUS.get(s.status, s.status),
-                "-" if s.match is None else _short(s.match.capture.label(), 40),
+                str(s["slot"]),
+                "?" if b is None else f"B{b}",
+                s["evidence"],
+                f"{s['confidence']:.2f}",
+                _fmt_err(rel_err(s["matched"])),
+                _fmt_err(rel_err(s["runner_up"])),
+                "-" if cfg is None else f"B{cfg}",
+                _STATUS.get(s["status"], s["status"]),
+                "-" if s["matched"] is None else _short(s["matched"]["label"], 40),
             ]
         )
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
@@ -56,28 +58,32 @@ def _short(text: str, n: int) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
-def render_text(report: Report, *, verbose: bool = True) -> str:
-    """The full text report (``verbose`` adds the walk-through of the evidence)."""
-    out = [render_table(report), ""]
-    out.append(f"verdict: {report.verdict.upper()}")
-    out.append(f"cause:   {report.cause}")
-    if verbose and report.explanation:
+def render_text(report: Doc | _HasDict, *, verbose: bool = True) -> str:
+    """The full text report (``verbose`` adds the walk-through of the evidence).
+
+    >>> print(render_text(load_doc("report.json")))    # doctest: +SKIP
+    """
+    d = as_doc(report)
+    out = [render_table(d), ""]
+    out.append(f"verdict: {d['verdict'].upper()}")
+    out.append(f"cause:   {d['cause']}")
+    if verbose and d["explanation"]:
         out.append("")
         out.append("evidence:")
-        out += [f"  - {line}" for line in report.explanation]
-    if report.warnings:
+        out += [f"  - {line}" for line in d["explanation"]]
+    if d["warnings"]:
         out.append("")
         out.append("warnings:")
-        out += [f"  ! {w}" for w in report.warnings]
+        out += [f"  ! {w}" for w in d["warnings"]]
     out.append("")
-    rec = report.recommended
-    meaning = ", ".join(describe_boundary(b, report.num_layers) for b in rec.boundary_indices)
-    out.append(f"recommended for {rec.engine} ({rec.model_family}): {meaning}")
-    nested = rec.engine == "sglang"
-    line = rec.config_line()
+    rec = d["recommended"]
+    meaning = ", ".join(describe_boundary(b, d["num_hidden_layers"]) for b in rec["boundary_indices"])
+    out.append(f"recommended for {rec['engine']} ({rec['model_family']}): {meaning}")
+    nested = rec["engine"] == "sglang"
     out.append("paste into the draft's config.json under \"eagle_config\":" if nested else "paste into the draft's config.json:")
-    out.append(f"  {line}")
-    others = ", ".join(f"{e} {v}" for e, v in rec.by_engine.items() if e != rec.engine and e in ("sglang", "vllm", "trtllm"))
+    out.append(f"  {config_line(rec)}")
+    others = ", ".join(f"{e} {v}" for e, v in rec["by_engine"].items()
+                       if e != rec["engine"] and e in ("sglang", "vllm", "trtllm"))
     if others:
         out.append(f"same layers on other engines: {others}")
     return "\n".join(out)

@@ -1,0 +1,58 @@
+"""Renderers read a saved JSON report or gate result without the pipeline: no torch import, and the
+same text as the fresh result."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from hsdiff.cli import cli
+
+from .. import builders as B
+
+SEED = B.SEED
+
+
+def _saved(tmp_path: Path, *argv: str) -> tuple[Path, str]:
+    out = tmp_path / "result.json"
+    r = CliRunner().invoke(cli, [*argv, "--json", str(out)])
+    assert r.exit_code in (0, 1), r.output
+    return out, r.output
+
+
+def _render_in_fresh_process(path: Path, kind: str) -> tuple[str, list[str]]:
+    code = (
+        "import json, sys\n"
+        "from hsdiff.report import load_doc, render_text, render_gate_text, render_junit, render_markdown, render_github\n"
+        f"d = load_doc({str(path)!r})\n"
+        + ("print(render_text(d))\n" if kind == "compare" else
+           "print(render_gate_text(d)); render_junit(d); render_markdown(d); render_github(d)\n")
+        + "heavy = sorted(m for m in ('torch', 'hsdiff.comparison', 'hsdiff.align', 'hsdiff.readers', 'hsdiff.gate', 'click')"
+        " if m in sys.modules)\n"
+        "print('HEAVY=' + json.dumps(heavy), file=sys.stderr)\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    heavy = json.loads(p.stderr.strip().rsplit("HEAVY=", 1)[1])
+    return p.stdout, heavy
+
+
+def test_saved_compare_report_renders_without_torch(tmp_path: Path) -> None:
+    path, fresh = _saved(tmp_path, "compare", str(SEED / "train"), str(SEED / "infer-wrong"), "--layer-ids=-1,2,30")
+    text, heavy = _render_in_fresh_process(path, "compare")
+    assert heavy == []
+    assert text.split() == fresh.split()
+    assert "MISMATCH" in text and '"eagle_aux_hidden_state_layer_ids": [2, 30, 58]' in text
+
+
+def test_saved_gate_result_renders_without_torch(tmp_path: Path) -> None:
+    path, fresh = _saved(tmp_path, "gate", str(SEED / "train"), str(SEED / "infer-wrong"), "--draft-config",
+                         str(SEED / "draft-wrong" / "config.json"), "--target-config", str(SEED / "model" / "config.json"))
+    text, heavy = _render_in_fresh_process(path, "gate")
+    assert heavy == []
+    assert text.split() == fresh.split()
+    assert "gate: FAIL" in text
+    assert json.loads(path.read_text())["verdict"] == "fail"
