@@ -36,9 +36,11 @@ demo: $(VENV)/.installed
 test: $(VENV)/.installed
 	$(BIN)/python -m pytest -q
 
+## lint: ruff, mypy, and the import-linter contracts (layers one way, click only in the CLI, no torch below)
 lint: $(VENV)/.installed
 	$(BIN)/ruff check hsdiff tests benchmarks fixtures notebooks
 	$(BIN)/mypy hsdiff
+	$(BIN)/lint-imports
 
 bench: $(VENV)/.installed
 	$(BIN)/python benchmarks/run.py

@@ -7,30 +7,37 @@ Typical use in a notebook::
     report.verdict               # 'mismatch'
     report.recommended.ids       # (2, 30, 58)
     report.slots_frame()         # one row per training slot (pandas)
-    report.plot()                # error of every slot against every capture
+    hsdiff.report.plot.plot_scores(report)   # error of every slot against every capture
 
     hsdiff.translate([2, 30, 58], "sglang", "vllm", num_layers=61)   # [3, 31, 59]
 
 The pieces, in the order data flows: :func:`load` (readers → captures), :func:`compare`
-(aligner → :class:`Report`), and the renderers in :mod:`hsdiff.report`.
+(the pipeline in :mod:`hsdiff.comparison`: aligner → :mod:`hsdiff.decide` → :mod:`hsdiff.explain` →
+:class:`Report`), :func:`run_gate` / :func:`check_config` (the pre-deployment gate), and the
+renderers in :mod:`hsdiff.report`.
 """
 
 from __future__ import annotations
 
+from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 from .conventions import ENGINES, default_ids, describe_boundary, from_boundary, to_boundary, translate
 from .errors import AlignmentError, ConfigError, FormatError, HsdiffError, InputError, UnsafeFileError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .comparison import Options
+    from .comparison import Options, compare
+    from .gate import check_config, run_gate
     from .model import Capture, Dump, Report
+    from .readers import scan as load
 
 __version__ = "0.1.0"
 
 __all__ = [
     "compare",
     "load",
+    "run_gate",
+    "check_config",
     "Options",
     "Report",
     "Capture",
@@ -49,33 +56,23 @@ __all__ = [
     "AlignmentError",
 ]
 
-
-def compare(train: Any, infer: Any, options: Options | None = None, **kwargs: Any) -> Report:
-    """Compare a training-side dump with an inference-side dump; see :func:`hsdiff.comparison.compare`."""
-    from .comparison import compare as _compare
-
-    return _compare(train, infer, options, **kwargs)
-
-
-def load(path: Any, side: str = "infer", **kwargs: Any) -> Dump:
-    """Read every capture under ``path`` lazily; see :func:`hsdiff.readers.scan`.
-
-    >>> dump = hsdiff.load("fixtures/seed/infer-wrong")      # doctest: +SKIP
-    >>> dump.captures[0].shape
-    (25, 1728)
-    """
-    from .readers import scan
-
-    return scan(path, side, **kwargs)
+# The heavy parts (torch, the pipeline) load on first use: ``import hsdiff`` stays cheap.
+_LAZY = {
+    "compare": ("comparison", "compare"),
+    "Options": ("comparison", "Options"),
+    "load": ("readers", "scan"),
+    "run_gate": ("gate", "run_gate"),
+    "check_config": ("gate", "check_config"),
+    "Report": ("model", "Report"),
+    "Capture": ("model", "Capture"),
+    "Dump": ("model", "Dump"),
+}
 
 
 def __getattr__(name: str) -> Any:
-    if name == "Options":
-        from .comparison import Options
-
-        return Options
-    if name in ("Report", "Capture", "Dump"):
-        from . import model
-
-        return getattr(model, name)
+    if name in _LAZY:
+        module, attr = _LAZY[name]
+        value = getattr(import_module(f".{module}", __name__), attr)
+        globals()[name] = value
+        return value
     raise AttributeError(f"module 'hsdiff' has no attribute {name!r}")

@@ -10,7 +10,7 @@ import torch
 from click.testing import CliRunner
 
 from hsdiff.cli import cli
-from hsdiff.requests import request_body
+from hsdiff.request import request_body
 
 from . import builders as B
 

@@ -1,4 +1,6 @@
-"""The ``hsdiff`` command line: a thin layer over the library.
+"""The ``hsdiff`` command line: a thin layer over the library, one module per command (``compare``,
+``gate``, ``check-config``, ``ids``, ``fix-config``, ``request``, ``capture``), each registered on the
+group in :mod:`._group`; shared options in :mod:`._options` and :mod:`._ci`.
 
 Exit status (every command): 0 consistent, 1 mismatch or inconclusive, 2 bad input or usage
 (one line, no traceback), 3 an internal error (a bug in hsdiff; ``--debug`` shows the traceback).
@@ -6,80 +8,10 @@ Exit status (every command): 0 consistent, 1 mismatch or inconclusive, 2 bad inp
 
 from __future__ import annotations
 
-import logging
-import traceback
+from . import capture, check_config, compare, fix_config, gate, ids, request  # noqa: F401 - each registers its command
+from ._group import EXIT_BUG, EXIT_FAIL, EXIT_INPUT, EXIT_OK, cli
 
-import click
-
-from ..errors import HsdiffError
-
-EXIT_OK, EXIT_FAIL, EXIT_INPUT, EXIT_BUG = 0, 1, 2, 3
-
-
-class _Group(click.Group):
-    """Maps library exceptions to exit codes so that a crash is never read as a verdict."""
-
-    def invoke(self, ctx: click.Context):  # type: ignore[override]
-        try:
-            return super().invoke(ctx)
-        except HsdiffError as e:
-            click.echo(f"hsdiff: error: {e}", err=True)
-            ctx.exit(EXIT_INPUT)
-        except click.BadParameter as e:
-            if not isinstance(getattr(e.param, "type", None), click.Path):
-                raise
-            # a path click itself refused (unreadable, ...): an input error like any other, on one line
-            click.echo(f"hsdiff: error: {e.format_message()} — check the path and its permissions", err=True)
-            ctx.exit(EXIT_INPUT)
-        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
-            raise
-        except KeyboardInterrupt:
-            click.echo("hsdiff: interrupted", err=True)
-            ctx.exit(130)
-        except MemoryError:
-            click.echo("hsdiff: error: out of memory while reading the dumps — compare fewer samples at once", err=True)
-            ctx.exit(EXIT_INPUT)
-        except Exception as e:  # noqa: BLE001 - the last line of defence
-            debug = bool(ctx.obj and ctx.obj.get("debug"))
-            if debug:
-                traceback.print_exc()
-            click.echo(
-                f"hsdiff: internal error: {type(e).__name__}: {e}\n"
-                "This is a bug in hsdiff, not a verdict. Please report it with the command line"
-                + ("" if debug else " and the output of the same command with --debug") + ".",
-                err=True,
-            )
-            ctx.exit(EXIT_BUG)
-
-
-@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.option("--debug", is_flag=True, help="Show tracebacks and debug logging.")
-@click.version_option(package_name="hsdiff")
-@click.pass_context
-def cli(ctx: click.Context, debug: bool) -> None:
-    """Prove that an inference engine feeds an EAGLE-3 draft the hidden states it was trained on.
-
-    \b
-    Start with:
-      hsdiff compare TRAIN_DUMP INFER_DUMP --layer-ids 2,30,58
-    """
-    ctx.ensure_object(dict)
-    ctx.obj["debug"] = debug
-    logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING, format="hsdiff: %(message)s")
-
-
-def _register() -> None:
-    from . import compare as _compare  # noqa: F401
-
-    for name in ("gate", "check_config", "ids", "fix_config", "request", "capture"):
-        try:
-            __import__(f"{__name__}.{name}")
-        except ModuleNotFoundError as e:
-            if e.name != f"{__name__}.{name}":
-                raise
-
-
-_register()
+__all__ = ["cli", "main", "EXIT_OK", "EXIT_FAIL", "EXIT_INPUT", "EXIT_BUG"]
 
 
 def main(argv: list[str] | None = None) -> None:

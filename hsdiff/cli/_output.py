@@ -43,8 +43,10 @@ def write_plot(report: Report, path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from ..report.plot import plot_scores
+
     fig, ax = plt.subplots(figsize=(10, 4.5))
-    report.plot(ax=ax)
+    plot_scores(report, ax=ax)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

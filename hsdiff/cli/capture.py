@@ -8,7 +8,7 @@ import click
 
 from ..capture import DTYPES, capture_hf, check_out_dir, write_capture
 from ..samples import load_sample
-from . import cli
+from ._group import cli
 
 EPILOG = """\b
 Example:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import click
 
 from ..gate import check_config
-from . import cli
 from ._ci import ci_options, emit
+from ._group import cli
 from ._options import engine_option, family_option
 
 EPILOG = """\b

@@ -8,7 +8,7 @@ from .. import conventions as conv
 from ..comparison import Options, compare
 from ..decide import NOISE_TOLERANCE
 from ..report.text import render_text
-from . import cli
+from ._group import cli
 from ._options import dump_options, engine_option, progress_printer
 from ._output import write_json, write_plot
 

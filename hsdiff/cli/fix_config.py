@@ -6,7 +6,7 @@ import click
 
 from .. import conventions as conv
 from ..fixconfig import fix_config, ids_from_report
-from . import cli
+from ._group import cli
 from ._options import engine_option, family_option
 
 EPILOG = """\b

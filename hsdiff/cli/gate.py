@@ -5,8 +5,8 @@ from __future__ import annotations
 import click
 
 from ..gate import run_gate
-from . import cli
 from ._ci import ci_options, emit
+from ._group import cli
 from ._options import dump_options, engine_option
 from .compare import options_from
 

@@ -6,7 +6,7 @@ import click
 
 from .. import conventions as conv
 from ..idmap import translate_ids
-from . import cli
+from ._group import cli
 from ._options import family_option
 
 EPILOG = """\b

@@ -6,9 +6,9 @@ import json
 
 import click
 
-from ..requests import advice, curl_command, request_body
+from ..request import advice, curl_command, request_body
 from ..samples import load_sample
-from . import cli
+from ._group import cli
 
 EPILOG = """\b
 Examples:

@@ -293,8 +293,9 @@ class Configured:
 class Report:
     """The outcome of a comparison. ``verdict`` is ``"ok"``, ``"mismatch"`` or ``"inconclusive"``.
 
-    In a notebook: ``report.slots_frame()`` and ``report.scores_frame()`` give pandas frames,
-    ``report.plot()`` draws the error of every training slot against every inference capture.
+    In a notebook: ``report.slots_frame()`` and ``report.scores_frame()`` give pandas frames;
+    :func:`hsdiff.report.plot.plot_scores` draws the error of every training slot against every
+    inference capture.
     ``tolerance`` is the largest median per-token error that was read as "the same tensor".
     """
 
@@ -364,12 +365,6 @@ class Report:
         import pandas as pd
 
         return pd.DataFrame([s.to_dict() for s in self.scores])
-
-    def plot(self, ax: Any = None) -> Any:
-        """Error of each training slot against each inference capture (log scale)."""
-        from ..report.plot import plot_scores
-
-        return plot_scores(self, ax=ax)
 
     def __repr__(self) -> str:
         ids = list(self.recommended.ids)

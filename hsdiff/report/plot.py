@@ -10,7 +10,7 @@ from ..model import Report
 def plot_scores(report: Report, ax: Any = None) -> Any:
     """Log-scale error per inference capture, one line per training slot; returns the Axes.
 
-    >>> ax = report.plot()        # doctest: +SKIP
+    >>> ax = plot_scores(report)        # doctest: +SKIP
     """
     import matplotlib
 
