@@ -19,6 +19,7 @@ renderers in :mod:`hsdiff.report`.
 
 from __future__ import annotations
 
+import os
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +30,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from .comparison import Options, compare
     from .gate import check_config, run_gate
     from .model import Capture, Dump, Report
-    from .readers import scan as load
 
 __version__ = "0.1.0"
 
@@ -60,13 +60,25 @@ __all__ = [
 _LAZY = {
     "compare": ("comparison", "compare"),
     "Options": ("comparison", "Options"),
-    "load": ("readers", "scan"),
     "run_gate": ("gate", "run_gate"),
     "check_config": ("gate", "check_config"),
     "Report": ("model", "Report"),
     "Capture": ("model", "Capture"),
     "Dump": ("model", "Dump"),
 }
+
+
+def load(path: str | os.PathLike, side: str = "infer", **kwargs: Any) -> Dump:
+    """Read every capture under ``path`` lazily (``side``: ``"train"`` or ``"infer"``); see
+    :func:`hsdiff.readers.scan` for the keyword arguments.
+
+    >>> dump = hsdiff.load("fixtures/seed/infer-wrong")      # doctest: +SKIP
+    >>> dump.captures[0].shape
+    (25, 1728)
+    """
+    from .readers import scan
+
+    return scan(path, side, **kwargs)
 
 
 def __getattr__(name: str) -> Any:

@@ -15,7 +15,7 @@ Example, on records alone::
     >>> cap = Capture("infer", Origin("dump.pt"), (8, 16), "bfloat16", 16, layer=Layer(3))
     >>> d = decide_slot(0, [Candidate(cap, None, 0, Metrics(0.01, 1.0, 0.02, 1.0, 8, 128))], 0.10)
     >>> d.status, d.boundary
-    (<Status.IDENTIFIED: 'identified'>, 3)
+    ('identified', 3)
 """
 
 from __future__ import annotations

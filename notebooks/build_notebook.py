@@ -34,6 +34,7 @@ offset the aligner found, and the errors."""),
     ("code", """scores = report.scores_frame()
 scores.pivot_table(index="capture", columns="slot", values="rel_err", aggfunc="min").round(4)"""),
     ("code", """from hsdiff.report.plot import plot_scores
+
 ax = plot_scores(report)"""),
     ("md", """## The same layers in every engine's convention"""),
     ("code", """report.recommended.by_engine"""),

@@ -43,6 +43,9 @@ class _StrEnum(str, Enum):
     __str__ = str.__str__
     __format__ = str.__format__  # type: ignore[assignment]
 
+    def __repr__(self) -> str:  # reads as the string it is, in a notebook's tuples and lists
+        return repr(self.value)
+
 
 class Evidence(_StrEnum):
     """What a slot's answer rests on."""
