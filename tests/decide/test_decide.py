@@ -1,0 +1,151 @@
+"""The decision functions on small records, no files: what each rule decides and why."""
+
+from __future__ import annotations
+
+from hsdiff import decide
+from hsdiff.model import (
+    Candidate,
+    Capture,
+    Configured,
+    Evidence,
+    Layer,
+    Metrics,
+    Observation,
+    Origin,
+    SlotDecision,
+    Status,
+    Verdict,
+)
+
+TOL = decide.NOISE_TOLERANCE
+
+
+def cand(b: int | None, err: float, *, sink_only: bool = False, printed: int | None = None,
+         source: str = "tag") -> Candidate:
+    obs = None
+    if printed is not None:
+        import numpy as np
+
+        obs = Observation(np.zeros((1, printed)), (0,), tuple(range(printed)))
+    layer = None if b is None else Layer(b, "boundary", source)
+    cap = Capture("infer", Origin(f"b{b}.pt"), (8, 16), "bfloat16", 16, layer=layer, observation=obs)
+    values = printed if printed is not None else 8 * 16
+    return Candidate(cap, "s0", 0, Metrics(err, 0.99, err * 2, 1.0, 8, values, sink_only))
+
+
+def test_no_candidate_is_unobserved() -> None:
+    d = decide.decide_slot(0, [], TOL)
+    assert d.status == Status.UNOBSERVED and d.boundary is None and d.confidence == 0.0
+
+
+def test_nothing_within_tolerance_is_unmatched_and_names_the_closest() -> None:
+    d = decide.decide_slot(0, [cand(5, 0.3), cand(6, 0.4)], TOL)
+    assert d.status == Status.UNMATCHED and d.boundary is None
+    assert d.runner_up is not None and d.runner_up.boundary == 5 and "closest" in d.note
+
+
+def test_captured_neighbours_ruled_out_give_full_confidence() -> None:
+    d = decide.decide_slot(0, [cand(5, 0.005), cand(4, 0.25), cand(6, 0.3)], TOL)
+    assert d.status == Status.IDENTIFIED and d.boundary == 5 and d.confidence == 1.0
+    assert d.runner_up is not None and d.runner_up.boundary == 4
+
+
+def test_uncaptured_neighbours_fall_back_to_the_adjacent_prior() -> None:
+    d = decide.decide_slot(0, [cand(5, 0.02), cand(20, 0.9)], TOL)
+    assert d.status == Status.IDENTIFIED and d.boundary == 5
+    assert abs(d.confidence - 0.602) < 1e-3  # log10(0.08 / 0.02); the far capture alone would give 1.0
+    assert "adjacent-layer prior" in d.note
+
+
+def test_close_runner_up_is_ambiguous_and_keeps_the_candidate() -> None:
+    d = decide.decide_slot(0, [cand(5, 0.02), cand(6, 0.04), cand(4, 0.5)], TOL)
+    assert d.status == Status.AMBIGUOUS and d.boundary is None and d.candidate_boundary == 5
+    assert d.confidence <= decide.AMBIGUOUS_CONFIDENCE and "cannot separate" in d.note
+
+
+def test_sink_tokens_alone_never_identify() -> None:
+    d = decide.decide_slot(0, [cand(5, 0.001, sink_only=True), cand(9, 0.5)], TOL)
+    assert d.status == Status.AMBIGUOUS and d.boundary is None
+    assert d.confidence <= decide.SINK_CONFIDENCE and "attention-sink" in d.note
+
+
+def test_ordinary_tokens_decide_over_a_closer_sink_only_match_of_the_same_layer() -> None:
+    d = decide.decide_slot(0, [cand(5, 0.001, sink_only=True), cand(5, 0.01), cand(4, 0.3), cand(6, 0.3)], TOL)
+    assert d.status == Status.IDENTIFIED and d.boundary == 5 and not d.match.metrics.sink_only  # type: ignore[union-attr]
+
+
+def test_a_sink_only_match_of_another_layer_keeps_an_ordinary_match_open() -> None:
+    # the sink cannot tell layers apart, so a near-perfect sink match elsewhere leaves doubt
+    d = decide.decide_slot(0, [cand(7, 0.001, sink_only=True), cand(5, 0.01), cand(4, 0.3), cand(6, 0.3)], TOL)
+    assert d.status == Status.AMBIGUOUS and d.candidate_boundary == 5
+
+
+def test_printed_values_cap_the_confidence_by_their_number() -> None:
+    d = decide.decide_slot(0, [cand(5, 0.005, printed=5), cand(4, 0.3), cand(6, 0.3)], TOL)
+    assert d.status == Status.IDENTIFIED and d.confidence == decide.evidence_cap(5) < 0.5
+    assert "only 5 printed values" in d.note
+
+
+def test_unlabelled_capture_is_matched_but_not_identified() -> None:
+    d = decide.decide_slot(0, [cand(None, 0.005), cand(None, 0.3)], TOL)
+    assert d.status == Status.UNLABELLED and d.boundary is None and "--layer-ids" in d.note
+
+
+def _decided(b: int, err: float = 0.005) -> list[Candidate]:
+    return [cand(b, err), cand(b - 1, 0.3), cand(b + 1, 0.3)]
+
+
+def test_resolve_infers_an_unobserved_slot_from_labels_shifted_like_the_observed_ones() -> None:
+    cands = {0: _decided(3), 1: _decided(31)}
+    ds = [decide.decide_slot(0, cands[0], TOL), decide.decide_slot(1, cands[1], TOL), decide.decide_slot(2, [], TOL)]
+    res = decide.resolve(ds, [2, 30, 58], "config.json", None, cands, TOL, "sglang", "llama", 61)
+    assert res.label_offset == 1
+    assert [r.boundary_index for r in res.slots] == [3, 31, 59]
+    assert [r.evidence for r in res.slots] == [Evidence.OBSERVED, Evidence.OBSERVED, Evidence.INFERRED]
+    assert res.slots[2].confidence < min(res.slots[0].confidence, res.slots[1].confidence)
+    assert "labels shifted by +1" in res.slots[2].note
+
+
+def test_resolve_judges_slots_against_the_configuration() -> None:
+    cands = {0: _decided(3), 1: _decided(31), 2: _decided(59)}
+    ds = [decide.decide_slot(s, cands[s], TOL) for s in range(3)]
+    cfg = Configured("sglang", (-1, 2, 30), (0, 3, 31))
+    res = decide.resolve(ds, [None] * 3, "", cfg, cands, TOL, "sglang", "llama", 61)
+    assert [r.status for r in res.slots] == [Status.MISMATCH] * 3
+    assert decide.verdict(res.slots, cfg) == Verdict.MISMATCH
+    good = Configured("sglang", (2, 30, 58), (3, 31, 59))
+    res = decide.resolve(ds, [None] * 3, "", good, cands, TOL, "sglang", "llama", 61)
+    assert [r.status for r in res.slots] == [Status.OK] * 3
+    assert decide.verdict(res.slots, good) == Verdict.OK
+
+
+def test_unverified_slot_makes_the_verdict_inconclusive_not_ok() -> None:
+    cands = {0: _decided(3)}
+    ds = [decide.decide_slot(0, cands[0], TOL), decide.decide_slot(1, [], TOL)]
+    cfg = Configured("sglang", (2, 30), (3, 31))
+    res = decide.resolve(ds, [3, 31], "labels", cfg, cands, TOL, "sglang", "llama", 61)
+    assert res.slots[1].status == Status.UNVERIFIED
+    assert decide.verdict(res.slots, cfg) == Verdict.INCONCLUSIVE
+
+
+def test_nothing_matched_is_a_mismatch() -> None:
+    d = SlotDecision(0, Status.UNMATCHED, None, 0.0, None, None, cand(5, 0.5), "no match")
+    res = decide.resolve([d], [None], "", None, {}, TOL, "sglang", "llama", 30)
+    assert decide.verdict(res.slots, None) == Verdict.MISMATCH
+
+
+def test_recommend_refuses_a_boundary_the_engine_cannot_capture() -> None:
+    rec, warnings = decide.recommend("sglang", "llama", [2, 15, 30], 30)
+    assert rec.ids == (1, 14, None)
+    assert rec.by_engine["vllm"] == [2, 15, 30]
+    assert any("cannot capture B30" in w for w in warnings)
+
+
+def test_recommend_says_when_no_engine_reproduces_the_order() -> None:
+    _, warnings = decide.recommend("vllm", "llama", [15, 2, 27], 30)
+    assert any("not in ascending layer order" in w for w in warnings)
+
+
+def test_count_warning() -> None:
+    assert decide.count_warning(Configured("sglang", (1, 2), (2, 3)), 3)
+    assert decide.count_warning(Configured("sglang", (1, 2, 3), (2, 3, 4)), 3) == []
