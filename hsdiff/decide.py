@@ -224,7 +224,7 @@ def _against_config(d: SlotDecision, b: int | None, evidence: Evidence, cfg_b: l
     if direct is not None and not direct.metrics.sink_only:
         e = direct.metrics.rel_err
         if e <= tolerance:
-            return Status.OK, note + f"; equals the engine's slot {s} (B{cfg}) within noise ({e * 100:.2g}%)"
+            return Status.OK, note + f"; equals the engine's slot {s} (B{cfg}) within noise ({pct(e)})"
         return Status.MISMATCH, note + f"; the engine's slot {s} (B{cfg}) differs from it by {pct(e)}"
     if b is not None:
         if b != cfg:

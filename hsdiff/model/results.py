@@ -75,11 +75,18 @@ class Verdict(_StrEnum):
     INCONCLUSIVE = "inconclusive"
 
 
-def pct(x: float) -> str:
-    """A relative error in words: ``0.0059`` → ``0.59%``, ``0.85`` → ``85%``; ``n/a`` when not finite."""
-    if not math.isfinite(x):
-        return "n/a"
-    return f"{x * 100:.2g}%" if x < 0.1 else f"{x * 100:.0f}%"
+def pct(x: float | None, *, table: bool = False) -> str:
+    """A relative error as a percentage, the one formatter of the project.
+
+    In prose two significant digits below 10 % (``0.0059`` → ``0.59%``, ``0.00123`` → ``0.12%``), in a
+    table (``table=True``) two decimals (``0.12%``); whole percents from 10 % (``85%``). ``n/a`` (``-``
+    in a table) when there is no finite value.
+    """
+    if x is None or not math.isfinite(x):
+        return "-" if table else "n/a"
+    if x >= 0.1:
+        return f"{x * 100:.0f}%"
+    return f"{x * 100:.2f}%" if table else f"{x * 100:.2g}%"
 
 
 @dataclass(frozen=True)

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import math
-
 from ..conventions import describe_boundary
+from ..model.results import pct
 from ._doc import Doc, _HasDict, as_doc, config_line, engine_title, rel_err
 
 __all__ = ["render_markdown"]
@@ -37,7 +36,7 @@ def render_markdown(result: Doc | _HasDict) -> str:
         for s in report["slots"]:
             out.append(
                 f"| {s['slot']} | {_b(s['boundary_index'], L)} | {_b(s['configured_boundary_index'], L)} "
-                f"| {s['status']} | {_pct(rel_err(s['matched']))} | {_cell(s['note'])} |"
+                f"| {s['status']} | {pct(rel_err(s['matched']), table=True)} | {_cell(s['note'])} |"
             )
         if report["verdict"] != "ok":
             rec = report["recommended"]
@@ -52,12 +51,6 @@ def render_markdown(result: Doc | _HasDict) -> str:
 
 def _b(b: int | None, L: int | None) -> str:
     return "-" if b is None else f"B{b} ({describe_boundary(b, L)})"
-
-
-def _pct(x: float | None) -> str:
-    if x is None or not math.isfinite(x):
-        return "-"
-    return f"{x * 100:.2f}%"
 
 
 def _cell(text: str) -> str:

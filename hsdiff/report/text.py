@@ -3,9 +3,8 @@ sentence, the walk-through of the evidence, and the line to paste into the draft
 
 from __future__ import annotations
 
-import math
-
 from ..conventions import describe_boundary
+from ..model.results import pct
 from ._doc import Doc, _HasDict, as_doc, config_line, rel_err
 
 _STATUS = {
@@ -21,12 +20,6 @@ _STATUS = {
 }
 
 
-def _fmt_err(x: float | None) -> str:
-    if x is None or not math.isfinite(x):
-        return "-"
-    return f"{x * 100:.2f}%" if x < 0.1 else f"{x * 100:.0f}%"
-
-
 def render_table(report: Doc | _HasDict) -> str:
     """One row per training slot: layer, evidence, confidence, error, runner-up, configured, status."""
     d = as_doc(report)
@@ -40,8 +33,8 @@ def render_table(report: Doc | _HasDict) -> str:
                 "?" if b is None else f"B{b}",
                 s["evidence"],
                 f"{s['confidence']:.2f}",
-                _fmt_err(rel_err(s["matched"])),
-                _fmt_err(rel_err(s["runner_up"])),
+                pct(rel_err(s["matched"]), table=True),
+                pct(rel_err(s["runner_up"]), table=True),
                 "-" if cfg is None else f"B{cfg}",
                 _STATUS.get(s["status"], s["status"]),
                 "-" if s["matched"] is None else _short(s["matched"]["label"], 40),
