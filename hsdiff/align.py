@@ -104,7 +104,8 @@ def _per_token(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Te
     return err, cos, ratio
 
 
-def _summarise(err, cos, ratio, sinks, values_per_token) -> Metrics:
+def _summarise(err: torch.Tensor, cos: torch.Tensor, ratio: torch.Tensor, sinks: torch.Tensor,
+               values_per_token: int) -> Metrics:
     ordinary = ~sinks
     finite = torch.isfinite(err)
     use = ordinary & finite

@@ -25,7 +25,7 @@ import json
 import logging
 import os
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -151,7 +151,7 @@ def capture_boundaries(model_or_layers: nn.Module | Sequence[nn.Module], *, devi
     cap = BoundaryCapture(len(layers), device)
     handles = []
 
-    def pre(k: int):
+    def pre(k: int) -> Callable[[nn.Module, tuple, dict], None]:
         def hook(module: nn.Module, args: tuple, kwargs: dict) -> None:
             cap._store(k, _hidden_of(args, kwargs))
         return hook
@@ -169,7 +169,7 @@ def capture_boundaries(model_or_layers: nn.Module | Sequence[nn.Module], *, devi
             h.remove()
 
 
-def _transformers():
+def _transformers() -> Any:
     try:
         import transformers
     except ImportError:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 import traceback
 
+from typing import Any
+
 import click
 
 from ..errors import HsdiffError
@@ -15,7 +17,7 @@ EXIT_OK, EXIT_FAIL, EXIT_INPUT, EXIT_BUG = 0, 1, 2, 3
 class _Group(click.Group):
     """Maps library exceptions to exit codes so that a crash is never read as a verdict."""
 
-    def invoke(self, ctx: click.Context):  # type: ignore[override]
+    def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except HsdiffError as e:
