@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import traceback
-
 from typing import Any
 
 import click
