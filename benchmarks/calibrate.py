@@ -1,0 +1,67 @@
+"""Calibration: how often hsdiff is right, wrong or silent, per confidence bin, over scenarios
+generated from real SmolLM2-135M hidden states (``tests/scenarios``). Run with ``make calibrate``.
+
+Each scenario knows the boundary of every training slot and whether the deployment should pass;
+hsdiff is called in-process (``hsdiff.compare``) on files written in the engines' formats. Printed:
+a markdown table (confidence bin -> fraction right / wrong / null), the wrong ids at confidence
+>= 0.9 with their seeds, the fraction answered and the exits 0 that should have been 1. Replay one
+scenario with ``--seed N --n 1 -v``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.scenarios import generate  # noqa: E402
+from tests.scenarios.score import as_json, markdown, run, summarise  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--n", type=int, default=1000, help="number of scenarios (default 1000)")
+    ap.add_argument("--seed", type=int, default=0, help="first scenario seed; scenarios use seed..seed+n-1")
+    ap.add_argument("--json", type=Path, default=None, help="write the summary and every outcome here")
+    ap.add_argument("--examples", type=int, default=10, help="examples listed per failure kind")
+    ap.add_argument("-v", "--verbose", action="store_true", help="print every scenario and its outcome")
+    args = ap.parse_args(argv)
+    logging.disable(logging.WARNING)
+    import torch
+
+    torch.set_num_threads(1)  # tiny tensors: threads only add contention
+    outcomes = []
+    t0 = time.perf_counter()
+    for i, seed in enumerate(range(args.seed, args.seed + args.n)):
+        o = run(generate(seed))
+        outcomes.append(o)
+        if args.verbose:
+            got = [(a.truth, a.got, round(a.confidence, 2), a.outcome) for a in o.slots]
+            print(f"seed {seed}: {o.about}\n  -> {o.verdict} exit {o.exit_code} (should pass: {o.should_pass}) "
+                  f"{got} {o.error}")
+        elif (i + 1) % 100 == 0:
+            print(f"  {i + 1}/{args.n} scenarios, {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    s = summarise(outcomes, args.examples)
+    print(markdown(s))
+    for key in ("wrong_at_confidence_ge_0.9_examples", "wrong_exit_0_examples", "ok_with_null_ids_examples",
+                "internal_error_examples"):
+        if s[key]:
+            print(f"\n{key.replace('_', ' ')}:")
+            for e in s[key]:
+                print("  " + json.dumps(e))
+    print(f"\n{args.n} scenarios in {time.perf_counter() - t0:.1f} s ({s['compare_seconds_total']} s in compare)")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"summary": s, "outcomes": as_json(outcomes)}, indent=1) + "\n")
+        print(f"JSON: {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
