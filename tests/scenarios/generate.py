@@ -57,6 +57,35 @@ class Scenario:
             kw["model_config"] = str(B.SMOLLM2 / "config.json")
         return kw
 
+    def tags(self) -> list[str]:
+        """The traits of this scenario that a wrong answer can be traced to."""
+        t = []
+        if self.corrupt_rank:
+            t.append("disagreeing-ranks")
+        elif self.ranks > 1:
+            t.append("tp-replicas")
+        if self.runs > 1:
+            t.append("several-runs")
+        if self.infer_sample not in self.train_samples:
+            t.append("shared-prefix")
+        if self.train_b != sorted(self.train_b):
+            t.append("unsorted-training")
+        if self.train_label == "shifted":
+            t.append("training-labels-off")
+        if self.configured is not None and sorted(self.capture_b) != sorted(self.train_b):
+            t.append("wrong-ids")
+        if self.configured is None:
+            t.append("no-ids")
+        if self.infer_format == "log":
+            t.append("log")
+        if self.tokens[1] - self.tokens[0] <= 3:
+            t.append("decode")
+        if self.noise in ("fp8", "gauss") or self.level >= 0.02:
+            t.append(f"noise-{self.noise}")
+        if len(self.train_b) != 3:
+            t.append(f"{len(self.train_b)}-slot")
+        return t
+
     def describe(self) -> str:
         parts = [f"train B{self.train_b} ({self.train_format}, labels {self.train_label})",
                  f"{self.engine} ids {self.configured} -> captured B{self.capture_b}"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import tempfile
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -40,6 +41,7 @@ class SlotAnswer:
 class Outcome:
     seed: int
     about: str
+    tags: list[str] = field(default_factory=list)
     slots: list[SlotAnswer] = field(default_factory=list)
     verdict: str = ""
     exit_code: int = 0
@@ -75,7 +77,7 @@ def judge(sc: Scenario, report: object) -> list[SlotAnswer]:
 
 
 def run(sc: Scenario) -> Outcome:
-    out = Outcome(sc.seed, sc.describe(), should_pass=sc.should_pass)
+    out = Outcome(sc.seed, sc.describe(), sc.tags(), should_pass=sc.should_pass)
     with tempfile.TemporaryDirectory(prefix="hsdiff-cal-") as d:
         train, infer = write(sc, Path(d))
         t0 = time.perf_counter()
@@ -113,6 +115,10 @@ def summarise(outcomes: list[Outcome], examples: int = 10) -> dict:
     det = [a for _, a in slots if a.determinable]
     n = len(slots)
 
+    def by_tag(items: list[Outcome]) -> dict[str, int]:
+        c = Counter(t for o in items for t in o.tags)
+        return dict(c.most_common())
+
     def ex(o: Outcome, a: SlotAnswer | None = None) -> dict:
         d = {"seed": o.seed, "scenario": o.about, "verdict": o.verdict, "exit_code": o.exit_code}
         if a is not None:
@@ -126,6 +132,8 @@ def summarise(outcomes: list[Outcome], examples: int = 10) -> dict:
         "slots": n,
         "wrong_at_confidence_ge_0.9": len(confident_wrong),
         "wrong_at_confidence_ge_0.9_examples": [ex(o, a) for o, a in confident_wrong[:examples]],
+        "wrong_at_confidence_ge_0.9_scenarios": len({o.seed for o, _ in confident_wrong}),
+        "wrong_at_confidence_ge_0.9_scenarios_by_trait": by_tag(list({o.seed: o for o, _ in confident_wrong}.values())),
         "right": sum(a.outcome == "right" for _, a in slots) / n,
         "wrong": sum(a.outcome == "wrong" for _, a in slots) / n,
         "null": sum(a.outcome == "null" for _, a in slots) / n,
@@ -134,11 +142,15 @@ def summarise(outcomes: list[Outcome], examples: int = 10) -> dict:
         "bins": bins,
         "wrong_exit_0": len(wrong_pass),
         "wrong_exit_0_examples": [ex(o) for o in wrong_pass[:examples]],
+        "wrong_exit_0_by_trait": by_tag(wrong_pass),
         "should_pass_but_exit_nonzero": len(false_alarm),
         "should_pass_but_exit_nonzero_examples": [ex(o) for o in false_alarm[:examples]],
+        "should_pass_but_exit_nonzero_by_trait": by_tag(false_alarm),
         "ok_with_null_ids": len(ok_null),
         "ok_with_null_ids_examples": [ex(o) for o in ok_null[:examples]],
+        "ok_with_null_ids_by_trait": by_tag(ok_null),
         "user_errors": sum(o.exit_code == 2 for o in outcomes),
+        "user_error_messages": dict(Counter(o.error.split(":")[1].strip() for o in outcomes if o.exit_code == 2).most_common()),
         "internal_errors": sum(o.exit_code == 3 for o in outcomes),
         "internal_error_examples": [ex(o) for o in outcomes if o.exit_code == 3][:examples],
         "compare_seconds_total": round(sum(o.seconds for o in outcomes), 2),
@@ -165,7 +177,19 @@ def markdown(s: dict) -> str:
         f"exit 1 where it should pass: {s['should_pass_but_exit_nonzero']}",
         f"- exit 0 with a null id in the recommendation: {s['ok_with_null_ids']}",
         f"- user errors (exit 2): {s['user_errors']}; internal errors (exit 3): {s['internal_errors']}",
+        "",
+        "| failure | scenarios | traits (scenarios carrying each) |",
+        "|---|---:|---|",
     ]
+    for label, n, traits in (
+        ("wrong id at confidence >= 0.9", s["wrong_at_confidence_ge_0.9_scenarios"],
+         s["wrong_at_confidence_ge_0.9_scenarios_by_trait"]),
+        ("exit 0, deployment wrong", s["wrong_exit_0"], s["wrong_exit_0_by_trait"]),
+        ("exit 1, deployment right", s["should_pass_but_exit_nonzero"], s["should_pass_but_exit_nonzero_by_trait"]),
+        ("exit 0 with null ids", s["ok_with_null_ids"], s["ok_with_null_ids_by_trait"]),
+        ("user error (exit 2)", s["user_errors"], s["user_error_messages"]),
+    ):
+        lines.append(f"| {label} | {n} | " + ", ".join(f"{k} {v}" for k, v in list(traits.items())[:6]) + " |")
     return "\n".join(lines)
 
 

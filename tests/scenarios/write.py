@@ -71,29 +71,33 @@ def _dumper(sc: Scenario, root: Path, gen: torch.Generator) -> None:
         runs.append((other, [min(b + 1, B.L - 1) for b in sc.capture_b], 1))
     for sample, cap_b, step in runs:
         exp = root / f"dump_20261201_0000{step:02d}_00000{step}"
-        exp.mkdir(parents=True, exist_ok=True)
         for r in range(sc.ranks):
-            base = {"step": step, "rank": r, "recompute_status": "disabled", "world_rank": r, "world_size": sc.ranks}
-
-            def save(index: int, name: str, value: torch.Tensor, tags: dict, r: int = r, base: dict = base) -> None:
-                tail = "".join(f"___{k}={v}" for k, v in tags.items())
-                torch.save({"value": value, "meta": {**base, "dump_index": index, "name": name, **tags}},
-                           exp / f"step={step}___rank={r}___dump_index={index}___name={name}___recompute_status=disabled{tail}.pt")
-
+            records: list[tuple[str, torch.Tensor, dict]] = []
             if sc.with_ids:
-                save(0, "input_ids", _ids(sc, sample), {})
+                records.append(("input_ids", _ids(sc, sample), {}))
             g = torch.Generator().manual_seed(sc.seed * 7 + step)  # replicas hold the same values
             vals = {b: _values(sc, b, g, sample) for b in sorted(set(cap_b) | set(sc.extra_b))}
             if r == 1 and sc.corrupt_rank:
                 vals = {b: _corrupt(v, sample, gen) for b, v in vals.items()}
             if sc.infer_format == "dumper-concat":
-                save(1, "aux_hidden_states", torch.cat([vals[b] for b in cap_b], dim=-1), {})
+                records.append(("aux_hidden_states", torch.cat([vals[b] for b in cap_b], dim=-1), {}))
             else:
-                for j, b in enumerate(cap_b):
-                    tags = {"layer_id": b} if sc.infer_format == "dumper-layers" else {"slot": j}
-                    save(j + 1, "eagle3_aux", vals[b], tags)
-                for n, b in enumerate(sc.extra_b):
-                    save(len(cap_b) + n + 1, "layer_input", vals[b], {"layer_id": b})
+                tagged = sc.infer_format == "dumper-layers"
+                records += [("eagle3_aux", vals[b], {"layer_id": b} if tagged else {"slot": j}) for j, b in enumerate(cap_b)]
+                records += [("layer_input", vals[b], {"layer_id": b}) for b in sc.extra_b]
+            dumper_records(exp, records, rank=r, ranks=sc.ranks, step=step)
+
+
+def dumper_records(exp: Path, records: list[tuple[str, torch.Tensor, dict]], *, rank: int = 0, ranks: int = 1,
+                   step: int = 0) -> Path:
+    """SGLang dumper files (current format) in ``exp``: one ``(name, value, extra tags)`` per record."""
+    exp.mkdir(parents=True, exist_ok=True)
+    base = {"step": step, "rank": rank, "recompute_status": "disabled", "world_rank": rank, "world_size": ranks}
+    for index, (name, value, tags) in enumerate(records):
+        tail = "".join(f"___{k}={v}" for k, v in tags.items())
+        torch.save({"value": value.clone(), "meta": {**base, "dump_index": index, "name": name, **tags}},
+                   exp / f"step={step}___rank={rank}___dump_index={index}___name={name}___recompute_status=disabled{tail}.pt")
+    return exp
 
 
 def _vllm(sc: Scenario, root: Path, gen: torch.Generator) -> None:

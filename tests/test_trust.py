@@ -1,0 +1,348 @@
+"""Right or honestly open on every realistic case: one reproduction per class of failure, on real
+SmolLM2-135M states (30 layers, H=576; fp32 training side, bf16/fp16/fp8/noisy engine side).
+
+Values are the evidence, labels (configs, key names, engine tags, configured ids) the priors. Each test
+states what a correct tool answers: ids, verdict, exit code and the key words of the cause or warning.
+Training slots are B 2, 15, 27 (SGLang ids [1, 14, 26], vLLM ids [2, 15, 27]) unless said otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+import hsdiff
+
+from . import builders as B
+from .scenarios.noise import apply
+from .scenarios.write import dumper_records
+
+TRAIN_B = [2, 15, 27]
+SGL = (1, 14, 26)
+GEN = 1234
+
+
+def text(r) -> str:
+    """Everything the report says in words."""
+    return " ".join([r.cause, *r.explanation, *r.warnings])
+
+
+def matched_files(r) -> list[str | None]:
+    return [None if s["matched"] is None else s["matched"]["file"] for s in r.to_dict()["slots"]]
+
+
+def noisy(sample: int, b: int, kind: str = "bf16", level: float = 0.0) -> torch.Tensor:
+    return apply(sample, b, kind, level, torch.Generator().manual_seed(GEN + b))
+
+
+@pytest.fixture(scope="module")
+def train(tmp_path_factory) -> Path:
+    """SpecForge data of samples 0-2 at B 2, 15, 27 with a draft config claiming ids [1, 14, 26]."""
+    root = B.specforge(tmp_path_factory.mktemp("train"), [0, 1, 2], TRAIN_B)
+    B.draft_config(root / "config.json", list(SGL))
+    return root
+
+
+def concat_dump(root: Path, sample: int, bs: list[int], *, kind: str = "bf16", level: float = 0.0,
+                tokens: slice = slice(None)) -> Path:
+    ids = B.states(sample)["input_ids"][tokens]
+    aux = torch.cat([noisy(sample, b, kind, level)[tokens] for b in bs], dim=-1)
+    dumper_records(root / "dump_20261201_000000_000001", [("input_ids", ids, {}), ("aux_hidden_states", aux, {})])
+    return root
+
+
+def log_file(path: Path, lines: list[str]) -> Path:
+    path.write_text("\n".join(["[2026-12-01 00:00:01 TP0] The server is fired up and ready to roll!", *lines]) + "\n")
+    return path
+
+
+def flist(v: torch.Tensor) -> str:
+    return "[" + ", ".join(f"{float(x):.4g}" for x in v) + "]"
+
+
+# ------------------------------------------------------------------------- 1. shape guessing
+@pytest.mark.xfail(strict=True, reason="issue class 1: [24, 3, 576] without token_ids is read as an [L+1, T, H] "
+                   "all-layer stack of a 23-layer model, and ids [2, 15, 27] are refused as out of range")
+def test_1_connector_without_token_ids_is_not_an_all_layer_stack(tmp_path, train):
+    # vLLM's connector layout [T=24, k=3, H]; token_ids left out by whoever copied the file
+    hs = torch.stack([noisy(1, b) for b in TRAIN_B], dim=1).contiguous()
+    save_file({"hidden_states": hs}, str(tmp_path / "req-1.safetensors"))
+    r = hsdiff.compare(train, tmp_path / "req-1.safetensors", engine="vllm", layer_ids=[2, 15, 27])
+    assert r.recommended.ids == (2, 15, 27)  # k = 3 from the ids, T = 24 from the training input_ids
+    assert r.verdict == "ok" and r.exit_code == 0
+    for s in r.slots:  # never a match whose cosine contradicts its error
+        assert s.match is not None and s.match.metrics.cosine > 0.99
+
+
+# ------------------------------------------------------------------------- 2. a minority decides
+@pytest.mark.parametrize("rows", [
+    pytest.param([5, 6], id="two-ordinary", marks=pytest.mark.xfail(strict=True, reason=(
+        "issue class 2: the lower median of [match, miss] reads as a match: verdict ok, exit 0, confidence 1.00"))),
+    pytest.param([0, 5, 6], id="sink-and-two-ordinary"),
+])
+def test_2_one_match_one_miss_over_two_ordinary_tokens_is_not_a_match(tmp_path, train, rows):
+    # two ordinary tokens (and maybe the sink); the last token's rows come from three layers deeper
+    cols = []
+    for b in TRAIN_B:
+        x = noisy(1, b)[rows].clone()
+        x[-1] = noisy(1, b + 3)[rows[-1]]
+        cols.append(x)
+    ids = B.states(1)["input_ids"][rows]
+    dumper_records(tmp_path / "dump", [("input_ids", ids, {}), ("aux_hidden_states", torch.cat(cols, dim=-1), {})])
+    r = hsdiff.compare(train, tmp_path, layer_ids=list(SGL))
+    assert r.verdict != "ok" and r.exit_code == 1
+    assert all(s.confidence < 0.9 for s in r.slots)
+
+
+# ------------------------------------------------------------------------- 3. hidden size
+@pytest.mark.xfail(strict=True, reason="issue class 3: --hidden-size 192 (a third of 576) is accepted and splits the "
+                   "training side into 9 slots")
+def test_3a_a_hidden_size_that_cannot_fit_is_a_user_error(tmp_path, train):
+    infer = concat_dump(tmp_path, 1, TRAIN_B)
+    with pytest.raises(hsdiff.HsdiffError, match=r"(?i)hidden.size"):
+        hsdiff.compare(train, infer, layer_ids=list(SGL), hidden_size=192)
+
+
+@pytest.mark.xfail(strict=True, reason="issue class 3: a 4-slot draft served with 2 ids: H is taken from the inference "
+                   "width (1152) and every slot is left null")
+def test_3b_four_slot_draft_served_with_two_ids(tmp_path):
+    train4 = B.specforge(tmp_path / "train", [0, 1, 2], [2, 9, 15, 27])
+    infer = concat_dump(tmp_path / "infer", 1, [2, 15])
+    r = hsdiff.compare(train4, infer, layer_ids=[1, 14])
+    assert r.hidden_size == B.H and len(r.slots) == 4
+    assert [r.slots[0].boundary_index, r.slots[2].boundary_index] == [2, 15]
+    assert r.verdict == "mismatch" and r.exit_code == 1
+
+
+def test_3c_single_aux_slot_needs_no_hidden_size_flag(tmp_path):
+    train1 = B.specforge(tmp_path / "train", [0, 1, 2], [15])
+    B.draft_config(train1 / "config.json", [14])  # target_hidden_size 576
+    infer = concat_dump(tmp_path / "infer", 1, [15])
+    r = hsdiff.compare(train1, infer, layer_ids=[14])
+    assert r.recommended.ids == (14,)
+    assert r.verdict == "ok" and r.exit_code == 0
+
+
+# ------------------------------------------------------------------------- 4. conflicting labels are said
+@pytest.fixture(scope="module")
+def every_layer(tmp_path_factory) -> Path:
+    """An SGLang dumper run at the input of every layer (layer_id tags B 0..29), sample 1."""
+    return B.sglang_dump(tmp_path_factory.mktemp("all"), 1, list(range(30)), concat_slots=False, tag_layers=True)
+
+
+@pytest.mark.xfail(strict=True, reason="issue class 4: a training config one layer off against the values is "
+                   "silent: verdict ok, no warning")
+def test_4a_training_labels_off_by_one_are_a_warning(tmp_path, every_layer):
+    train = B.specforge(tmp_path / "train", [0, 1, 2], TRAIN_B)
+    B.draft_config(train / "config.json", [2, 15, 27])  # claims B 3, 16, 28
+    r = hsdiff.compare(train, every_layer, layer_ids=list(SGL))
+    assert r.recommended.ids == SGL and r.verdict == "ok" and r.exit_code == 0
+    assert any(re.search(r"(?i)label", w) and re.search(r"(?i)\b(1|one) layer", w) for w in r.warnings)
+
+
+@pytest.mark.xfail(strict=True, reason="issue class 4: 'output of model.layers.i' is read as boundary i: ids "
+                   "[0, 13, 25] with exit 0 although the training config says [1, 14, 26]")
+def test_4b_hook_output_labels_against_the_training_config(tmp_path, train):
+    # hooks on the layer outputs: 'output of model.layers.i' prints B i+1
+    lines = [f"[2026-12-01 00:00:05 TP0] output of model.layers.{b - 1}: h[4:8, :8]="
+             + json.dumps([[round(float(v), 4) for v in row] for row in noisy(1, b)[4:8, :8]]) for b in TRAIN_B]
+    r = hsdiff.compare(train, log_file(tmp_path / "server.log", lines))
+    if r.recommended.ids != SGL:  # labels read as boundaries: the contradiction must be said and fail
+        assert r.exit_code == 1 and re.search(r"(?i)label", text(r)) and re.search(r"(?i)\b(1|one) layer", text(r))
+    assert r.exit_code == 1 or r.recommended.ids == SGL
+
+
+# ------------------------------------------------------------------------- 5. engines that sort
+@pytest.mark.xfail(strict=True, reason="issue class 5: recommends the unsorted ids [26, 1, 14] (the engine re-sorts "
+                   "them), blames 'shifted by 2 slots', and names no way out (retraining, permuting fc)")
+def test_5_unsorted_training_slots_cannot_be_served(tmp_path, every_layer):
+    train = B.specforge(tmp_path / "train", [0, 1, 2], [27, 2, 15])
+    r = hsdiff.compare(train, every_layer, layer_ids=list(SGL))
+    assert [s.boundary_index for s in r.slots] == [27, 2, 15]
+    assert r.verdict == "mismatch" and r.exit_code == 1
+    assert r.recommended.ids != (26, 1, 14)  # SGLang would capture them in layer order
+    words = text(r)
+    assert re.search(r"(?i)sort|order", words) and re.search(r"(?i)fc|permut|retrain", words)
+
+
+# ------------------------------------------------------------------------- 6. TP ranks that disagree
+@pytest.mark.xfail(strict=True, reason="issue class 6: rank 1 differs by 37% on every ordinary token, yet the "
+                   "verdict is ok with exit 0")
+def test_6_disagreeing_tensor_parallel_ranks_are_a_mismatch(tmp_path, train):
+    exp = tmp_path / "dump_20261201_000000_000001"
+    ids = B.states(1)["input_ids"]
+    good = torch.cat([noisy(1, b) for b in TRAIN_B], dim=-1)
+    bad = good.float().clone()
+    g = torch.Generator().manual_seed(7)
+    n = torch.randn(bad[1:].shape, generator=g)
+    bad[1:] += n / n.norm(dim=-1, keepdim=True) * bad[1:].norm(dim=-1, keepdim=True) * 0.37  # ordinary tokens only
+    for rank, v in ((0, good), (1, bad.to(good.dtype))):
+        dumper_records(exp, [("input_ids", ids, {}), ("aux_hidden_states", v, {})], rank=rank, ranks=2)
+    r = hsdiff.compare(train, tmp_path, layer_ids=list(SGL))
+    assert r.verdict == "mismatch" and r.exit_code == 1
+    assert re.search(r"(?i)rank", r.cause) and "1" in r.cause
+
+
+# ------------------------------------------------------------------------- 7. shared prefixes
+@pytest.mark.xfail(strict=True, reason="issue class 7: a different prompt sharing its first 11 tokens: slot 0 ok, "
+                   "slots 1 and 2 a mismatch at 12% over all tokens, ids [1, None, None], exit 1")
+def test_7_shared_prefix_is_evidence(tmp_path):
+    train0 = B.specforge(tmp_path / "train", [0], TRAIN_B)  # training saw sample 0 only
+    infer = concat_dump(tmp_path / "infer", 1, TRAIN_B)  # sample 1: the first 11 tokens are the same
+    r = hsdiff.compare(train0, infer, layer_ids=list(SGL))
+    assert r.recommended.ids == SGL
+    assert r.verdict == "ok" and r.exit_code == 0
+    assert re.search(r"(?i)prefix", text(r))
+
+
+# ------------------------------------------------------------------------- 8. several runs in one dumper dir
+@pytest.mark.xfail(strict=True, reason="issue class 8: the slots are matched across the two runs of one dumper "
+                   "directory and no run is named")
+def test_8_runs_in_one_dumper_directory_are_kept_apart(tmp_path, train):
+    ids1, ids2 = B.states(1)["input_ids"], B.states(2)["input_ids"]
+    # run 1 (sample 1) with ids [1, 14, 26]; run 2 (sample 2) after a restart with ids [2, 14, 27]
+    dumper_records(tmp_path / "dump_20261201_000000_000001",
+                   [("input_ids", ids1, {}), ("aux_hidden_states", torch.cat([noisy(1, b) for b in (2, 15, 27)], -1), {})])
+    dumper_records(tmp_path / "dump_20261201_010000_000002",
+                   [("input_ids", ids2, {}), ("aux_hidden_states", torch.cat([noisy(2, b) for b in (3, 15, 28)], -1), {})])
+    r = hsdiff.compare(train, tmp_path, layer_ids=list(SGL))
+    runs = {Path(f).parent.name for f in matched_files(r) if f}
+    assert len(runs) == 1  # every slot from one run ...
+    assert re.search(r"(?i)run", text(r)) and any(run in text(r) for run in runs)  # ... and it says which
+    assert r.recommended.ids == SGL
+
+
+# ------------------------------------------------------------------------- 9. label-consistent answers
+@pytest.mark.xfail(strict=True, reason="issue class 9: slot 0 is 'observed' from the sink token alone, slots 1 and "
+                   "2 'inferred': no answer says it is only consistent with the labels")
+def test_9a_sink_token_print_with_agreeing_labels_is_consistent(tmp_path, train):
+    lines = [f"[2026-12-01 00:00:05 TP0] aux_hidden_states[{j}] layer={b} h[0, :5]={flist(noisy(1, b)[0, :5])}"
+             for j, b in enumerate(TRAIN_B)]
+    r = hsdiff.compare(train, log_file(tmp_path / "server.log", lines), layer_ids=list(SGL))
+    assert r.recommended.ids == SGL
+    assert [s.evidence for s in r.slots] == ["consistent"] * 3
+    assert all(s.confidence < 0.9 for s in r.slots)
+    assert r.verdict != "ok" and r.exit_code == 1  # a gate passes only on ordinary tokens
+
+
+@pytest.mark.xfail(strict=True, reason="issue class 9: slot 0 matches at 3.1% over 36 values but is left null by "
+                   "the fixed 8% neighbour prior: ids [None, 14, 26] with verdict ok")
+def test_9b_thirty_six_values_at_three_percent_answer(tmp_path):
+    train = B.specforge(tmp_path / "train", [0, 1, 2], TRAIN_B)  # no training labels: the values must answer
+    lines = [f"[2026-12-01 00:00:05 TP0] aux_hidden_states[{j}] h[6:10, :9]="
+             + json.dumps([[round(float(v), 4) for v in row] for row in noisy(1, b, "fp32", 0.03)[6:10, :9]])
+             for j, b in enumerate(TRAIN_B)]
+    r = hsdiff.compare(train, log_file(tmp_path / "server.log", lines), layer_ids=list(SGL))
+    assert r.recommended.ids == SGL
+    assert all(s.evidence in ("observed", "consistent") for s in r.slots)
+    assert r.verdict in ("ok", "inconclusive") and r.exit_code == (0 if r.verdict == "ok" else 1)
+
+
+# ------------------------------------------------------------------------- 10. layer numbers in capture names
+NAMES = {
+    "dumper model.layers.N.input": ("dumper", "model.layers.{b}.input"),
+    "dumper layerN_residual_in": ("dumper", "layer{b}_residual_in"),
+    "safetensors blocks.N": ("safetensors", "blocks.{b}"),
+    "safetensors h.N": ("safetensors", "h.{b}"),
+    "safetensors decoder.layers.N": ("safetensors", "decoder.layers.{b}"),
+    "log model.layers.N.input": ("log", "model.layers.{b}.input"),
+}
+
+
+UNLABELLED = pytest.mark.xfail(strict=True, reason="issue class 10: a layer number in a dumper name or in a key "
+                               "'blocks.N' is not read as a label: ids [None, None, None]")
+PASSING = ("safetensors h.N", "safetensors decoder.layers.N", "log model.layers.N.input")
+
+
+@pytest.mark.parametrize("style", [pytest.param(n, marks=() if n in PASSING else UNLABELLED) for n in NAMES])
+def test_10_layer_numbers_in_capture_names_are_labels(tmp_path, train, style):
+    kind, pattern = NAMES[style]
+    bs = range(0, 30)
+    if kind == "dumper":
+        dumper_records(tmp_path / "dump", [("input_ids", B.states(1)["input_ids"], {})]
+                       + [(pattern.format(b=b), noisy(1, b), {}) for b in bs])
+        infer = tmp_path
+    elif kind == "safetensors":
+        infer = tmp_path / "hooks.safetensors"
+        save_file({pattern.format(b=b): noisy(1, b).contiguous() for b in bs}, str(infer))
+    else:
+        infer = log_file(tmp_path / "server.log", [
+            f"[2026-12-01 00:00:05 TP0] {pattern.format(b=b)} h[4:8, :8]="
+            + json.dumps([[round(float(v), 4) for v in row] for row in noisy(1, b)[4:8, :8]]) for b in bs])
+    r = hsdiff.compare(train, infer)
+    assert r.recommended.ids == SGL, style
+    assert r.verdict == "ok" and r.exit_code == 0
+    assert "unlabelled" not in text(r).lower()
+
+
+# ------------------------------------------------------------------------- 11. plain shifts in words
+@pytest.mark.xfail(strict=True, reason="issue class 11: only the neighbours captured: ids [None, None, None] and the "
+                   "cause 'the two sides hold different tensors. Check post-norm...' instead of the shift")
+def test_11_captured_neighbours_only_say_the_shift(tmp_path, train):
+    infer = concat_dump(tmp_path, 1, [3, 16, 28])  # ids [2, 15, 27]: every slot one layer too deep
+    r = hsdiff.compare(train, infer, layer_ids=[2, 15, 27])
+    assert r.recommended.ids == SGL and [s.evidence for s in r.slots] == ["inferred"] * 3
+    assert r.verdict == "mismatch" and r.exit_code == 1
+    assert re.search(r"(?i)\b(1|one) layer", r.cause) and "post-norm" not in r.cause
+
+
+# ------------------------------------------------------------------------- 12. no null after OK
+@pytest.mark.parametrize("kind,level", [
+    pytest.param("fp32", 0.04, id="gauss-4pct", marks=pytest.mark.xfail(
+        strict=True, reason="issue class 12: 4% noise (the documented same-layer range): verdict ok, ids [None, None, None]")),
+    pytest.param("fp8", 0.0, id="fp8-e4m3"),
+])
+def test_12_verified_configuration_is_recommended(tmp_path, train, kind, level):
+    infer = concat_dump(tmp_path, 1, TRAIN_B, kind=kind, level=level)
+    r = hsdiff.compare(train, infer, layer_ids=list(SGL))
+    assert r.verdict == "ok" and r.exit_code == 0
+    assert r.recommended.ids == SGL  # never a paste line of nulls after OK
+
+
+# ------------------------------------------------------------------------- 13. OK while the engine cannot serve it
+@pytest.mark.xfail(strict=True, reason="issue class 13: B30 = B_L on SGLang's llama loop: verdict ok, exit 0, "
+                   "ids [1, 14, None]")
+def test_13a_last_boundary_on_sglang_llama(tmp_path):
+    train = B.specforge(tmp_path / "train", [0, 1, 2], [2, 15, 30])
+    infer = B.sglang_dump(tmp_path / "infer", 1, list(range(31)), concat_slots=False, tag_layers=True)
+    r = hsdiff.compare(train, infer, layer_ids=[1, 14, 29], model_config=str(B.SMOLLM2 / "config.json"))
+    assert [s.boundary_index for s in r.slots] == [2, 15, 30]
+    assert r.verdict != "ok" and r.exit_code == 1
+    assert re.search(r"B ?30\b", text(r)) and re.search(r"(?i)cannot|never", text(r))
+
+
+@pytest.mark.xfail(strict=True, reason="issue class 13: B[1, 15, 27] under SGLang's DeepSeek rule (B1 needs id 1, "
+                   "which shifts every id): verdict ok, exit 0, ids [None, None, None]")
+def test_13b_deepseek_rule_cannot_capture_b1_first(tmp_path):
+    train = B.specforge(tmp_path / "train", [0, 1, 2], [1, 15, 27])
+    infer = B.sglang_dump(tmp_path / "infer", 1, list(range(30)), concat_slots=False, tag_layers=True)
+    r = hsdiff.compare(train, infer, model_family="deepseek", model_config=str(B.SMOLLM2 / "config.json"))
+    assert [s.boundary_index for s in r.slots] == [1, 15, 27]
+    assert r.verdict != "ok" and r.exit_code == 1
+    assert re.search(r"B ?1\b", text(r)) and re.search(r"(?i)cannot|never", text(r))
+
+
+# ------------------------------------------------------------------------- 14. small
+@pytest.mark.xfail(strict=True, reason="issue class 14: the hint says 'pass --format', an option compare does not have")
+def test_14a_format_hint_names_the_real_options(tmp_path, train):
+    (tmp_path / "notes.txt").write_text("nothing here\n")
+    with pytest.raises(hsdiff.HsdiffError) as e:
+        hsdiff.compare(train, tmp_path)
+    msg = str(e.value)
+    assert not re.search(r"--format\b", msg)
+    assert "--infer-format" in msg
+
+
+def test_14b_layer_ids_as_a_string(tmp_path, train):
+    infer = concat_dump(tmp_path, 1, TRAIN_B)
+    try:
+        r = hsdiff.compare(train, infer, layer_ids="1,14,26")
+    except (hsdiff.HsdiffError, TypeError) as e:  # refused: then say what type
+        assert "layer_ids" in str(e)
+    else:
+        assert r.recommended.ids == SGL and r.verdict == "ok"
