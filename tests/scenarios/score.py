@@ -78,7 +78,7 @@ def judge(sc: Scenario, report: object) -> list[SlotAnswer]:
 
 def run(sc: Scenario) -> Outcome:
     out = Outcome(sc.seed, sc.describe(), sc.tags(), should_pass=sc.should_pass)
-    with tempfile.TemporaryDirectory(prefix="hsdiff-cal-") as d:
+    with tempfile.TemporaryDirectory(prefix="calibration-scenario-") as d:
         train, infer = write(sc, Path(d))
         t0 = time.perf_counter()
         try:
