@@ -151,22 +151,23 @@ def _subscripts(text: str, lab: Labels) -> None:
             lab.col_start, lab.col_from_end = ca, ca < 0
 
 
+def _first_number(res: tuple[re.Pattern[str], ...], text: str) -> int | None:
+    """The number the first of ``res`` that matches ``text`` captures."""
+    for r in res:
+        m = r.search(text)
+        if m:
+            return int(m.group(1))
+    return None
+
+
 def find_labels(text: str, local: str) -> Labels:
     """Labels from a print's own key text (``local``) and its line (``text``)."""
     lab = Labels()
     for src in (local, text):
         if lab.slot is None:
-            for r in _SLOT_RES:
-                m = r.search(src)
-                if m:
-                    lab.slot = int(m.group(1))
-                    break
+            lab.slot = _first_number(_SLOT_RES, src)
         if lab.layer is None:
-            for r in _LAYER_RES:
-                m = r.search(src)
-                if m:
-                    lab.layer = int(m.group(1))
-                    break
+            lab.layer = _first_number(_LAYER_RES, src)
     _subscripts(local or text, lab)
     if lab.row_start is None:
         m = _ROW_RE.search(local) or _ROW_RE.search(text)
