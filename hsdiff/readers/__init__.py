@@ -1,11 +1,19 @@
-"""Readers: one module per dump format, a registry, and detection by content.
+"""Readers: one module per dump format, a registry built from them, and detection by content.
 
-:func:`scan` walks a file or directory and returns a :class:`~hsdiff.model.Dump` of lazy captures.
-The format of each file is decided from what it holds (magic bytes, then keys), not its suffix;
-``fmt`` forces one format for every file.
+:func:`scan` walks a file or directory and returns a :class:`~hsdiff.model.Dump` of lazy captures;
+:func:`read_file` reads one file. The format of each file is decided from what it holds (magic
+bytes, then keys), not its suffix; ``fmt`` forces one format for every file.
 
-Format keys (the same strings in ``--format`` and in the JSON report): ``specforge``,
-``modelopt``, ``eagle``, ``sglang_dumper``, ``vllm``, ``hf``, ``tensors``, ``debuglog``.
+The package:
+
+* one module per format, its name the format's key (the same string in ``--format`` and in the
+  JSON report): ``specforge``, ``modelopt``, ``eagle``, ``sglang_dumper``, ``vllm``, ``hf``,
+  ``tensors`` (tensor files) and the ``debuglog`` package (text logs). Each declares its ``KEY``,
+  what it ``READS``, its detection ``PRIORITY`` and ``sniff``; :mod:`~hsdiff.readers.registry` lists them;
+* ``_container/``: opening files safely, one backend module per container (torch, safetensors,
+  numpy, gzip) behind a small table; :func:`read_safetensors_header` is the one safetensors header
+  reader;
+* ``_common``: what the format modules share (the read context, layer numbers from names, token ids).
 """
 
 from __future__ import annotations
@@ -18,31 +26,34 @@ from pathlib import Path
 
 from ..errors import FormatError, HsdiffError, InputError
 from ..model import Capture, Dump
-from . import eagle, hf, modelopt, sglang_dumper, specforge, tensors, vllm
+from . import sglang_dumper
 from ._common import ReadContext
-from ._container import claimed_format, cleanup, not_what_it_claims, open_table, sniff_container
+from ._container import (
+    claimed_format,
+    cleanup,
+    not_what_it_claims,
+    open_table,
+    read_safetensors_header,
+    sniff_container,
+)
+from .registry import BY_KEY, DETECTION, FORMATS, LOG_SUFFIXES, TEXT_READER, accepts
 
-__all__ = ["FORMATS", "ReadContext", "scan", "read_file"]
+__all__ = ["FORMATS", "ReadContext", "scan", "read_file", "read_safetensors_header"]
 
 log = logging.getLogger("hsdiff.readers")
 
-# Order matters: the first reader whose sniff() accepts a table reads it.
-_TABLE_READERS = [specforge, modelopt, vllm, eagle, hf, tensors]
-FORMATS: tuple[str, ...] = ("specforge", "modelopt", "eagle", "sglang_dumper", "vllm", "hf", "tensors", "debuglog")
-_BY_KEY = {m.KEY: m for m in _TABLE_READERS + [sglang_dumper]}
-
 _SKIP_SUFFIXES = {".json", ".jsonl", ".md", ".py", ".sh", ".yaml", ".yml", ".toml", ".cfg", ".lock", ".png", ".csv", ".ipynb"}
-_LOG_SUFFIXES = {".log", ".txt", ".out", ".err", ".stdout", ".stderr"}
-
-
-def _debuglog():
-    from . import debuglog  # imported lazily: text logs are optional evidence
-
-    return debuglog
 
 
 def read_file(path: Path, ctx: ReadContext, fmt: str | None = None) -> list[Capture]:
-    """Captures in one file; raises :class:`FormatError` when the file is damaged or unreadable."""
+    """Captures in one file; raises :class:`FormatError` when the file is damaged or unreadable.
+
+    ``fmt`` forces a format; otherwise text goes to the text reader and a tensor file to the first
+    table reader (by ``PRIORITY``) whose ``sniff`` accepts it.
+
+    >>> read_file(Path("fixtures/seed/train/rows_0-2000/data_0.ckpt"), ReadContext("train"))[0].origin.format  # doctest: +SKIP
+    'specforge'
+    """
     try:
         container = sniff_container(path)
     except PermissionError:
@@ -53,31 +64,30 @@ def read_file(path: Path, ctx: ReadContext, fmt: str | None = None) -> list[Capt
         raise InputError(f"cannot read ({e.strerror or e})", path=path) from None
     if container == "empty":
         raise FormatError("file is empty", path=path, hint="the dump was not written completely; re-run it")
-    if container in ("text", "binary") and fmt != "debuglog" and claimed_format(path) is not None:
+    forced = BY_KEY.get(fmt) if fmt is not None else None
+    reads_text = forced is not None and forced.READS == "text"
+    if container in ("text", "binary") and not reads_text and claimed_format(path) is not None:
         raise not_what_it_claims(path, container)
-    if container == "binary" and fmt != "debuglog" and path.suffix.lower() not in _LOG_SUFFIXES:
+    if container == "binary" and not reads_text and path.suffix.lower() not in LOG_SUFFIXES:
         raise FormatError(
             "not in any format hsdiff reads (unrecognised binary data)", path=path,
             hint=f"hsdiff reads {', '.join(FORMATS)}; point it at the dump itself",
         )
-    if container in ("text", "binary") or fmt == "debuglog":
-        if fmt not in (None, "debuglog"):
+    if container in ("text", "binary") or reads_text:
+        if fmt is not None and not reads_text:
             raise FormatError(f"not a {fmt} file: it holds text", path=path)
-        return _debuglog().read(path, ctx)
+        return list((forced or TEXT_READER).read(path, ctx))
     table = open_table(path, container)
     try:
-        if fmt == "sglang_dumper" or (fmt is None and sglang_dumper.sniff_path(path)):
-            return sglang_dumper.read(table, ctx)
         if fmt is not None:
-            reader = _BY_KEY.get(fmt)
-            if reader is None:
+            if forced is None:
                 raise InputError(f"unknown format {fmt!r}", hint=f"choose one of: {', '.join(FORMATS)}")
-            if not reader.sniff(table):
+            if not accepts(forced, table):
                 raise FormatError(f"does not look like a {fmt} file (keys: {sorted(table.keys())[:8]})", path=path)
-            return reader.read(table, ctx)
-        for reader in _TABLE_READERS:
+            return list(forced.read(table, ctx))
+        for reader in DETECTION:
             if reader.sniff(table):
-                return reader.read(table, ctx)
+                return list(reader.read(table, ctx))
         return []
     finally:
         cleanup(table)
@@ -160,7 +170,7 @@ def scan(
         if not explicit and fmt is None:
             try:
                 container = sniff_container(p)
-                if container in ("text", "binary") and claimed_format(p) is None and p.suffix.lower() not in _LOG_SUFFIXES:
+                if container in ("text", "binary") and claimed_format(p) is None and p.suffix.lower() not in LOG_SUFFIXES:
                     skipped.append(ctx.rel(p))
                     continue
             except OSError as e:
@@ -169,7 +179,7 @@ def scan(
             found = read_file(p, ctx, fmt)
         except FormatError:
             # a server log beside the dumps that prints no tensor is no error: skip it
-            if explicit or p.suffix.lower() not in _LOG_SUFFIXES or fmt not in (None, "debuglog"):
+            if explicit or p.suffix.lower() not in LOG_SUFFIXES or fmt not in (None, "debuglog"):
                 raise
             found = []
         if not found:

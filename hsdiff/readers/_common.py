@@ -55,10 +55,6 @@ def token_ids_of(table: Table) -> tuple[int, ...] | None:
     return None
 
 
-def dtype_of(entry: Entry) -> str:
-    return entry.dtype
-
-
 def make_capture(
     table: Table,
     entry: Entry,
@@ -103,9 +99,3 @@ def sample_name(path: Path) -> str:
 def float_entries(table: Table) -> list[Entry]:
     return [e for e in table.entries.values() if e.is_float and len(e.shape) >= 1 and e.shape[-1] > 1]
 
-
-def first(table: Table, *names: str) -> Entry | None:
-    for n in names:
-        if n in table.entries:
-            return table.entries[n]
-    return None

@@ -8,6 +8,8 @@ from ._common import ReadContext, make_capture, sample_name, token_ids_of
 from ._container import Table
 
 KEY = "eagle"
+READS = "table"
+PRIORITY = 40
 
 
 def sniff(table: Table) -> bool:

@@ -15,6 +15,8 @@ from ._common import ReadContext, make_capture, sample_name, token_ids_of
 from ._container import Entry, Table
 
 KEY = "hf"
+READS = "table"
+PRIORITY = 50
 
 _STACK_NAMES = ("hidden_states", "all_hidden_states", "boundaries")
 _LIST_RE = re.compile(r"^(?:(.*)\.)?(\d+)$")

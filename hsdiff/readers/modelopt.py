@@ -11,6 +11,8 @@ from ._common import ReadContext, make_capture, sample_name, token_ids_of
 from ._container import Table
 
 KEY = "modelopt"
+READS = "table"
+PRIORITY = 20
 
 
 def sniff(table: Table) -> bool:

@@ -1,4 +1,4 @@
-"""SGLang's tensor dumper (``sglang.srt.debug_utils.dumper``), both generations.
+"""SGLang's tensor dumper (``sglang.srt.debug_utils.dumper``), both generations, and its tag grammar.
 
 * current: ``{dir}/{exp_name}/step=S___rank=R___dump_index=I___name=N___<tags>.pt`` holding
   ``{"value": tensor, "meta": {...tags}}``;
@@ -9,22 +9,32 @@ Tags are read from the file name and from ``meta``. ``layer_id`` (or ``layer``) 
 counted as ``--infer-index`` says (boundary by default: the dumper is usually called where SGLang
 captures, at the input of layer i). A tensor named ``input_ids`` gives the token ids of its forward
 pass. Replicas of one tensor from several tensor-parallel ranks collapse into one capture.
+
+The grammar (:func:`parse_tags`, :func:`read_tags`, :meth:`DumperTags.group`) is shared with the
+debug-log reader, which reads the records the dumper prints (:mod:`hsdiff.readers.debuglog.dumper`):
+a tensor has the same key, layer, slot and forward pass whether it is read from its file or from
+the log.
 """
 
 from __future__ import annotations
 
 import re
-from pathlib import Path
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 from ..model import Capture, Layer
 from ._common import ReadContext, make_capture
 from ._container import Table
 
 KEY = "sglang_dumper"
+READS = "table"
+#: Asked first: the file name says it is a dumper file, whatever keys it holds.
+PRIORITY = 0
 
-_TAG_RE = re.compile(r"^(?:[A-Za-z_][\w]*=[^_]*(?:_[^_]+)*___)+[A-Za-z_]\w*=.*\.pt$")
 _LAYER_TAGS = ("layer_id", "layer", "layer_idx", "layer_index")
 _SLOT_TAGS = ("slot", "aux_idx", "aux_index")
+#: Tags that say where or when a tensor was dumped, not which tensor it is.
+_NOT_IDENTITY = ("step", "forward_pass_id", "rank", "dump_index", "world_rank", "world_size", "recompute_status")
 
 
 def parse_tags(filename: str) -> dict[str, str] | None:
@@ -40,15 +50,56 @@ def parse_tags(filename: str) -> dict[str, str] | None:
     return tags if "name" in tags else None
 
 
-def sniff_path(path: Path) -> bool:
-    return parse_tags(path.name) is not None
+@dataclass(frozen=True)
+class DumperTags:
+    """What the dumper's tags say about one dumped tensor."""
+
+    step: str
+    name: str | None
+    key: str  # ``name=eagle3_aux layer_id=3``: which tensor it is within a step, ranks aside
+    layer: int | None
+    slot: int | None
+    rank: int | None  # None for a single-rank run (world_size=1): nothing to collapse
+    dump_index: str | None
+
+    def group(self, where: str) -> str:
+        """The forward pass this tensor belongs to: ``{where}:step={step}``."""
+        return f"{where}:step={self.step}"
 
 
-def _int(v: object) -> int | None:
-    try:
-        return int(str(v))
-    except (TypeError, ValueError):
-        return None
+def _tag_int(v: object, signed: bool = True) -> int | None:
+    text = str(v)
+    return int(text) if re.fullmatch(r"-?\d{1,9}" if signed else r"\d{1,9}", text) else None
+
+
+def read_tags(tags: Mapping[str, object]) -> DumperTags:
+    """The tensor a dumper record describes, from its tags (file name and ``meta``).
+
+    >>> read_tags(parse_tags("step=0___rank=0___dump_index=4___name=eagle3_aux___layer_id=3.pt")).key
+    'name=eagle3_aux layer_id=3'
+    """
+    layer = next((v for v in (_tag_int(tags[t]) for t in _LAYER_TAGS if t in tags) if v is not None), None)
+    slot = next((v for v in (_tag_int(tags[t], signed=False) for t in _SLOT_TAGS if t in tags) if v is not None), None)
+    name = str(tags["name"]) if "name" in tags else None
+    extra = {k: v for k, v in tags.items() if k not in _NOT_IDENTITY and k != "name"}
+    key = "name=" + (name if name is not None else "?") + "".join(f" {k}={v}" for k, v in sorted(extra.items()))
+    rank = _tag_int(tags.get("rank"))
+    if _tag_int(tags.get("world_size")) == 1:
+        rank = None
+    dump_index = tags.get("dump_index")
+    return DumperTags(
+        step=str(tags.get("step", tags.get("forward_pass_id", "0"))), name=name, key=key, layer=layer, slot=slot,
+        rank=rank, dump_index=None if dump_index is None else str(dump_index),
+    )
+
+
+def sniff(table: Table) -> bool:
+    return parse_tags(table.path.name) is not None
+
+
+def accepts(table: Table) -> bool:
+    """``--format sglang_dumper`` reads a ``value``/``meta`` file (or a lone tensor) of any name."""
+    return True
 
 
 def read(table: Table, ctx: ReadContext) -> list[Capture]:
@@ -64,21 +115,12 @@ def read(table: Table, ctx: ReadContext) -> list[Capture]:
         entry = next(iter(table.entries.values()))
     else:
         return []
-    step = tags.get("step", tags.get("forward_pass_id", "0"))
-    group = f"{ctx.rel(table.path.parent)}:step={step}"
-    layer_val = next((_int(tags[t]) for t in _LAYER_TAGS if t in tags), None)
-    slot = next((_int(tags[t]) for t in _SLOT_TAGS if t in tags), None)
-    name = str(tags.get("name"))
-    extra = {k: v for k, v in tags.items() if k not in ("step", "forward_pass_id", "rank", "dump_index", "name", "world_rank", "world_size", "recompute_status")}
-    key = "name=" + name + "".join(f" {k}={v}" for k, v in sorted(extra.items()))
-    rank = _int(tags.get("rank"))
-    if _int(tags.get("world_size")) == 1:
-        rank = None  # a single-rank run: nothing to collapse or compare
+    t = read_tags(tags)
     cap = make_capture(
-        table, entry, ctx, fmt=KEY, group=group, rank=rank, key=key,
-        layer=None if layer_val is None else Layer(layer_val, ctx.index, "tag"),
+        table, entry, ctx, fmt=KEY, group=t.group(ctx.rel(table.path.parent)), rank=t.rank, key=t.key,
+        layer=None if t.layer is None else Layer(t.layer, ctx.index, "tag"),
     )
-    return [cap.replace(slot=slot)]
+    return [cap.replace(slot=t.slot)]
 
 
 def is_token_ids(cap: Capture) -> bool:

@@ -13,6 +13,8 @@ from ._common import TOKEN_KEYS, ReadContext, float_entries, layer_from_name, ma
 from ._container import Table
 
 KEY = "tensors"
+READS = "table"
+PRIORITY = 90  # last: it takes any floating-point tensor
 
 
 def sniff(table: Table) -> bool:

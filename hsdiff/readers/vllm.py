@@ -9,6 +9,8 @@ from ._common import ReadContext, make_capture, sample_name, token_ids_of
 from ._container import Table
 
 KEY = "vllm"
+READS = "table"
+PRIORITY = 30  # before hf: its [T, k, H] stack would read as an all-layer stack
 
 
 def sniff(table: Table) -> bool:

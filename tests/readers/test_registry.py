@@ -1,0 +1,102 @@
+"""The format registry and read_file: detection by content, refusals, empty and missing inputs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hsdiff.errors import FormatError, InputError
+from hsdiff.readers import read_file, scan
+from hsdiff.readers._common import ReadContext
+
+from .. import builders as B
+
+
+def test_detection_is_by_content_not_suffix(tmp_path):
+    s = B.states(0)
+    torch.save({"input_ids": s["input_ids"], "aux_hidden_state": B.concat(0, [2, 15, 27])[None].clone(),
+                "loss_mask": torch.ones(3), "hidden_state": s["fp32"][30][None].clone()}, tmp_path / "weird.bin")
+    (cap,) = scan(tmp_path, "train").captures
+    assert cap.origin.format == "specforge"
+
+
+def test_unsafe_pickle_is_refused_and_not_executed(tmp_path):
+    marker = tmp_path / "pwned"
+
+    class Evil:
+        def __reduce__(self):
+            import os
+
+            return (os.system, (f"touch {marker}",))
+
+    torch.save({"aux_hidden_state": torch.zeros(2, 2), "x": Evil()}, tmp_path / "evil.pt")
+    with pytest.raises(FormatError, match="refused to load.*os.system|refused to load.*posix.system"):
+        scan(tmp_path / "evil.pt", "train")
+    assert not marker.exists()
+
+
+def test_empty_and_missing_inputs(tmp_path):
+    with pytest.raises(InputError, match="no such file"):
+        scan(tmp_path / "nope", "train")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FormatError, match="no hidden states found"):
+        scan(tmp_path / "empty", "train")
+    (tmp_path / "zero.pt").write_bytes(b"")
+    with pytest.raises(FormatError, match="empty"):
+        read_file(tmp_path / "zero.pt", ReadContext("train"))
+
+
+def test_every_reader_declares_its_key_as_its_module_name():
+    from hsdiff.readers.registry import READERS
+
+    for m in READERS:
+        assert m.KEY == m.__name__.rsplit(".", 1)[-1]
+        assert m.READS in ("table", "text") and isinstance(m.PRIORITY, int) and callable(m.read)
+        assert m.READS == "text" or callable(m.sniff)
+
+
+def test_formats_are_listed_and_detected_in_their_documented_orders():
+    from hsdiff.readers import FORMATS
+    from hsdiff.readers.registry import DETECTION
+
+    assert FORMATS == ("specforge", "modelopt", "eagle", "sglang_dumper", "vllm", "hf", "tensors", "debuglog")
+    assert [m.KEY for m in DETECTION] == ["sglang_dumper", "specforge", "modelopt", "vllm", "eagle", "hf", "tensors"]
+
+
+@pytest.mark.parametrize("key", ["specforge", "modelopt", "vllm", "sglang_dumper"])
+def test_the_key_is_the_format_of_every_capture_and_forces_it(tmp_path, key):
+    make = {
+        "specforge": lambda: B.specforge(tmp_path, [0], [2, 15, 27]),
+        "modelopt": lambda: B.modelopt_file(tmp_path, 0, [2, 15, 27]),
+        "vllm": lambda: B.vllm_file(tmp_path, 0, [2, 15, 27]),
+        "sglang_dumper": lambda: B.sglang_dump(tmp_path, 0, [3, 16, 28]),
+    }[key]
+    make()
+    found = scan(tmp_path, "infer").captures
+    assert found and {c.origin.format for c in found} == {key}
+    forced = scan(tmp_path, "infer", fmt=key).captures
+    assert [(c.origin.path, c.origin.key) for c in forced] == [(c.origin.path, c.origin.key) for c in found]
+
+
+def test_a_forced_format_that_does_not_fit_is_refused(tmp_path):
+    B.specforge(tmp_path, [0], [2, 15, 27])
+    (f,) = tmp_path.rglob("data_0.ckpt")
+    with pytest.raises(FormatError, match="does not look like a vllm file"):
+        read_file(f, ReadContext("train"), "vllm")
+    with pytest.raises(InputError, match="unknown format 'nope'"):
+        read_file(f, ReadContext("train"), "nope")
+    log = tmp_path / "server.log"
+    log.write_text("aux_hidden_states[0] = [0.1, 0.2, 0.3, 0.4]\n")
+    with pytest.raises(FormatError, match="not a specforge file: it holds text"):
+        read_file(log, ReadContext("infer"), "specforge")
+    (cap,) = read_file(log, ReadContext("infer"), "debuglog")
+    assert cap.origin.format == "debuglog" and cap.slot == 0
+
+
+def test_forced_sglang_dumper_reads_a_value_file_of_any_name(tmp_path):
+    value = B.states(0)["bf16"][3].clone()
+    torch.save({"value": value, "meta": {"name": "eagle3_aux", "layer_id": 3}}, tmp_path / "capture.pt")
+    assert read_file(tmp_path / "capture.pt", ReadContext("infer"))[0].origin.format == "tensors"
+    (cap,) = read_file(tmp_path / "capture.pt", ReadContext("infer"), "sglang_dumper")
+    assert cap.boundary == 3 and cap.origin.key == "name=eagle3_aux layer_id=3"
+    assert torch.equal(cap.load(), value)
