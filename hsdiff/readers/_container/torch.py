@@ -105,6 +105,11 @@ def _pickle_problem(msg: str) -> str | None:
     return None
 
 
+#: The most of a refused pickle read to name what it asks for: its objects come first (a legacy
+#: file's tensor bytes follow them), and this much stays well inside the reader's memory bound.
+_SCAN_LIMIT = 16 * 2**20
+
+
 def scan_pickle(path: Path, container: str, max_ops: int = 1_000_000) -> tuple[list[str], int]:
     """Globals a pickle names that a tensor file never needs, and its protocol; read, never run.
 
@@ -123,12 +128,12 @@ def scan_pickle(path: Path, container: str, max_ops: int = 1_000_000) -> tuple[l
         if container == "torch":
             with zipfile.ZipFile(path) as z:
                 member = next(i for i in z.infolist() if i.filename.endswith("data.pkl"))
-                if member.file_size > 64 * 2**20:
+                if member.file_size > _SCAN_LIMIT:
                     return found, protocol
                 data = z.read(member)
         else:
             with open(path, "rb") as f:
-                data = f.read(min(path.stat().st_size, 64 * 2**20))
+                data = f.read(min(path.stat().st_size, _SCAN_LIMIT))
     except Exception:  # noqa: BLE001 - best effort on a file already known to be bad: the caller reports it
         return found, protocol
     stream = io.BytesIO(data)
