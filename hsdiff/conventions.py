@@ -51,7 +51,12 @@ __all__ = [
     "config_keys",
     "write_key",
     "key_name",
-    "read_config_ids",
+    "NESTED_KEY",
+    "TOP_KEY",
+    "FamilyRule",
+    "family_rule",
+    "needs_num_layers",
+    "slot_order",
 ]
 
 BOUNDARY = "boundary"
@@ -75,8 +80,10 @@ class EngineRule:
         return f"<EngineRule {self.key}: {self.index}-index>"
 
 
-_NESTED = ("eagle_config", "eagle_aux_hidden_state_layer_ids")
-_TOP = ("eagle_aux_hidden_state_layer_ids",)
+#: The draft-config keys engines read the ids from: nested under ``eagle_config``, and top-level.
+NESTED_KEY = ("eagle_config", "eagle_aux_hidden_state_layer_ids")
+TOP_KEY = ("eagle_aux_hidden_state_layer_ids",)
+_NESTED, _TOP = NESTED_KEY, TOP_KEY
 
 _RULES: dict[str, EngineRule] = {
     r.key: r
@@ -119,25 +126,98 @@ _RULES: dict[str, EngineRule] = {
 
 ENGINES: tuple[str, ...] = tuple(_RULES)
 
-#: SGLang model-family rules (the only engine whose reading depends on the model family).
-MODEL_FAMILIES: dict[str, str] = {
-    "llama": "ids are O-index: +1 always (llama, qwen, mistral and most families)",
-    "deepseek": "+1 only if ids[0] == 1, otherwise ids are B-index (deepseek_v2/v3, kimi_k25; SGLang PR #25454)",
-    "deepseek-legacy": "+1 always (deepseek/kimi before SGLang PR #25454)",
-    "gpt-oss": "ids are B-index if max(ids) == L, otherwise +1 (gpt_oss; SGLang PR #32334)",
+@dataclass(frozen=True)
+class FamilyRule:
+    """One SGLang model-family rule: how its ``set_eagle3_layers_to_capture`` turns ids into boundaries.
+
+    ``reading`` is ``"output"`` (B = id + 1 always), ``"deepseek"`` (+1 only when ``ids[0] == 1``,
+    otherwise the ids are boundaries) or ``"gpt-oss"`` (the ids are boundaries when ``max(ids) == L``,
+    otherwise +1). ``model_types`` are the names (``model_type`` values and aliases) that select it,
+    ``prefixes`` the ``model_type`` prefixes that select it when no name matches.
+    """
+
+    key: str
+    reading: str
+    summary: str
+    model_types: tuple[str, ...]
+    prefixes: tuple[str, ...]
+    source: str
+
+    def shift(self, ids: Sequence[int], num_layers: int | None) -> int:
+        """What this rule adds to every id of ``ids`` (written in list order)."""
+        if self.reading == "deepseek":
+            return 1 if ids[0] == 1 else 0
+        if self.reading == "gpt-oss":
+            L = _needs_layers(num_layers, "SGLang's gpt-oss rule")
+            return 0 if max(ids) == L else 1
+        return 1
+
+    def unshift(self, boundaries: Sequence[int], num_layers: int | None) -> int | None:
+        """What to subtract from ``boundaries`` (ascending) to write them as ids; ``None`` when no list
+        of ids makes this rule capture them."""
+        if self.reading == "deepseek":
+            first = boundaries[0] if boundaries else None
+            if first == 2:
+                return 1  # conventional O-index form [1, ...]: ids[0] == 1 triggers +1
+            if first == 1:
+                return None  # B 1 first can be written neither way
+            return 0
+        if self.reading == "gpt-oss":
+            L = _needs_layers(num_layers, "SGLang's gpt-oss rule")
+            return 0 if boundaries and max(boundaries) == L else 1
+        return 1
+
+    def max_capturable(self, num_layers: int) -> int:
+        """The largest boundary this family captures (L-1 where nothing runs after the last layer)."""
+        return num_layers if self.reading == "gpt-oss" else num_layers - 1
+
+    def __repr__(self) -> str:
+        return f"<FamilyRule {self.key}: {self.reading}>"
+
+
+#: SGLang model-family rules (the only engine whose reading depends on the model family), one row per
+#: rule, each citing the setter it encodes.
+_FAMILIES: dict[str, FamilyRule] = {
+    f.key: f
+    for f in [
+        FamilyRule(
+            "llama", "output", "ids are O-index: +1 always (llama, qwen, mistral and most families)",
+            ("llama", "qwen", "qwen2", "qwen3", "qwen3_moe", "qwen2_moe", "mistral", "mixtral", "minimax",
+             "minimax_m2", "glm4_moe", "llama4",
+             # deepseek_v4 captures *after* layer i returns, so its ids are layer outputs: the llama rule in B terms
+             "deepseek_v4"),
+            ("deepseek_v4",),
+            "sglang/srt/models/llama.py set_eagle3_layers_to_capture: layers_to_capture = [v + 1 for v in ids]",
+        ),
+        FamilyRule(
+            "deepseek", "deepseek",
+            "+1 only if ids[0] == 1, otherwise ids are B-index (deepseek_v2/v3, kimi_k25; SGLang PR #25454)",
+            ("deepseek", "deepseek_v2", "deepseek_v3", "kimi", "kimi_k2", "kimi_k25", "kimi-k2.5"),
+            ("deepseek", "kimi"),
+            "sglang/srt/models/deepseek_v2.py set_eagle3_layers_to_capture (SGLang PR #25454)",
+        ),
+        FamilyRule(
+            "deepseek-legacy", "output", "+1 always (deepseek/kimi before SGLang PR #25454)",
+            ("deepseek-legacy", "deepseek_legacy"), (),
+            "sglang/srt/models/deepseek_v2.py set_eagle3_layers_to_capture before SGLang PR #25454",
+        ),
+        FamilyRule(
+            "gpt-oss", "gpt-oss", "ids are B-index if max(ids) == L, otherwise +1 (gpt_oss; SGLang PR #32334)",
+            ("gpt-oss", "gpt_oss", "gptoss"), ("gpt_oss",),
+            "sglang/srt/models/gpt_oss.py set_eagle3_layers_to_capture (SGLang PR #32334)",
+        ),
+    ]
 }
 
-_FAMILY_ALIASES = {
-    "llama": "llama", "qwen": "llama", "qwen2": "llama", "qwen3": "llama", "qwen3_moe": "llama",
-    "qwen2_moe": "llama", "mistral": "llama", "mixtral": "llama", "minimax": "llama",
-    "minimax_m2": "llama", "glm4_moe": "llama", "llama4": "llama",
-    # deepseek_v4 captures *after* layer i returns, so its ids are layer outputs: the llama rule in B terms
-    "deepseek_v4": "llama",
-    "deepseek": "deepseek", "deepseek_v2": "deepseek", "deepseek_v3": "deepseek", "kimi": "deepseek",
-    "kimi_k2": "deepseek", "kimi_k25": "deepseek", "kimi-k2.5": "deepseek",
-    "deepseek-legacy": "deepseek-legacy", "deepseek_legacy": "deepseek-legacy",
-    "gpt-oss": "gpt-oss", "gpt_oss": "gpt-oss", "gptoss": "gpt-oss",
-}
+#: SGLang model-family rules: key -> one line (for help texts and error messages).
+MODEL_FAMILIES: dict[str, str] = {k: f.summary for k, f in _FAMILIES.items()}
+
+_FAMILY_ALIASES = {name: f.key for f in _FAMILIES.values() for name in f.model_types}
+
+
+def family_rule(family: str | None) -> FamilyRule:
+    """The :class:`FamilyRule` for a family key or ``model_type`` (``None``: the llama rule)."""
+    return _FAMILIES[normalize_family(family)]
 
 
 def rule(engine: str) -> EngineRule:
@@ -169,13 +249,12 @@ def family_from_config(config: dict) -> str:
     text_cfg = config.get("text_config")
     if isinstance(text_cfg, dict) and text_cfg.get("model_type"):
         model_type = str(text_cfg["model_type"]).lower() if model_type in ("", "kimi_k25") else model_type
-    if model_type.startswith("deepseek_v4"):
-        return "llama"
-    if model_type.startswith(("deepseek", "kimi")):
-        return "deepseek"
-    if model_type.startswith("gpt_oss"):
-        return "gpt-oss"
-    return "llama"
+    best, length = "llama", 0
+    for f in _FAMILIES.values():
+        for prefix in f.prefixes:
+            if model_type.startswith(prefix) and len(prefix) > length:
+                best, length = f.key, len(prefix)
+    return best
 
 
 def _needs_layers(num_layers: int | None, what: str) -> int:
@@ -205,11 +284,13 @@ def to_boundary(
     num_layers: int | None = None,
     model_family: str | None = None,
     keep_order: bool = False,
+    check_range: bool = True,
 ) -> list[int]:
     """Boundary indices that ``engine`` captures for configured ``ids``, in slot order.
 
     Engines capture in layer-loop order, so slots come out ascending and de-duplicated unless the
     rule keeps the user's order (``hf``) or ``keep_order`` asks for the list as written.
+    ``check_range=False`` leaves boundaries outside ``0..num_layers`` for the caller to report.
 
     >>> to_boundary([-1, 2, 30], "sglang")
     [0, 3, 31]
@@ -221,18 +302,12 @@ def to_boundary(
     if not ids:
         return []
     if r.key == "sglang":
-        family = normalize_family(model_family)
-        if family in ("llama", "deepseek-legacy"):
-            shift = 1
-        elif family == "deepseek":
-            shift = 1 if ids[0] == 1 else 0
-        else:  # gpt-oss
-            L = _needs_layers(num_layers, "SGLang's gpt-oss rule")
-            shift = 0 if max(ids) == L else 1
+        shift = family_rule(model_family).shift(ids, num_layers)
     else:
         shift = 1 if r.index == OUTPUT else 0
     out = [i + shift for i in ids]
-    _check_range(out, num_layers)
+    if check_range:
+        _check_range(out, num_layers)
     if r.sorts and not keep_order:
         out = sorted(set(out))
     return out
@@ -259,20 +334,9 @@ def from_boundary(
     known = [b for b in boundaries if b is not None]
     _check_range(known, num_layers)
     if r.key == "sglang":
-        family = normalize_family(model_family)
-        if family == "deepseek":
-            first = known[0] if known else None
-            if first == 2:
-                shift = 1  # conventional O-index form [1, ...]: ids[0] == 1 triggers +1
-            elif first == 1:
-                return [None for _ in boundaries]  # B 1 first can be written neither way
-            else:
-                shift = 0
-        elif family == "gpt-oss":
-            L = _needs_layers(num_layers, "SGLang's gpt-oss rule")
-            shift = 0 if known and max(known) == L else 1
-        else:
-            shift = 1
+        shift = family_rule(model_family).unshift(known, num_layers)
+        if shift is None:
+            return [None for _ in boundaries]
     else:
         shift = 1 if r.index == OUTPUT else 0
     out: list[int | None] = []
@@ -302,6 +366,16 @@ def translate(
     )
 
 
+def needs_num_layers(engine: str, model_family: str | None = None) -> bool:
+    """Whether reading ids on ``engine`` depends on the target's ``num_hidden_layers`` (SGLang's gpt-oss rule)."""
+    return rule(engine).key == "sglang" and family_rule(model_family).reading == "gpt-oss"
+
+
+def slot_order(boundaries: Sequence[int], engine: str) -> list[int]:
+    """The slots ``engine`` fills for boundaries read in list order: ascending and once each if it sorts."""
+    return sorted(set(boundaries)) if rule(engine).sorts else list(boundaries)
+
+
 def default_boundaries(num_layers: int) -> list[int]:
     """The usual EAGLE-3 default, as boundary indices: ``[2, L//2, L-3]``."""
     return sorted({2, num_layers // 2, num_layers - 3})
@@ -318,7 +392,7 @@ def max_capturable(engine: str, num_layers: int, model_family: str | None = None
     """The largest boundary index ``engine`` can capture (L-1 where nothing runs after the last layer)."""
     r = rule(engine)
     if r.key == "sglang":
-        return num_layers if normalize_family(model_family) == "gpt-oss" else num_layers - 1
+        return family_rule(model_family).max_capturable(num_layers)
     return num_layers if r.captures_last else num_layers - 1
 
 
@@ -396,29 +470,3 @@ def write_key(engine: str) -> tuple[str, ...]:
 def key_name(path: Sequence[str]) -> str:
     """``("eagle_config", "eagle_aux_hidden_state_layer_ids")`` -> ``"eagle_config.eagle_aux_hidden_state_layer_ids"``."""
     return ".".join(path)
-
-
-def read_config_ids(config: dict, engine: str, *, vllm_runner: str = "v1") -> tuple[object, tuple[str, ...] | None]:
-    """The raw value ``engine`` reads from a draft config and the key it came from, or ``(None, None)``.
-
-    The value is returned as stored (a list, ``null``, an empty list...): what an engine does with an
-    empty or null value differs, see :func:`hsdiff.gate.read_ids`.
-    """
-    for path in config_keys(engine, vllm_runner=vllm_runner):
-        node: object = config
-        for part in path:
-            node = node.get(part) if isinstance(node, dict) else None
-        if node is not None or _has_path(config, path):
-            if rule(engine).key == "vllm" and not (isinstance(node, (list, tuple)) and node):
-                continue  # vLLM: `if layer_ids and isinstance(layer_ids, (list, tuple))`, else the next key / default
-            return node, tuple(path)
-    return None, None
-
-
-def _has_path(config: dict, path: Sequence[str]) -> bool:
-    node: object = config
-    for part in path:
-        if not isinstance(node, dict) or part not in node:
-            return False
-        node = node[part]
-    return True

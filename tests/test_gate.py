@@ -13,7 +13,8 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from hsdiff.cli import cli
-from hsdiff.gate import read_ids, run_gate
+from hsdiff.configs import read_ids
+from hsdiff.gate import run_gate
 
 from . import builders as B
 

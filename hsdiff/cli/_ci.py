@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from .. import conventions as conv
-from ..gate import GateResult
+from ..gate_model import GateResult
 from ._output import write_text
 
 F = Callable[..., Any]

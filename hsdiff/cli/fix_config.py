@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from .. import conventions as conv
-from ..fixconfig import fix_config, ids_from_report
+from ..fix_config import fix_config, ids_from_report
 from ._group import cli
 from ._options import engine_option, family_option
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from .. import conventions as conv
-from ..idmap import translate_ids
+from ..ids import translate_ids
 from ._group import cli
 from ._options import family_option
 
