@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from . import conventions as conv
-from .configs import boundaries_read, config_value, fc_width
+from .configs import boundaries_read, built_fc_width, config_value, fc_width
 from .errors import HsdiffError, InputError
 from .gate_model import ERROR, INFO, WARNING, Check, IdsSource
 
@@ -38,6 +38,7 @@ class CheckInput:
     family: str | None  # the SGLang model-family rule key (None on other engines)
     family_source: str  # where that family came from, for the messages
     vllm_runner: str
+    version: str  # the engine version whose rules apply
     written: list[int]  # the ids the engine uses, as written (its default ids on a fallback)
     reading: list[int]  # the boundaries the engine captures for ``written``, in list order
 
@@ -65,19 +66,21 @@ def static_checks(
     num_layers: int | None = None,
     target_hidden: int | None = None,
     model_family: str | None = None,
-    vllm_runner: str = "v1",
+    vllm_runner: str = conv.DEFAULT_RUNNER,
     family_source: str | None = None,
+    version: str | None = None,
 ) -> list[Check]:
     """Every check that needs no dumps, in the order of :data:`CHECKS`.
 
     ``family_source`` says where the SGLang model family came from (for the messages).
     """
     p = str(path)
-    family = conv.normalize_family(model_family) if ids.engine == "sglang" else None
+    family = conv.normalize_family(model_family) if ids.engine in ("sglang", "specforge", "vllm") else None
+    version = conv.parse_version(ids.engine, version or ids.engine_version)
     written = list(ids.ids)
-    reading = boundaries_read(written, ids.engine, num_layers, family) if written else []
+    reading = boundaries_read(written, ids.engine, num_layers, family, version) if written else []
     c = CheckInput(config, ids, p, num_layers, target_hidden, family, family_source or f"model family {family}",
-                   vllm_runner, written, reading)
+                   vllm_runner, version, written, reading)
     out = []
     for name, check in CHECKS:
         f = check(c)
@@ -94,6 +97,8 @@ def _source(c: CheckInput) -> Finding:
     if ids.fallback:
         return _fail(WARNING, ids.note)
     if not ids.ids:
+        if ids.key and ids.key.endswith("use_aux_hidden_state"):
+            return _fail(ERROR, ids.note)
         return _fail(ERROR, ids.note + f" — write the trained ids into {ids.key}")
     return _ok(ids.note)
 
@@ -123,12 +128,13 @@ def _ignored_key(c: CheckInput) -> Finding:
         if nested_ok and not top_ok:
             if c.vllm_runner == "v2":
                 return _fail(ERROR, f"the ids {nested} are only in eagle_config.eagle_aux_hidden_state_layer_ids, which vLLM's "
-                             "V2 model runner ignores: it falls back to the default layers (vLLM #50170). Write them "
+                             "V2 model runner (the default) ignores: it falls back to the default layers (vLLM #50170). Write them "
                              "to the top-level eagle_aux_hidden_state_layer_ids (boundary indices; `hsdiff ids` "
                              "translates).")
             return _fail(WARNING, f"the ids {nested} are only in eagle_config.eagle_aux_hidden_state_layer_ids: vLLM's V1 runner "
-                         "reads them, but the V2 runner (VLLM_USE_V2_MODEL_RUNNER=1) ignores that key and falls back "
-                         "to the default layers. Write them to the top-level eagle_aux_hidden_state_layer_ids too.")
+                         "reads them, but the default V2 runner ignores that key and falls back to the default layers "
+                         "(vllm==0.33.0 eagle3_utils.py:113-150). Write them to the top-level "
+                         "eagle_aux_hidden_state_layer_ids too.")
         if top_ok and nested_ok:
             b_top = _safe_reading(top, "vllm", L, None)
             b_sg = _safe_reading(nested, "sglang", L, family)
@@ -138,13 +144,23 @@ def _ignored_key(c: CheckInput) -> Finding:
                              "layers.")
         return _ok("vLLM reads the top-level eagle_aux_hidden_state_layer_ids; no ids sit in a "
                "key it ignores")
-    return _ok(f"{conv.rule(engine).title} reads "
-                 f"{' or '.join(conv.key_name(k) for k in conv.config_keys(engine))}")
+    keys = conv.config_keys(engine)
+    read = [conv.key_name(k) for k in keys]
+    if conv.TOP_KEY not in keys and top_ok and not has_nested:
+        return _fail(ERROR, f"the ids {top} are in the top-level eagle_aux_hidden_state_layer_ids, which "
+                     f"{conv.rule(engine).title} never reads (it reads {' or '.join(read)}): it falls back to its "
+                     "default layers. Move them where it reads them (`hsdiff ids` translates).")
+    if conv.TOP_KEY in keys and conv.NESTED_KEY not in keys and nested_ok and not top_ok:
+        return _fail(ERROR, f"the ids {nested} are only in eagle_config.eagle_aux_hidden_state_layer_ids, which "
+                     f"{conv.rule(engine).title} never reads (it reads {' or '.join(read)}): it falls back to its "
+                     "default layers. Write them to the top-level key (`hsdiff ids` translates).")
+    return _ok(f"{conv.rule(engine).title} reads {' or '.join(read)}")
 
 
-def _safe_reading(ids: Sequence[int], engine: str, L: int | None, family: str | None) -> list[int] | None:
+def _safe_reading(ids: Sequence[int], engine: str, L: int | None, family: str | None,
+                  version: str | None = None) -> list[int] | None:
     try:
-        return boundaries_read(ids, engine, L, family)
+        return boundaries_read(ids, engine, L, family, version if engine != "vllm" or family is None else None)
     except InputError:
         return None
 
@@ -175,7 +191,8 @@ def _in_range(c: CheckInput) -> Finding:
     if L is None:
         return _ok("skipped: the target's num_hidden_layers is unknown "
                "(pass --target-config)", skipped=True)
-    bad = [(i, b) for i, b in zip(ids, reading) if b < 0 or b > L]
+    final = conv.applied(engine, c.family, c.version).names_final
+    bad = [(i, b) for i, b in zip(ids, reading) if b < 0 or b > L and not (final and b == conv.final_boundary(L))]
     if not bad:
         return _ok(f"every id names a boundary within 0..{L}")
     title = conv.rule(engine).title
@@ -187,17 +204,23 @@ def _in_range(c: CheckInput) -> Finding:
 def _capturable(c: CheckInput) -> Finding:
     ids, reading, engine, L, family = c.written, c.reading, c.ids.engine, c.num_layers, c.family
     if L is None:
-        return _ok("skipped: the target's num_hidden_layers is unknown "
-               "(pass --target-config)", skipped=True)
-    top = conv.max_capturable(engine, L, family)
-    bad = [(i, b) for i, b in zip(ids, reading) if top < b <= L]
+        return _ok("skipped: the target's num_hidden_layers is unknown (pass --target-config)", skipped=True)
+    title = conv.rule(engine).title
+    applied = conv.applied(engine, family, c.version)
+    inside = [(i, b) for i, b in zip(ids, reading) if 0 <= b <= L or (applied.names_final and b == L + 1)]
+    bad = [(i, b) for i, b in inside if not conv.capturable(b, engine, L, family, c.version)]
     if not bad:
-        return _ok(f"every boundary is one {conv.rule(engine).title} can capture")
-    title = conv.rule(engine).title + (f" ({family} rule)" if family else "")
-    what = ", ".join(f"id {i} → B{b}" for i, b in bad)
-    return _fail(ERROR, f"{what} ({conv.describe_boundary(L, L)}): {title} captures before each layer runs, so nothing "
-                 f"captures B{L} and the slot stays empty (the fc concat fails or the draft gets garbage, as in SGLang "
-                 "#32334). Use an engine that captures the last layer (vLLM) or retrain on capturable layers.")
+        return _ok(f"every boundary is one {title} can capture")
+    last = [(i, b) for i, b in bad if b == L]
+    if last:
+        what = ", ".join(f"id {i} → B{b}" for i, b in last)
+        return _fail(ERROR, f"{what} ({conv.describe_boundary(L, L)}): {title} ({applied.label}) captures before each "
+                     f"layer runs, so nothing captures B{L} and the slot stays empty (the fc concat fails or the draft "
+                     "gets garbage, as in SGLang #32334). Use an engine that captures the last layer (vLLM) or retrain "
+                     f"on capturable layers. Source: {applied.source}")
+    what = ", ".join(f"id {i} → {conv.name_boundary(b, L)}" for i, b in bad)
+    return _fail(ERROR, f"{what}: {title} ({applied.label}) has no id for that tensor, so the slot stays empty or the "
+                 f"engine raises. Source: {applied.source}")
 
 
 def _embeddings(c: CheckInput) -> Finding:
@@ -213,21 +236,24 @@ def _embeddings(c: CheckInput) -> Finding:
 
 def _family_rule(c: CheckInput) -> Finding:
     ids, engine, L, family, src = c.written, c.ids.engine, c.num_layers, c.family, c.family_source
-    if engine != "sglang" or family in (None, "llama", "deepseek-legacy") or not ids:
+    if engine not in ("sglang", "specforge") or not ids:
         return _ok("no model-family rule changes how these ids are read")
-    own = _safe_reading(ids, "sglang", L, family)
+    applied = conv.applied(engine, family, c.version)
+    if applied.reading not in ("deepseek", "gpt-oss"):
+        return _ok(f"no model-family rule changes how these ids are read ({applied.label})")
+    own = _safe_reading(ids, engine, L, family, c.version)
     plain = [i + 1 for i in ids]
-    if family == "deepseek":
-        rule_text = "adds 1 only when the first id is 1 (SGLang PR #25454)"
+    if applied.reading == "deepseek":
+        rule_text = "adds 1 only when the first id is 1"
     else:
-        rule_text = f"uses the ids as boundary indices when their maximum is num_hidden_layers ({L}) (SGLang PR #32334)"
+        rule_text = f"uses the ids as boundary indices when their maximum is num_hidden_layers ({L})"
+    where = f"{applied.label}, {src}"
     if own is None or own == plain:
-        return _ok(f"SGLang's {family} rule ({src}) {rule_text}: {ids} are shifted by +1 as under "
-                     f"the llama rule, B{plain}")
-    return _fail(WARNING, f"SGLang's {family} rule ({src}) {rule_text}, so {ids} are used as they are: B{own}. Read as layer "
-                 f"outputs (+1), as the llama rule and SGLang before that PR do, they name B{plain}: a draft trained "
-                 "through the other reading gets every slot one layer off. Check which layers it was trained on "
-                 "(hsdiff gate) before deploying.")
+        return _ok(f"{where}: {rule_text}, so {ids} are shifted by +1 as under the llama rule, B{plain}")
+    return _fail(WARNING, f"{where}: {rule_text}, so {ids} are used as they are: B{own}. Read as layer outputs (+1), as "
+                 f"the llama rule and older SGLang versions do, they name B{plain}: a draft trained through the other "
+                 f"reading gets every slot one layer off. Check which layers it was trained on (hsdiff gate) before "
+                 f"deploying. Source: {applied.source}")
 
 
 def _target_hidden(c: CheckInput) -> Finding:
@@ -247,15 +273,20 @@ def _fc(c: CheckInput) -> Finding:
     h = c.target_hidden or config.get("target_hidden_size") or config.get("hidden_size")
     if not h or not ids.boundaries:
         return _ok("skipped: the target hidden size is unknown (pass --target-config)", skipped=True)
+    title = conv.rule(engine).title
     slots = len(ids.boundaries)
     feeds = slots * int(h)
-    width, how = fc_width(config, engine, path, _weight_shapes)
+    width, how = fc_width(config, engine, path, c.version, _weight_shapes)
     if width is None:
-        return _ok(f"skipped: no draft weights beside {path.name} and {conv.rule(engine).title} "
-               "does not fix the fc width from the config", skipped=True)
+        return _ok(f"skipped: no draft weights beside {path.name} and {title} does not size the fc from the draft "
+                   "config", skipped=True)
+    built, built_how = built_fc_width(config, engine, c.version)
+    if built is not None and built != width:
+        return _fail(ERROR, f"the draft's fc takes {width} inputs ({how}) but {built_how} = {built}: loading the "
+                     "weights fails. Set num_aux_hidden_states to the number of aux slots the draft was trained with.")
     if width == feeds:
         return _ok(f"the draft's fc takes {width} inputs = {slots} slots × {h} ({how})")
-    return _fail(ERROR, f"the draft's fc takes {width} inputs ({how}) but {conv.rule(engine).title} feeds it {slots} slots × "
+    return _fail(ERROR, f"the draft's fc takes {width} inputs ({how}) but {title} feeds it {slots} slots × "
                  f"{h} = {feeds}: the matmul fails at load or first request. The number of ids must match the number of "
                  f"aux slots the draft was trained with ({width // int(h) if width % int(h) == 0 else '?'} × {h}).")
 

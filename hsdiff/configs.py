@@ -38,6 +38,7 @@ __all__ = [
     "read_ids",
     "boundaries_read",
     "fc_width",
+    "built_fc_width",
 ]
 
 
@@ -152,7 +153,7 @@ def _is_int_list(value: Any) -> bool:
     return isinstance(value, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in value)
 
 
-def read_config_ids(config: dict[str, Any], engine: str, *, vllm_runner: str = "v1") -> tuple[object, tuple[str, ...] | None]:
+def read_config_ids(config: dict[str, Any], engine: str, *, vllm_runner: str = conv.DEFAULT_RUNNER) -> tuple[object, tuple[str, ...] | None]:
     """The raw value ``engine`` reads from a draft config and the key it came from, or ``(None, None)``.
 
     The value is returned as stored (a list, ``null``, an empty list...): what an engine does with an
@@ -167,15 +168,16 @@ def read_config_ids(config: dict[str, Any], engine: str, *, vllm_runner: str = "
     return None, None
 
 
-def boundaries_read(ids: Sequence[int], engine: str, num_layers: int | None, family: str | None) -> list[int]:
+def boundaries_read(ids: Sequence[int], engine: str, num_layers: int | None, family: str | None,
+                    version: str | None = None) -> list[int]:
     """Boundaries ``engine`` captures for ``ids`` in list order, without the range check."""
-    if conv.needs_num_layers(engine, family) and num_layers is None:
+    if num_layers is None and (conv.needs_num_layers(engine, family, version) or (engine == "trtllm" and -1 in ids)):
         raise ConfigError(
-            "SGLang's gpt-oss rule depends on the target's num_hidden_layers",
+            f"{conv.applied(engine, family, version).label} depends on the target's num_hidden_layers",
             hint="pass --target-config path/to/target/config.json",
         )
-    return conv.to_boundary(ids, engine, num_layers=num_layers, model_family=family, keep_order=True,
-                            check_range=False)
+    return conv.to_boundary(ids, engine, num_layers=num_layers, model_family=family, version=version,
+                            keep_order=True, check_range=False)
 
 
 def read_ids(
@@ -185,9 +187,11 @@ def read_ids(
     path: str | os.PathLike = "config.json",
     num_layers: int | None = None,
     model_family: str | None = None,
-    vllm_runner: str = "v1",
+    vllm_runner: str = conv.DEFAULT_RUNNER,
+    version: str | None = None,
 ) -> IdsSource:
-    """The ids ``engine`` takes from a draft config, or its default when it finds none.
+    """The ids ``engine`` (at ``version``, default the newest known) takes from a draft config, or its
+    default when it finds none; the record names the rule that read them.
 
     >>> read_ids({"eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 30, 58]}}, "sglang").boundaries
     (3, 31, 59)
@@ -196,14 +200,29 @@ def read_ids(
     """
     r = conv.rule(engine)
     engine = r.key
-    family = conv.normalize_family(model_family) if engine == "sglang" else None
+    version = conv.parse_version(engine, version)
+    family = conv.normalize_family(model_family) if engine in ("sglang", "specforge", "vllm") else None
+    applied = conv.applied(engine, family, version)
     runner = vllm_runner if engine == "vllm" else None
     keys = conv.config_keys(engine, vllm_runner=vllm_runner)
     if not keys:
         raise ConfigError(
-            f"{r.title} takes its layer ids from no config file",
-            path=path, hint="choose --engine sglang, vllm, trtllm, modelopt or specforge",
+            f"{r.title} takes its layer ids from no draft config: it reads {r.reads}",
+            path=path, hint=f"compare with `hsdiff compare --engine {engine} --layer-ids IDS` (the ids it is "
+            "configured with), or choose --engine sglang, vllm, modelopt, specforge or speculators",
         )
+
+    def source(ids: Sequence[int], b: Sequence[int], key: str | None, fallback: bool, note: str) -> IdsSource:
+        return IdsSource(engine, tuple(ids), tuple(b), key, str(path), fallback, note, family, runner, applied.label,
+                         version)
+
+    found, use_aux = config_value(config, ("eagle_config", "use_aux_hidden_state"))
+    if engine in ("sglang", "vllm") and found and use_aux is False:
+        # sglang==0.5.23 llama_eagle3.py:238-247; vllm==0.33.0 eagle3_utils.py:14-22, gpu_model_runner.py:647-660
+        return source((), (), "eagle_config.use_aux_hidden_state", False,
+                      f"eagle_config.use_aux_hidden_state is false in {path}: {r.title} captures no aux "
+                         "hidden state and feeds the draft the final post-norm hidden state (EAGLE-1/2 style), so no "
+                      "layer ids apply; an EAGLE-3 draft needs it true")
     value, key = read_config_ids(config, engine, vllm_runner=vllm_runner)
     where = " or ".join(conv.key_name(k) for k in keys)
     if key is not None and value is not None:
@@ -214,30 +233,31 @@ def read_ids(
             )
         ids = [int(i) for i in cast(list, value)]
         if not ids:
-            return IdsSource(engine, (), (), conv.key_name(key), str(path), False,
-                             f"{r.title} reads {conv.key_name(key)} = [] and captures no layer at all: the draft "
-                             "receives no hidden states", family, runner)
-        b = conv.slot_order(boundaries_read(ids, engine, num_layers, family), engine)
-        note = f"{r.title} reads {conv.key_name(key)} = {ids} from {path}, i.e. captures B{b}"
-        return IdsSource(engine, tuple(ids), tuple(b), conv.key_name(key), str(path), False, note, family, runner)
+            return source((), (), conv.key_name(key), False,
+                          f"{r.title} reads {conv.key_name(key)} = [] and captures no layer at all: the draft "
+                          "receives no hidden states")
+        b = conv.slot_order(boundaries_read(ids, engine, num_layers, family, version), engine, num_layers)
+        note = (f"{r.title} {version} reads {conv.key_name(key)} = {ids} from {path}, i.e. captures B{b} "
+                f"(rule: {applied.label})")
+        return source(ids, b, conv.key_name(key), False, note)
     if num_layers is None:
         raise ConfigError(
             f"no layer ids in {where}: {r.title} falls back to its default, which depends on the target's "
             "num_hidden_layers", path=path, hint="pass --target-config path/to/target/config.json",
         )
-    b = conv.default_boundaries(num_layers)
-    ids = conv.default_ids(engine, num_layers, family)
+    b = conv.default_boundaries(num_layers, engine, family, version)
+    ids = conv.default_ids(engine, num_layers, family, version)
     why = "is null" if key is not None else "is absent"
-    note = (f"{where} {why} in {path}: {r.title} silently falls back to its default B{b} "
-            f"(ids {ids} in its convention); write the ids the draft was trained with explicitly")
+    note = (f"{where} {why} in {path}: {r.title} {version} silently falls back to its default B{b} "
+            f"(ids {ids} in its convention; rule: {applied.label}); write the ids the draft was trained with explicitly")
     if engine == "vllm":
         note += " (a silent fallback like this cost vLLM #50170 nearly all acceptance)"
-    return IdsSource(engine, tuple(ids), tuple(b), None, str(path), True, note, family, runner)
+    return source(ids, b, None, True, note)
 
 
 # --------------------------------------------------------------------------- the draft's fc width
 
-def fc_width(config: dict[str, Any], engine: str, path: Path,
+def fc_width(config: dict[str, Any], engine: str, path: Path, version: str | None = None,
              header: Callable[[Path], dict[str, tuple[int, ...]]] | None = None) -> tuple[int | None, str]:
     """The input width of the draft's ``fc`` and how it was found: from ``fc.weight`` in the draft's
     safetensors beside ``path`` (tensor shapes by ``header``, a safetensors header reader), else from how
@@ -246,10 +266,33 @@ def fc_width(config: dict[str, Any], engine: str, path: Path,
         found = _fc_from_weights(path.parent, header)
         if found is not None:
             return found
+    return built_fc_width(config, engine, version)
+
+
+def built_fc_width(config: dict[str, Any], engine: str, version: str | None = None) -> tuple[int | None, str]:
+    """The ``fc`` input width ``engine`` builds from the draft config alone, and why; ``(None, "")`` when
+    the engine does not size it from the draft config."""
+    key = conv.rule(engine).key
     th = config.get("target_hidden_size") or config.get("hidden_size")
-    if engine in ("sglang", "vllm") and th:
-        # llama_eagle3.py in both engines: fc = Linear(target_hidden_size * 3, hidden_size)
-        return 3 * int(th), f"{conv.rule(engine).title} builds it as 3 × target_hidden_size {th}"
+    if not th:
+        return None, ""
+    title = conv.rule(key).title
+    ver = conv.parse_version(key, version)
+    if key == "sglang" and conv.version_tuple(ver) < (0, 5, 12):
+        # sglang==0.5.10 llama_eagle3.py:138-142: fc = Linear(hidden_size_in * 3, ...)
+        return 3 * int(th), f"{title} {ver} builds it as 3 × target_hidden_size {th}"
+    if key in ("sglang", "vllm"):
+        # sglang==0.5.12 llama_eagle3.py:154-161, vllm==0.33.0 llama_eagle3.py:209-220: num_aux_hidden_states,
+        # else the number of nested ids, else 3
+        n_aux = config.get("num_aux_hidden_states")
+        found, nested = config_value(config, conv.NESTED_KEY)
+        if isinstance(n_aux, int) and not isinstance(n_aux, bool) and n_aux > 0:
+            n, why = n_aux, f"num_aux_hidden_states {n_aux}"
+        elif found and _is_int_list(nested) and nested:
+            n, why = len(nested), f"{len(nested)} ids in eagle_config.eagle_aux_hidden_state_layer_ids"
+        else:
+            n, why = 3, "the default of 3 slots"
+        return n * int(th), f"{title} {ver} builds it as {why} × target_hidden_size {th}"
     return None, ""
 
 

@@ -60,7 +60,8 @@ class FixResult:
                 "new": list(self.new), "changed": self.changed, "written": self.written, "warnings": list(self.warnings)}
 
 
-def ids_from_report(path: str | os.PathLike, engine: str, *, model_family: str | None = None) -> ReportIds:
+def ids_from_report(path: str | os.PathLike, engine: str, *, model_family: str | None = None,
+                    version: str | None = None) -> ReportIds:
     """The recommended layers of a JSON report, as ``engine`` ids; refuses a report that is not confident.
 
     Accepts the JSON of ``hsdiff compare --json`` and of ``hsdiff gate --json``.
@@ -97,9 +98,9 @@ def ids_from_report(path: str | os.PathLike, engine: str, *, model_family: str |
         )
     L = report.get("num_hidden_layers")
     family = None
-    if rule_key(engine) == "sglang":  # the family rule is SGLang's alone
+    if rule_key(engine) in ("sglang", "specforge"):  # SGLang's family rules (SpecForge captures through SGLang)
         family = model_family or rec.get("model_family") or (report.get("inputs") or {}).get("model_family")
-    out = conv.from_boundary([int(b) for b in bs], engine, num_layers=L, model_family=family)
+    out = conv.from_boundary([int(b) for b in bs], engine, num_layers=L, model_family=family, version=version)
     if any(i is None for i in out):
         missing = [b for b, i in zip(bs, out) if i is None]
         raise InputError(
@@ -120,7 +121,11 @@ def fix_config(
     engine: str = "sglang",
     dry_run: bool = False,
 ) -> FixResult:
-    """Write ``ids`` into the draft config at the key ``engine`` reads; keep a byte-exact backup."""
+    """Write ``ids`` into the draft config at the key ``engine`` reads; keep a byte-exact backup.
+
+    Refuses an engine that reads no ids from a draft config (TensorRT-LLM reads ``eagle3_layers_to_capture``
+    from its speculative config), so that nothing is written where no engine looks.
+    """
     engine = rule_key(engine)
     key = conv.write_key(engine)
     p = Path(path)

@@ -46,30 +46,36 @@ class _Setup:
     hidden_size: int | None
     family: str | None
     family_source: str | None
+    version: str
 
 
 def _setup(draft_config: str | os.PathLike, target_config: str | os.PathLike | None, engine: str,
-           model_family: str | None, num_layers: int | None, hidden_size: int | None) -> _Setup:
+           model_family: str | None, num_layers: int | None, hidden_size: int | None,
+           engine_version: str | None) -> _Setup:
     cfg, path = load_draft(draft_config)
     target = target_shape(load_config(target_config) if target_config else None)
     L = num_layers or target.num_layers
     H = hidden_size or target.hidden_size
     family, source = None, None
-    if engine == "sglang":  # the only engine whose reading depends on the model family
+    version = conv.parse_version(engine, engine_version)
+    if engine in ("sglang", "specforge", "vllm"):  # the engines whose reading depends on the model family
         if model_family:
             family, source = conv.normalize_family(model_family), f"--model-family {model_family}"
         elif target.model_type:
             family, source = target.family, f"target model_type {target.model_type}"
         else:
             family, source = "llama", "the default llama rule"
-    return _Setup(cfg, path, L, H, family, source)
+        if engine == "vllm" and family not in ("deepseek", "deepseek-legacy"):
+            family, source = None, None  # on vLLM only DeepSeek models read differently (no id 0)
+    return _Setup(cfg, path, L, H, family, source, version)
 
 
 def _checked(s: _Setup, engine: str, vllm_runner: str) -> tuple[IdsSource, list[Check]]:
     ids = read_ids(s.config, engine, path=s.path, num_layers=s.num_layers, model_family=s.family,
-                   vllm_runner=vllm_runner)
+                   vllm_runner=vllm_runner, version=s.version)
     checks = static_checks(s.config, ids, path=s.path, num_layers=s.num_layers, target_hidden=s.hidden_size,
-                           model_family=s.family, vllm_runner=vllm_runner, family_source=s.family_source)
+                           model_family=s.family, vllm_runner=vllm_runner, family_source=s.family_source,
+                           version=s.version)
     return ids, checks
 
 
@@ -79,10 +85,11 @@ def check_config(
     engine: str = "sglang",
     target_config: str | os.PathLike | None = None,
     model_family: str | None = None,
-    vllm_runner: str = "v1",
+    vllm_runner: str = conv.DEFAULT_RUNNER,
     num_layers: int | None = None,
     hidden_size: int | None = None,
     strict: bool = False,
+    engine_version: str | None = None,
 ) -> GateResult:
     """The static checks alone (``hsdiff check-config``).
 
@@ -92,7 +99,7 @@ def check_config(
     """
     engine = conv.rule(engine).key
     _runner(vllm_runner)
-    s = _setup(draft_config, target_config, engine, model_family, num_layers, hidden_size)
+    s = _setup(draft_config, target_config, engine, model_family, num_layers, hidden_size, engine_version)
     ids, checks = _checked(s, engine, vllm_runner)
     return GateResult("check-config", str(s.path), None if target_config is None else str(target_config), engine, ids,
                       tuple(checks), None, strict, s.num_layers, s.hidden_size, s.family)
@@ -105,7 +112,7 @@ def run_gate(
     options: Options | None = None,
     *,
     target_config: str | os.PathLike | None = None,
-    vllm_runner: str = "v1",
+    vllm_runner: str = conv.DEFAULT_RUNNER,
     strict: bool = False,
 ) -> GateResult:
     """Read the ids from ``draft_config`` as ``options.engine`` does, run the static checks, then compare.
@@ -117,7 +124,8 @@ def run_gate(
     engine = conv.rule(opts.engine).key
     _runner(vllm_runner)
     target_config = target_config or opts.model_config
-    s = _setup(draft_config, target_config, engine, opts.model_family, opts.num_layers, opts.hidden_size)
+    s = _setup(draft_config, target_config, engine, opts.model_family, opts.num_layers, opts.hidden_size,
+               opts.engine_version)
     ids, checks = _checked(s, engine, vllm_runner)
     blocking = [c for c in checks if c.failed and c.name in ("ids-in-range", "ids-source")]
     notes: list[str] = []
@@ -128,7 +136,8 @@ def run_gate(
         source = (f"{s.path} [{ids.key}]" if ids.key
                   else f"{conv.rule(engine).title}'s default (no ids in {s.path})")
         opts = replace(opts, engine=engine, layer_ids=list(ids.ids),
-                       model_family=s.family if engine == "sglang" else opts.model_family,
+                       model_family=s.family if s.family is not None else opts.model_family,
+                       engine_version=s.version,
                        model_config=None if target_config is None else str(target_config),
                        configured_source=source)
         report = compare(train, infer, opts)

@@ -69,9 +69,12 @@ class IdsSource:
     note: str
     model_family: str | None = None
     vllm_runner: str | None = None
+    rule: str | None = None  # the convention-table row that read them ("SGLang ≥ 0.5.13, DeepSeek rule")
+    engine_version: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"engine": self.engine, "eagle_aux_hidden_state_layer_ids": list(self.ids),
+        return {"engine": self.engine, "engine_version": self.engine_version, "rule": self.rule,
+                "eagle_aux_hidden_state_layer_ids": list(self.ids),
                 "boundary_indices": list(self.boundaries), "key": self.key, "path": self.path,
                 "fallback": self.fallback, "note": self.note, "model_family": self.model_family,
                 "vllm_runner": self.vllm_runner}
@@ -144,6 +147,8 @@ class GateResult:
             "exit_code": self.exit_code,
             "cause": self.cause,
             "engine": self.engine,
+            "engine_version": None if self.ids is None else self.ids.engine_version,
+            "rule": None if self.ids is None else self.ids.rule,
             "model_family": self.model_family,
             "draft_config": self.draft_config,
             "target_config": self.target_config,
