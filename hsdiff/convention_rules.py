@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Rule", "RULES", "VERSIONS", "DEFAULT_VERSIONS", "DEFAULT_RUNNER", "VLLM_RUNNERS", "FAMILIES", "ENGINE_INFO", "EngineInfo",
+__all__ = ["Rule", "RULES", "CONFIG_KEYS", "VERSIONS", "DEFAULT_VERSIONS", "DEFAULT_RUNNER", "VLLM_RUNNERS", "FAMILIES", "ENGINE_INFO", "EngineInfo",
            "OUTPUT", "BOUNDARY", "DEEPSEEK", "GPT_OSS", "NONE"]
 
 # what an id means
@@ -32,6 +32,20 @@ TOP = ("eagle_aux_hidden_state_layer_ids",)
 #: V1 only when VLLM_USE_V2_MODEL_RUNNER=0 or an unsupported feature forces it.
 VLLM_RUNNERS = ("v1", "v2")
 DEFAULT_RUNNER = "v2"
+
+
+#: Where each engine reads the ids in a draft (or run) config, first match wins.
+CONFIG_KEYS: dict[str, tuple[tuple[str, ...], ...]] = {
+    "sglang": (NESTED,),  # model_runner_components/spec_aux_hidden_state.py:185-196 (0.5.23)
+    "vllm-v1": (TOP, NESTED),  # v1/worker/gpu_model_runner.py:5190-5224 (0.33)
+    "vllm-v2": (TOP, ("eagle_config", "layer_ids")),  # v1/worker/gpu/spec_decode/eagle/eagle3_utils.py:113-150 (0.33)
+    "trtllm": (),  # eagle3_layers_to_capture lives in its speculative config, not the draft config.json
+    "modelopt": (("eagle_architecture_config", "eagle_aux_hidden_state_layer_ids"), NESTED),
+    "specforge": (("model", "aux_hidden_state_layer_ids"), NESTED),
+    "speculators": (TOP,),
+    "eagle": (),
+    "hf": (),
+}
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from dataclasses import replace
 
 from .convention_rules import (
     BOUNDARY,
+    CONFIG_KEYS,
     DEEPSEEK,
     DEFAULT_RUNNER,
     DEFAULT_VERSIONS,
@@ -474,19 +475,6 @@ def parse_ids(text: str | Sequence[int], *, what: str = "--layer-ids") -> list[i
 
 # --------------------------------------------------------------------------- config keys
 
-_KEYS: dict[str, tuple[tuple[str, ...], ...]] = {
-    "sglang": (NESTED,),  # model_runner_components/spec_aux_hidden_state.py:185-196 (0.5.23)
-    "vllm-v1": (TOP, NESTED),  # v1/worker/gpu_model_runner.py:5190-5224 (0.33)
-    "vllm-v2": (TOP, ("eagle_config", "layer_ids")),  # v1/worker/gpu/spec_decode/eagle/eagle3_utils.py:113-150 (0.33)
-    "trtllm": (),  # eagle3_layers_to_capture lives in its speculative config, not the draft config.json
-    "modelopt": (("eagle_architecture_config", "eagle_aux_hidden_state_layer_ids"), NESTED),
-    "specforge": (("model", "aux_hidden_state_layer_ids"), NESTED),
-    "speculators": (TOP,),
-    "eagle": (),
-    "hf": (),
-}
-
-
 def config_keys(engine: str, *, vllm_runner: str = DEFAULT_RUNNER) -> tuple[tuple[str, ...], ...]:
     """Where ``engine`` reads the ids in a draft (or run) config, first match wins.
 
@@ -497,8 +485,8 @@ def config_keys(engine: str, *, vllm_runner: str = DEFAULT_RUNNER) -> tuple[tupl
     if key == "vllm":
         if vllm_runner not in VLLM_RUNNERS:
             raise InputError(f"unknown vLLM runner {vllm_runner!r}", hint=f"choose one of: {', '.join(VLLM_RUNNERS)}")
-        return _KEYS[f"vllm-{vllm_runner}"]
-    return _KEYS[key]
+        return CONFIG_KEYS[f"vllm-{vllm_runner}"]
+    return CONFIG_KEYS[key]
 
 
 def write_key(engine: str) -> tuple[str, ...]:
