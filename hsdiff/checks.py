@@ -115,11 +115,10 @@ def _ignored_key(c: CheckInput) -> Finding:
                          "reads: it falls back to its default layers. Move them under "
                          "eagle_config.eagle_aux_hidden_state_layer_ids (SGLang counts them as layer outputs; "
                          "`hsdiff ids` translates).")
-        if top_ok and nested_ok:
-            b_top = _safe_reading(top, "vllm", L, None)
-            b_sg = _safe_reading(nested, "sglang", L, family)
-            if b_top is not None and b_sg is not None and sorted(set(b_top)) != sorted(set(b_sg)):
-                return _fail(WARNING, f"SGLang ignores the top-level eagle_aux_hidden_state_layer_ids {top} (it reads the nested "
+        both = _both_keys(top, nested, L, family) if top_ok and nested_ok else None
+        if both is not None:
+            b_top, b_sg = both
+            return _fail(WARNING, f"SGLang ignores the top-level eagle_aux_hidden_state_layer_ids {top} (it reads the nested "
                              f"{nested}, i.e. B{sorted(set(b_sg))}); vLLM would read the top-level key and capture "
                              f"B{sorted(set(b_top))}: the same draft gets different layers on the two engines.")
         return _ok("SGLang reads eagle_config.eagle_aux_hidden_state_layer_ids; no ids sit in a "
@@ -135,13 +134,11 @@ def _ignored_key(c: CheckInput) -> Finding:
                          "reads them, but the default V2 runner ignores that key and falls back to the default layers "
                          "(vllm==0.33.0 eagle3_utils.py:113-150). Write them to the top-level "
                          "eagle_aux_hidden_state_layer_ids too.")
-        if top_ok and nested_ok:
-            b_top = _safe_reading(top, "vllm", L, None)
-            b_sg = _safe_reading(nested, "sglang", L, family)
-            if b_top is not None and b_sg is not None and sorted(set(b_top)) != sorted(set(b_sg)):
-                return _fail(WARNING, f"vLLM reads the top-level {top} (B{sorted(set(b_top))}) and ignores the nested {nested}, "
-                             f"which SGLang and SpecForge read as B{sorted(set(b_sg))}: the two keys name different "
-                             "layers.")
+        both = _both_keys(top, nested, L, family) if top_ok and nested_ok else None
+        if both is not None:
+            b_top, b_sg = both
+            return _fail(WARNING, f"vLLM reads the top-level {top} (B{b_top}) and ignores the nested {nested}, "
+                         f"which SGLang and SpecForge read as B{b_sg}: the two keys name different layers.")
         return _ok("vLLM reads the top-level eagle_aux_hidden_state_layer_ids; no ids sit in a "
                "key it ignores")
     keys = conv.config_keys(engine)
@@ -155,6 +152,15 @@ def _ignored_key(c: CheckInput) -> Finding:
                      f"{conv.rule(engine).title} never reads (it reads {' or '.join(read)}): it falls back to its "
                      "default layers. Write them to the top-level key (`hsdiff ids` translates).")
     return _ok(f"{conv.rule(engine).title} reads {' or '.join(read)}")
+
+
+def _both_keys(top: list[int], nested: list[int], L: int | None, family: str | None) -> tuple[list[int], list[int]] | None:
+    """The layers vLLM reads from the top-level ids and SGLang from the nested ones, when they differ."""
+    b_top = _safe_reading(top, "vllm", L, None)
+    b_sg = _safe_reading(nested, "sglang", L, family)
+    if b_top is None or b_sg is None or sorted(set(b_top)) == sorted(set(b_sg)):
+        return None
+    return sorted(set(b_top)), sorted(set(b_sg))
 
 
 def _safe_reading(ids: Sequence[int], engine: str, L: int | None, family: str | None,
