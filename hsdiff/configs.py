@@ -1,22 +1,77 @@
-"""Model and draft ``config.json`` files: reading them, and what they say about the target's shape
-and the draft's layer ids.
+"""Model and draft ``config.json`` files: reading them, and what they say about the target's shape,
+the draft's layer ids (and where an engine reads them) and the width of the draft's ``fc``.
 
-Every other module asks this one; nothing else opens a config file. Conventions (how an engine
-*counts* the ids read here) live in :mod:`hsdiff.conventions`.
+Every other module asks this one; nothing else parses a JSON config. Conventions (how an engine
+*counts* the ids read here, and which keys it reads) live in :mod:`hsdiff.conventions`.
+
+Example::
+
+    >>> target_shape({"num_hidden_layers": 61, "hidden_size": 7168, "model_type": "kimi_k25"}).family
+    'deepseek'
+    >>> read_ids({"eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 30, 58]}}, "sglang").boundaries
+    (3, 31, 59)
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, cast
 
-from .errors import ConfigError
+from . import conventions as conv
+from .errors import ConfigError, InputError
+from .gate_model import IdsSource
 
-__all__ = ["load_config", "is_draft_config", "draft_ids"]
+__all__ = [
+    "read_json",
+    "load_config",
+    "load_draft",
+    "is_draft_config",
+    "draft_ids",
+    "config_value",
+    "TargetShape",
+    "target_shape",
+    "read_config_ids",
+    "read_ids",
+    "boundaries_read",
+    "fc_width",
+    "built_fc_width",
+]
 
 
-def load_config(path: str | os.PathLike) -> dict:
+def read_json(
+    path: str | os.PathLike,
+    *,
+    what: str = "config",
+    error: type[InputError] = ConfigError,
+    missing: str = "no such config file",
+    missing_hint: str | None = "give the path of a config.json",
+    bad_hint: str | None = "fix the file",
+) -> Any:
+    """Parse a JSON file; ``error`` (a :class:`InputError`) names the file and says what to do."""
+    p = Path(path)
+    try:
+        text = p.read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        raise error(missing, path=p, hint=missing_hint) from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise error(f"not a readable JSON {what} ({e})", path=p, hint=bad_hint) from None
+    return parse_json(text, p, what=what, error=error, bad_hint=bad_hint)
+
+
+def parse_json(text: str, path: str | os.PathLike, *, what: str = "config", error: type[InputError] = ConfigError,
+               bad_hint: str | None = "fix the file") -> Any:
+    """Parse JSON ``text`` read from ``path`` (for callers that keep the raw bytes, as ``fix-config`` does)."""
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as e:
+        raise error(f"not a readable JSON {what} ({e})", path=path, hint=bad_hint) from None
+
+
+def load_config(path: str | os.PathLike) -> dict[str, Any]:
     """Read a ``config.json`` (or the one in a folder); :class:`ConfigError` names the file and the problem.
 
     >>> load_config("fixtures/seed/model")["num_hidden_layers"]   # doctest: +SKIP
@@ -25,29 +80,236 @@ def load_config(path: str | os.PathLike) -> dict:
     p = Path(path)
     if p.is_dir():
         p = p / "config.json"
-    try:
-        with open(p, encoding="utf-8") as f:
-            obj = json.load(f)
-    except FileNotFoundError:
-        raise ConfigError("no such config file", path=p, hint="give the path of a config.json") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ConfigError(f"not a readable JSON config ({e})", path=p, hint="fix the file") from None
+    obj = read_json(p)
     if not isinstance(obj, dict):
         raise ConfigError("config is not a JSON object", path=p)
     return obj
 
 
-def is_draft_config(cfg: dict) -> bool:
+def load_draft(path: str | os.PathLike) -> tuple[dict[str, Any], Path]:
+    """A draft ``config.json`` (or the one in a folder) and the file it was read from."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / "config.json"
+    return load_config(p), p
+
+
+def is_draft_config(cfg: dict[str, Any]) -> bool:
     """Whether ``cfg`` describes an EAGLE draft rather than a target model."""
     archs = " ".join(str(a) for a in cfg.get("architectures", []) or [])
     return "eagle_config" in cfg or "eagle_aux_hidden_state_layer_ids" in cfg or "Eagle" in archs or "Draft" in archs
 
 
-def draft_ids(cfg: dict) -> list[int] | None:
+def draft_ids(cfg: dict[str, Any]) -> list[int] | None:
     """The aux layer ids a draft config states (the nested ``eagle_config`` key first), as written."""
-    nested = cfg.get("eagle_config")
-    if isinstance(nested, dict) and isinstance(nested.get("eagle_aux_hidden_state_layer_ids"), list):
-        return [int(i) for i in nested["eagle_aux_hidden_state_layer_ids"]]
-    if isinstance(cfg.get("eagle_aux_hidden_state_layer_ids"), list):
-        return [int(i) for i in cfg["eagle_aux_hidden_state_layer_ids"]]
+    for key in (conv.NESTED_KEY, conv.TOP_KEY):
+        found, value = config_value(cfg, key)
+        if found and isinstance(value, list):
+            return [int(i) for i in value]
+    return None
+
+
+def config_value(config: dict[str, Any], key: Sequence[str]) -> tuple[bool, Any]:
+    """``(True, value)`` when the dotted ``key`` path exists in ``config``, else ``(False, None)``."""
+    node: Any = config
+    for part in key:
+        if not isinstance(node, dict) or part not in node:
+            return False, None
+        node = node[part]
+    return True, node
+
+
+# --------------------------------------------------------------------------- the target's shape
+
+@dataclass(frozen=True)
+class TargetShape:
+    """What a target ``config.json`` says: ``num_hidden_layers``, ``hidden_size``, the model type and
+    the SGLang model-family rule that type selects."""
+
+    num_layers: int | None
+    hidden_size: int | None
+    family: str | None  # SGLang rule key when it came from model_type
+    model_type: str | None
+
+
+def target_shape(config: dict[str, Any] | None) -> TargetShape:
+    """``num_hidden_layers``, ``hidden_size`` and the SGLang family rule of a target ``config.json``.
+
+    Multimodal targets keep them under ``text_config``.
+    """
+    if not config:
+        return TargetShape(None, None, None, None)
+    sub = config.get("text_config")
+    text: dict[str, Any] = sub if isinstance(sub, dict) else {}
+    n = config.get("num_hidden_layers") or text.get("num_hidden_layers")
+    h = config.get("hidden_size") or text.get("hidden_size")
+    mt = config.get("model_type") or text.get("model_type")
+    return TargetShape(int(n) if n else None, int(h) if h else None, conv.family_from_config(config), mt)
+
+
+# --------------------------------------------------------------------------- draft ids
+
+def _is_int_list(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in value)
+
+
+def read_config_ids(config: dict[str, Any], engine: str, *, vllm_runner: str = conv.DEFAULT_RUNNER) -> tuple[object, tuple[str, ...] | None]:
+    """The raw value ``engine`` reads from a draft config and the key it came from, or ``(None, None)``.
+
+    The value is returned as stored (a list, ``null``, an empty list...): what an engine does with an
+    empty or null value differs, see :func:`read_ids`.
+    """
+    for key in conv.config_keys(engine, vllm_runner=vllm_runner):
+        found, node = config_value(config, key)
+        if found:
+            if conv.rule(engine).key == "vllm" and not (isinstance(node, (list, tuple)) and node):
+                continue  # vLLM: `if layer_ids and isinstance(layer_ids, (list, tuple))`, else the next key / default
+            return node, tuple(key)
+    return None, None
+
+
+def boundaries_read(ids: Sequence[int], engine: str, num_layers: int | None, family: str | None,
+                    version: str | None = None) -> list[int]:
+    """Boundaries ``engine`` captures for ``ids`` in list order, without the range check."""
+    if num_layers is None and (conv.needs_num_layers(engine, family, version) or (engine == "trtllm" and -1 in ids)):
+        raise ConfigError(
+            f"{conv.applied(engine, family, version).label} depends on the target's num_hidden_layers",
+            hint="pass --target-config path/to/target/config.json",
+        )
+    return conv.to_boundary(ids, engine, num_layers=num_layers, model_family=family, version=version,
+                            keep_order=True, check_range=False)
+
+
+def read_ids(
+    config: dict[str, Any],
+    engine: str = "sglang",
+    *,
+    path: str | os.PathLike = "config.json",
+    num_layers: int | None = None,
+    model_family: str | None = None,
+    vllm_runner: str = conv.DEFAULT_RUNNER,
+    version: str | None = None,
+) -> IdsSource:
+    """The ids ``engine`` (at ``version``, default the newest known) takes from a draft config, or its
+    default when it finds none; the record names the rule that read them.
+
+    >>> read_ids({"eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 30, 58]}}, "sglang").boundaries
+    (3, 31, 59)
+    >>> read_ids({"eagle_aux_hidden_state_layer_ids": [3, 31, 59]}, "sglang", num_layers=61).fallback
+    True
+    """
+    r = conv.rule(engine)
+    engine = r.key
+    version = conv.parse_version(engine, version)
+    family = conv.normalize_family(model_family) if engine in ("sglang", "specforge", "vllm") else None
+    applied = conv.applied(engine, family, version)
+    runner = vllm_runner if engine == "vllm" else None
+    keys = conv.config_keys(engine, vllm_runner=vllm_runner)
+    if not keys:
+        raise ConfigError(
+            f"{r.title} takes its layer ids from no draft config: it reads {r.reads}",
+            path=path, hint=f"compare with `hsdiff compare --engine {engine} --layer-ids IDS` (the ids it is "
+            "configured with), or choose --engine sglang, vllm, modelopt, specforge or speculators",
+        )
+
+    def source(ids: Sequence[int], b: Sequence[int], key: str | None, fallback: bool, note: str) -> IdsSource:
+        return IdsSource(engine, tuple(ids), tuple(b), key, str(path), fallback, note, family, runner, applied.label,
+                         version)
+
+    found, use_aux = config_value(config, ("eagle_config", "use_aux_hidden_state"))
+    if engine in ("sglang", "vllm") and found and use_aux is False:
+        # sglang==0.5.23 llama_eagle3.py:238-247; vllm==0.33.0 eagle3_utils.py:14-22, gpu_model_runner.py:647-660
+        return source((), (), "eagle_config.use_aux_hidden_state", False,
+                      f"eagle_config.use_aux_hidden_state is false in {path}: {r.title} captures no aux "
+                         "hidden state and feeds the draft the final post-norm hidden state (EAGLE-1/2 style), so no "
+                      "layer ids apply; an EAGLE-3 draft needs it true")
+    value, key = read_config_ids(config, engine, vllm_runner=vllm_runner)
+    where = " or ".join(conv.key_name(k) for k in keys)
+    if key is not None and value is not None:
+        if not _is_int_list(value):
+            raise ConfigError(
+                f"{conv.key_name(key)} is {json.dumps(value)}, not a list of integers",
+                path=path, hint='write a list such as [2, 30, 58]',
+            )
+        ids = [int(i) for i in cast(list, value)]
+        if not ids:
+            return source((), (), conv.key_name(key), False,
+                          f"{r.title} reads {conv.key_name(key)} = [] and captures no layer at all: the draft "
+                          "receives no hidden states")
+        b = conv.slot_order(boundaries_read(ids, engine, num_layers, family, version), engine, num_layers)
+        note = (f"{r.title} {version} reads {conv.key_name(key)} = {ids} from {path}, i.e. captures B{b} "
+                f"(rule: {applied.label})")
+        return source(ids, b, conv.key_name(key), False, note)
+    if num_layers is None:
+        raise ConfigError(
+            f"no layer ids in {where}: {r.title} falls back to its default, which depends on the target's "
+            "num_hidden_layers", path=path, hint="pass --target-config path/to/target/config.json",
+        )
+    b = conv.default_boundaries(num_layers, engine, family, version)
+    ids = conv.default_ids(engine, num_layers, family, version)
+    why = "is null" if key is not None else "is absent"
+    note = (f"{where} {why} in {path}: {r.title} {version} silently falls back to its default B{b} "
+            f"(ids {ids} in its convention; rule: {applied.label}); write the ids the draft was trained with explicitly")
+    if engine == "vllm":
+        note += " (a silent fallback like this cost vLLM #50170 nearly all acceptance)"
+    return source(ids, b, None, True, note)
+
+
+# --------------------------------------------------------------------------- the draft's fc width
+
+def fc_width(config: dict[str, Any], engine: str, path: Path, version: str | None = None,
+             header: Callable[[Path], dict[str, tuple[int, ...]]] | None = None) -> tuple[int | None, str]:
+    """The input width of the draft's ``fc`` and how it was found: from ``fc.weight`` in the draft's
+    safetensors beside ``path`` (tensor shapes by ``header``, a safetensors header reader), else from how
+    the engine builds it, else ``(None, "")``."""
+    if header is not None:
+        found = _fc_from_weights(path.parent, header)
+        if found is not None:
+            return found
+    return built_fc_width(config, engine, version)
+
+
+def built_fc_width(config: dict[str, Any], engine: str, version: str | None = None) -> tuple[int | None, str]:
+    """The ``fc`` input width ``engine`` builds from the draft config alone, and why; ``(None, "")`` when
+    the engine does not size it from the draft config."""
+    key = conv.rule(engine).key
+    th = config.get("target_hidden_size") or config.get("hidden_size")
+    if not th:
+        return None, ""
+    title = conv.rule(key).title
+    ver = conv.parse_version(key, version)
+    if key == "sglang" and conv.version_tuple(ver) < (0, 5, 12):
+        # sglang==0.5.10 llama_eagle3.py:138-142: fc = Linear(hidden_size_in * 3, ...)
+        return 3 * int(th), f"{title} {ver} builds it as 3 × target_hidden_size {th}"
+    if key in ("sglang", "vllm"):
+        # sglang==0.5.12 llama_eagle3.py:154-161, vllm==0.33.0 llama_eagle3.py:209-220: num_aux_hidden_states,
+        # else the number of nested ids, else 3
+        n_aux = config.get("num_aux_hidden_states")
+        found, nested = config_value(config, conv.NESTED_KEY)
+        if isinstance(n_aux, int) and not isinstance(n_aux, bool) and n_aux > 0:
+            n, why = n_aux, f"num_aux_hidden_states {n_aux}"
+        elif found and _is_int_list(nested) and nested:
+            n, why = len(nested), f"{len(nested)} ids in eagle_config.eagle_aux_hidden_state_layer_ids"
+        else:
+            n, why = 3, "the default of 3 slots"
+        return n * int(th), f"{title} {ver} builds it as {why} × target_hidden_size {th}"
+    return None, ""
+
+
+def _fc_from_weights(folder: Path, header: Callable[[Path], dict[str, tuple[int, ...]]]) -> tuple[int, str] | None:
+    files: list[Path] = []
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            obj = read_json(index)
+            weight_map = obj.get("weight_map", {}) if isinstance(obj, dict) else {}
+        except InputError:
+            weight_map = {}
+        files = [folder / f for k, f in weight_map.items() if k.split(".")[-2:] == ["fc", "weight"]]
+    if not files:
+        files = sorted(folder.glob("*.safetensors"))
+    for f in files[:8]:
+        for key, shape in header(f).items():
+            if key.split(".")[-2:] == ["fc", "weight"] and len(shape) == 2:
+                return int(shape[1]), f"{f.name} [{key}] has shape {list(shape)}"
     return None

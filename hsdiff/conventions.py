@@ -4,19 +4,21 @@ Two ways of counting name the same tensors one apart (``L`` = ``num_hidden_layer
 
 * **boundary index** (B): B=0 is the embedding output, B=k (1 ≤ k ≤ L-1) is the residual stream
   entering decoder layer k (= output of layer k-1), B=L is the output of the last layer *before*
-  the final norm. Hugging Face ``output_hidden_states`` tuple indices are B-indices, except that
-  HF's entry ``[L]`` has the final norm applied.
+  the final norm. The final hidden state *after* the norm is :func:`final_boundary` (L+1): only
+  TensorRT-LLM (id -1) and Hugging Face (tuple index L) have an id for it.
 * **output index** (O): O=k is the output of layer k; ``B = O + 1``; O=-1 is the embeddings.
 
 Everything inside hsdiff is kept as B-indices; engine ids are translated at the edges with
-:func:`to_boundary` and :func:`from_boundary`. Each rule below cites the public source it was read
-from (versions as noted in ``docs/conventions.md``).
+:func:`to_boundary` and :func:`from_boundary`. Which reading applies depends on the engine, the
+target's model family and the engine version: :func:`applied` picks the row of the table in
+:mod:`hsdiff.convention_rules` (each row cites the source line it encodes); the default version is
+the newest the table knows.
 
 Example::
 
     >>> to_boundary([2, 30, 58], "sglang", num_layers=61)
     [3, 31, 59]
-    >>> from_boundary([3, 31, 59], "vllm", num_layers=61)
+    >>> to_boundary([2, 30, 58], "sglang", num_layers=61, model_family="kimi_k25", version="0.5.12")
     [3, 31, 59]
     >>> translate([2, 30, 58], "sglang", "vllm", num_layers=61)
     [3, 31, 59]
@@ -25,133 +27,148 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import replace
 
+from .convention_rules import (
+    BOUNDARY,
+    CONFIG_KEYS,
+    DEEPSEEK,
+    DEFAULT_RUNNER,
+    DEFAULT_VERSIONS,
+    ENGINE_INFO,
+    FAMILIES,
+    GPT_OSS,
+    NESTED,
+    NONE,
+    OUTPUT,
+    RULES,
+    TOP,
+    VERSIONS,
+    VLLM_RUNNERS,
+    EngineInfo,
+    Rule,
+)
 from .errors import InputError
 
 __all__ = [
-    "BOUNDARY",
-    "OUTPUT",
-    "ENGINES",
-    "MODEL_FAMILIES",
-    "EngineRule",
-    "rule",
-    "normalize_family",
-    "family_from_config",
-    "to_boundary",
-    "from_boundary",
-    "translate",
-    "default_ids",
-    "default_boundaries",
-    "describe_boundary",
-    "name_boundary",
-    "max_capturable",
-    "parse_ids",
-    "VLLM_RUNNERS",
-    "config_keys",
-    "write_key",
-    "key_name",
-    "read_config_ids",
+    "BOUNDARY", "OUTPUT", "ENGINES", "MODEL_FAMILIES", "VLLM_RUNNERS", "DEFAULT_RUNNER", "NESTED_KEY", "TOP_KEY",
+    "EngineInfo", "Rule", "rule", "applied", "parse_version", "default_version", "version_tuple", "version_for", "versions", "normalize_family",
+    "family_from_config", "to_boundary", "from_boundary", "translate", "default_ids", "default_boundaries",
+    "final_boundary", "capturable", "max_capturable", "needs_num_layers", "slot_order", "describe_boundary",
+    "name_boundary", "parse_ids", "config_keys", "write_key", "key_name",
 ]
 
-BOUNDARY = "boundary"
-OUTPUT = "output"
+NESTED_KEY, TOP_KEY = NESTED, TOP
+ENGINES: tuple[str, ...] = tuple(ENGINE_INFO)
+
+#: SGLang model-family rules: key -> the model types that select it.
+MODEL_FAMILIES: dict[str, str] = {k: ", ".join(names[:6]) for k, (names, _) in FAMILIES.items()}
+_FAMILY_ALIASES = {name: key for key, (names, _) in FAMILIES.items() for name in names}
 
 
-@dataclass(frozen=True)
-class EngineRule:
-    """One engine's or trainer's way of reading ``eagle_aux_hidden_state_layer_ids``."""
-
-    key: str
-    title: str
-    kind: str  # "engine" or "trainer"
-    index: str  # BOUNDARY or OUTPUT: what a plain id means (before model-family rules)
-    config_keys: tuple[tuple[str, ...], ...]  # where the ids are read from, first match wins
-    sorts: bool  # the engine sorts/de-duplicates ids before use
-    captures_last: bool  # B = L (last layer, pre-norm) can be captured
-    source: str
-
-    def __repr__(self) -> str:
-        return f"<EngineRule {self.key}: {self.index}-index>"
-
-
-_NESTED = ("eagle_config", "eagle_aux_hidden_state_layer_ids")
-_TOP = ("eagle_aux_hidden_state_layer_ids",)
-
-_RULES: dict[str, EngineRule] = {
-    r.key: r
-    for r in [
-        EngineRule(
-            "sglang", "SGLang", "engine", OUTPUT, (_NESTED,), True, False,
-            "sglang/srt/models/llama_eagle3.py + llama.py set_eagle3_layers_to_capture: "
-            "layers_to_capture = [v + 1 for v in ids]; captured before layer i in loop order",
-        ),
-        EngineRule(
-            "vllm", "vLLM", "engine", BOUNDARY, (_TOP, _NESTED), True, True,
-            "vllm/model_executor/models/llama.py aux_hidden_state_layers (sorted, used as given); "
-            "speculative config reads the top-level key (V1 runner also the nested one)",
-        ),
-        EngineRule(
-            "trtllm", "TensorRT-LLM", "engine", OUTPUT, (("eagle3_layers_to_capture",),), True, True,
-            "tensorrt_llm/llmapi EagleDecodingConfig.eagle3_layers_to_capture: captured after "
-            "layer i's MLP (set, so sorted)",
-        ),
-        EngineRule(
-            "modelopt", "NVIDIA ModelOpt", "trainer", OUTPUT, (("eagle_architecture_config", "eagle_aux_hidden_state_layer_ids"), _NESTED), True, True,
-            "modelopt/torch/speculative/plugins/transformers.py: forward hooks on layer outputs; "
-            "default sorted{1, L//2-1, L-4}",
-        ),
-        EngineRule(
-            "specforge", "SpecForge", "trainer", OUTPUT, (("aux_hidden_state_layer_ids",), _NESTED), True, False,
-            "specforge data generation captures through SGLang (+1 applied); default [1, L//2-1, L-4]",
-        ),
-        EngineRule(
-            "eagle", "SafeAILab EAGLE-3", "trainer", BOUNDARY, (), True, True,
-            "EAGLE/eagle/model/modeling_llama_kv.py: hidden states at the inputs of layers "
-            "{2, L//2, L-3}, concatenated ascending",
-        ),
-        EngineRule(
-            "hf", "Hugging Face transformers", "trainer", BOUNDARY, (), False, True,
-            "transformers output_hidden_states: tuple of L+1, [0] = embeddings, [L] post-norm",
-        ),
-    ]
-}
-
-ENGINES: tuple[str, ...] = tuple(_RULES)
-
-#: SGLang model-family rules (the only engine whose reading depends on the model family).
-MODEL_FAMILIES: dict[str, str] = {
-    "llama": "ids are O-index: +1 always (llama, qwen, mistral and most families)",
-    "deepseek": "+1 only if ids[0] == 1, otherwise ids are B-index (deepseek_v2/v3, kimi_k25; SGLang PR #25454)",
-    "deepseek-legacy": "+1 always (deepseek/kimi before SGLang PR #25454)",
-    "gpt-oss": "ids are B-index if max(ids) == L, otherwise +1 (gpt_oss; SGLang PR #32334)",
-}
-
-_FAMILY_ALIASES = {
-    "llama": "llama", "qwen": "llama", "qwen2": "llama", "qwen3": "llama", "qwen3_moe": "llama",
-    "qwen2_moe": "llama", "mistral": "llama", "mixtral": "llama", "minimax": "llama",
-    "minimax_m2": "llama", "glm4_moe": "llama", "llama4": "llama",
-    # deepseek_v4 captures *after* layer i returns, so its ids are layer outputs: the llama rule in B terms
-    "deepseek_v4": "llama",
-    "deepseek": "deepseek", "deepseek_v2": "deepseek", "deepseek_v3": "deepseek", "kimi": "deepseek",
-    "kimi_k2": "deepseek", "kimi_k25": "deepseek", "kimi-k2.5": "deepseek",
-    "deepseek-legacy": "deepseek-legacy", "deepseek_legacy": "deepseek-legacy",
-    "gpt-oss": "gpt-oss", "gpt_oss": "gpt-oss", "gptoss": "gpt-oss",
-}
-
-
-def rule(engine: str) -> EngineRule:
-    """The :class:`EngineRule` for ``engine``; raises :class:`InputError` naming the valid keys."""
+def rule(engine: str) -> EngineInfo:
+    """The :class:`EngineInfo` for ``engine``; raises :class:`InputError` naming the valid keys."""
     try:
-        return _RULES[engine.lower()]
+        return ENGINE_INFO[engine.lower()]
     except KeyError:
-        raise InputError(
-            f"unknown engine {engine!r}", hint=f"choose one of: {', '.join(ENGINES)}"
-        ) from None
+        raise InputError(f"unknown engine {engine!r}", hint=f"choose one of: {', '.join(ENGINES)}") from None
 
+
+# --------------------------------------------------------------------------- versions
+
+def version_tuple(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in version.split(".") if p.isdigit())
+
+
+def default_version(engine: str) -> str:
+    """The newest version of ``engine`` the table was checked against (the default of --engine-version)."""
+    key = rule(engine).key
+    return DEFAULT_VERSIONS.get(key, VERSIONS[key][-1])
+
+
+def parse_version(engine: str, text: str | None) -> str:
+    """``"sglang==0.5.12"`` or ``"0.5.12"`` -> ``"0.5.12"``, checked against ``engine`` and the table.
+
+    SpecForge captures through SGLang, so its version is the SGLang version it runs (``sglang==0.5.12``).
+    """
+    key = rule(engine).key
+    if text is None or not text.strip():
+        return default_version(key)
+    name, _, ver = text.strip().rpartition("==")
+    name = name.strip().lower().replace("-", "_")
+    known_names = {key, *(n.replace("-", "_") for n in _NAMES.get(key, ()))}
+    ver = ver.strip().lstrip("v")
+    if ver in VERSIONS[key] and not version_tuple(ver):
+        return ver  # a label such as TensorRT-LLM's "main": one rule for all
+    if (name and name not in known_names) or not ver or not version_tuple(ver) or not all(p.isdigit() for p in ver.split(".")):
+        raise InputError(f"--engine-version {text!r} is not a version of {rule(key).title}",
+                         hint=f"write it as {key}=={default_version(key)}")
+    oldest = VERSIONS[key][0]
+    if version_tuple(ver) < version_tuple(oldest):
+        raise InputError(f"{rule(key).title} {ver} is older than any version hsdiff's convention table was checked "
+                         f"against ({oldest}–{default_version(key)})",
+                         hint="upgrade the engine, or check its set_eagle3_layers_to_capture by hand")
+    return ver
+
+
+_NAMES = {"trtllm": ("tensorrt_llm", "tensorrt-llm"), "modelopt": ("nvidia_modelopt", "nvidia-modelopt"),
+          "hf": ("transformers",), "specforge": ("sglang",)}
+
+
+def version_for(engine: str, given: Sequence[str] | str | None) -> str:
+    """The version of ``engine`` among ``--engine-version`` values (``sglang==0.5.12``, ``vllm==0.33``...):
+    the one naming ``engine``, a bare version when it is the only value, else the default.
+
+    >>> version_for("vllm", ["sglang==0.5.12", "vllm==0.31"])
+    '0.31'
+    """
+    key = rule(engine).key
+    values = [given] if isinstance(given, str) else list(given or ())
+    names = {key, *_NAMES.get(key, ())}
+    named = [v for v in values if "==" in v and v.split("==")[0].strip().lower() in names]
+    if named:
+        return parse_version(key, named[-1])
+    bare = [v for v in values if "==" not in v]
+    if bare and len(values) == 1:
+        return parse_version(key, bare[0])
+    return default_version(key)
+
+
+def versions(given: Sequence[str] | None, engines: Sequence[str]) -> dict[str, str]:
+    """The version of each of ``engines`` from ``--engine-version`` values; a bare version applies to the
+    first engine. Raises :class:`InputError` for a value that names none of them.
+
+    >>> versions(["sglang==0.5.12"], ["sglang", "vllm"])
+    {'sglang': '0.5.12', 'vllm': '0.33'}
+    """
+    keys = [rule(e).key for e in engines]
+    values = list(given or ())
+    for v in values:
+        if "==" not in v:
+            if len(values) > 1:
+                raise InputError(f"--engine-version {v!r} names no engine",
+                                 hint=f"write NAME==VERSION, e.g. {keys[0]}=={default_version(keys[0])}")
+            continue
+        name = v.split("==")[0].strip().lower()
+        if not any(name in {k, *_NAMES.get(k, ())} for k in keys):
+            raise InputError(f"--engine-version {v!r} names an engine this command does not use",
+                             hint=f"give a version of {' or '.join(dict.fromkeys(keys))}")
+    out: dict[str, str] = {}
+    for i, k in enumerate(keys):
+        vals = values if i == 0 else [v for v in values if "==" in v]
+        out.setdefault(k, version_for(k, vals))
+    return out
+
+
+def _in(r: Rule, version: str) -> bool:
+    v = version_tuple(version)
+    return (r.since is None or v >= version_tuple(r.since)) and (r.until is None or v[:len(version_tuple(r.until))] <= version_tuple(r.until))
+
+
+# --------------------------------------------------------------------------- families
 
 def normalize_family(family: str | None) -> str:
-    """Map a model family or ``model_type`` (``kimi_k25``, ``qwen3``, ...) to an SGLang rule key."""
+    """Map a model family or ``model_type`` (``kimi_k25``, ``qwen3``, ...) to a rule key."""
     if family is None:
         return "llama"
     key = family.strip().lower()
@@ -159,31 +176,67 @@ def normalize_family(family: str | None) -> str:
         return _FAMILY_ALIASES[key]
     raise InputError(
         f"unknown model family {family!r}",
-        hint=f"choose one of: {', '.join(MODEL_FAMILIES)} (or a model_type such as qwen3, kimi_k25)",
+        hint=f"choose one of: {', '.join(FAMILIES)} (or a model_type such as qwen3, kimi_k25)",
     )
 
 
 def family_from_config(config: dict) -> str:
-    """Guess the SGLang model-family rule from a target ``config.json`` (``model_type``)."""
+    """The model-family rule a target ``config.json`` selects (``model_type``; ``num_loops`` > 1: looped)."""
     model_type = str(config.get("model_type", "")).lower()
     text_cfg = config.get("text_config")
     if isinstance(text_cfg, dict) and text_cfg.get("model_type"):
         model_type = str(text_cfg["model_type"]).lower() if model_type in ("", "kimi_k25") else model_type
-    if model_type.startswith("deepseek_v4"):
-        return "llama"
-    if model_type.startswith(("deepseek", "kimi")):
-        return "deepseek"
-    if model_type.startswith("gpt_oss"):
-        return "gpt-oss"
-    return "llama"
+    loops = config.get("num_loops") or (text_cfg.get("num_loops") if isinstance(text_cfg, dict) else None)
+    if isinstance(loops, int) and loops > 1:
+        return "looped"
+    best, length = "llama", 0
+    for key, (names, prefixes) in FAMILIES.items():
+        for prefix in prefixes + tuple(n for n in names if n == model_type):
+            if model_type.startswith(prefix) and len(prefix) > length:
+                best, length = key, len(prefix)
+    return best
+
+
+# --------------------------------------------------------------------------- the row that applies
+
+def applied(engine: str, model_family: str | None = None, version: str | None = None) -> Rule:
+    """The table row ``engine`` (at ``version``, default the newest) applies for ``model_family``.
+
+    >>> applied("sglang", "kimi_k25", "0.5.13").label
+    'SGLang ≥ 0.5.13, DeepSeek rule'
+    """
+    key = rule(engine).key
+    ver = parse_version(key, version)
+    if key == "specforge":  # it captures through SGLang's own setter, so SGLang's family rules apply
+        own = _lookup("specforge", "llama", ver)
+        sg = _lookup("sglang", normalize_family(model_family), ver)
+        return replace(sg, engine="specforge", label=f"SpecForge through SGLang {ver}: {sg.label}",
+                       min_boundary=max(sg.min_boundary, own.min_boundary), source=f"{own.source}; {sg.source}")
+    return _lookup(key, normalize_family(model_family), ver)
+
+
+def _lookup(engine: str, family: str, version: str) -> Rule:
+    rows = [r for r in RULES if r.engine == engine and _in(r, version)]
+    own = [r for r in rows if family in r.families]
+    general = [r for r in rows if not r.families]
+    return (own or general)[0]
+
+
+def _usable(r: Rule) -> Rule:
+    if r.reading == NONE:
+        raise InputError(f"{r.label}: {r.note}", hint=f"source: {r.source}")
+    return r
+
+
+def final_boundary(num_layers: int) -> int:
+    """The boundary hsdiff gives the final hidden state *after* the norm (TensorRT-LLM -1, HF index L)."""
+    return num_layers + 1
 
 
 def _needs_layers(num_layers: int | None, what: str) -> int:
     if num_layers is None:
-        raise InputError(
-            f"{what} depends on the number of target layers",
-            hint="pass --num-layers or --model-config (the target's config.json)",
-        )
+        raise InputError(f"{what} depends on the number of target layers",
+                         hint="pass --num-layers or --model-config (the target's config.json)")
     return num_layers
 
 
@@ -191,11 +244,20 @@ def _check_range(boundaries: Iterable[int], num_layers: int | None) -> None:
     if num_layers is None:
         return
     for b in boundaries:
-        if b < 0 or b > num_layers:
+        if b < 0 or b > final_boundary(num_layers):
             raise InputError(
                 f"layer id names boundary {b}, outside 0..{num_layers} for a {num_layers}-layer target",
                 hint="check the ids and --num-layers",
             )
+
+
+def _shift(r: Rule, ids: Sequence[int], num_layers: int | None) -> int:
+    if r.reading == DEEPSEEK:
+        return 1 if ids[0] == 1 else 0
+    if r.reading == GPT_OSS:
+        L = _needs_layers(num_layers, "SGLang's gpt-oss rule")
+        return 0 if max(ids) == L else 1
+    return 1 if r.reading == OUTPUT else 0
 
 
 def to_boundary(
@@ -204,38 +266,62 @@ def to_boundary(
     *,
     num_layers: int | None = None,
     model_family: str | None = None,
+    version: str | None = None,
     keep_order: bool = False,
+    check_range: bool = True,
 ) -> list[int]:
     """Boundary indices that ``engine`` captures for configured ``ids``, in slot order.
 
     Engines capture in layer-loop order, so slots come out ascending and de-duplicated unless the
     rule keeps the user's order (``hf``) or ``keep_order`` asks for the list as written.
+    ``check_range=False`` leaves boundaries outside ``0..num_layers`` for the caller to report.
 
     >>> to_boundary([-1, 2, 30], "sglang")
     [0, 3, 31]
     >>> to_boundary([2, 30, 58], "sglang", model_family="kimi_k25")
     [2, 30, 58]
+    >>> to_boundary([-1, 2, 30], "trtllm", num_layers=61)
+    [3, 31, 62]
     """
-    r = rule(engine)
+    info = rule(engine)
+    r = _usable(applied(info.key, model_family if info.key in ("sglang", "specforge", "vllm") else None, version))
     ids = [int(i) for i in ids]
     if not ids:
         return []
-    if r.key == "sglang":
-        family = normalize_family(model_family)
-        if family in ("llama", "deepseek-legacy"):
-            shift = 1
-        elif family == "deepseek":
-            shift = 1 if ids[0] == 1 else 0
-        else:  # gpt-oss
-            L = _needs_layers(num_layers, "SGLang's gpt-oss rule")
-            shift = 0 if max(ids) == L else 1
-    else:
-        shift = 1 if r.index == OUTPUT else 0
-    out = [i + shift for i in ids]
-    _check_range(out, num_layers)
-    if r.sorts and not keep_order:
-        out = sorted(set(out))
+    shift = _shift(r, ids, num_layers)
+    out = []
+    for i in ids:
+        if r.names_final and info.key == "trtllm" and i == -1:
+            out.append(final_boundary(_needs_layers(num_layers, "TensorRT-LLM's id -1 (the final post-norm state)")))
+        elif r.names_final and info.key == "hf" and num_layers is not None and i == num_layers:
+            out.append(final_boundary(num_layers))
+        else:
+            out.append(i + shift)
+    if check_range:
+        _check_range(out, num_layers)
+    if info.sorts and not keep_order:
+        out = slot_order(out, info.key, num_layers)
     return out
+
+
+def capturable(b: int, engine: str, num_layers: int | None, model_family: str | None = None,
+               version: str | None = None) -> bool:
+    """Whether ``engine`` has an id that captures boundary ``b``."""
+    info = rule(engine)
+    r = _usable(applied(info.key, model_family if info.key in ("sglang", "specforge", "vllm") else None, version))
+    if b < r.min_boundary:
+        return False
+    if num_layers is None:
+        return True
+    if b == final_boundary(num_layers):
+        return r.names_final
+    return b < num_layers or (b == num_layers and r.captures_last)
+
+
+def max_capturable(engine: str, num_layers: int, model_family: str | None = None, version: str | None = None) -> int:
+    """The largest boundary before the final norm ``engine`` can capture (L-1 where nothing runs after
+    the last layer)."""
+    return num_layers if capturable(num_layers, engine, num_layers, model_family, version) else num_layers - 1
 
 
 def from_boundary(
@@ -244,41 +330,40 @@ def from_boundary(
     *,
     num_layers: int | None = None,
     model_family: str | None = None,
+    version: str | None = None,
 ) -> list[int | None]:
     """The ids to configure on ``engine`` so that it captures ``boundaries``.
 
     An entry is ``None`` where the boundary is unknown or the engine cannot capture it (B = L on
-    SGLang's llama rule, B = 1 first on SGLang's deepseek rule).
+    SGLang's llama rule, the embeddings on TensorRT-LLM, B = 1 first on SGLang's DeepSeek rule...).
 
     >>> from_boundary([3, 31, 59], "sglang")
     [2, 30, 58]
     >>> from_boundary([2, 15, 30], "sglang", num_layers=30)
     [1, 14, None]
     """
-    r = rule(engine)
+    info = rule(engine)
+    fam = model_family if info.key in ("sglang", "specforge", "vllm") else None
+    r = _usable(applied(info.key, fam, version))
     known = [b for b in boundaries if b is not None]
     _check_range(known, num_layers)
-    if r.key == "sglang":
-        family = normalize_family(model_family)
-        if family == "deepseek":
-            first = known[0] if known else None
-            if first == 2:
-                shift = 1  # conventional O-index form [1, ...]: ids[0] == 1 triggers +1
-            elif first == 1:
-                return [None for _ in boundaries]  # B 1 first can be written neither way
-            else:
-                shift = 0
-        elif family == "gpt-oss":
-            L = _needs_layers(num_layers, "SGLang's gpt-oss rule")
-            shift = 0 if known and max(known) == L else 1
-        else:
-            shift = 1
+    ok = [b for b in known if capturable(b, info.key, num_layers, fam, version)]
+    if r.reading == DEEPSEEK:
+        first = ok[0] if ok else None
+        if first == 1:
+            return [None for _ in boundaries]  # B 1 first can be written neither way
+        shift = 1 if first == 2 else 0  # conventional O-index form [1, ...]: ids[0] == 1 triggers +1
+    elif r.reading == GPT_OSS:
+        L = _needs_layers(num_layers, "SGLang's gpt-oss rule")
+        shift = 0 if ok and max(ok) == L else 1
     else:
-        shift = 1 if r.index == OUTPUT else 0
+        shift = 1 if r.reading == OUTPUT else 0
     out: list[int | None] = []
     for b in boundaries:
-        if b is None or (num_layers is not None and b not in range(max_capturable(engine, num_layers, model_family) + 1)):
+        if b is None or not capturable(b, info.key, num_layers, fam, version):
             out.append(None)
+        elif num_layers is not None and b == final_boundary(num_layers):
+            out.append(-1 if info.key == "trtllm" else num_layers)
         else:
             out.append(b - shift)
     return out
@@ -292,35 +377,58 @@ def translate(
     num_layers: int | None = None,
     src_family: str | None = None,
     dst_family: str | None = None,
+    src_version: str | None = None,
+    dst_version: str | None = None,
 ) -> list[int | None]:
     """The ids that make ``dst`` capture the same tensors as ``ids`` on ``src``."""
     return from_boundary(
-        to_boundary(ids, src, num_layers=num_layers, model_family=src_family),
-        dst,
-        num_layers=num_layers,
-        model_family=dst_family,
+        to_boundary(ids, src, num_layers=num_layers, model_family=src_family, version=src_version),
+        dst, num_layers=num_layers, model_family=dst_family, version=dst_version,
     )
 
 
-def default_boundaries(num_layers: int) -> list[int]:
-    """The usual EAGLE-3 default, as boundary indices: ``[2, L//2, L-3]``."""
-    return sorted({2, num_layers // 2, num_layers - 3})
+def default_boundaries(num_layers: int, engine: str | None = None, model_family: str | None = None,
+                       version: str | None = None) -> list[int]:
+    """The EAGLE-3 default as boundary indices: ``[2, L//2, L-3]`` (SGLang's minimax_m3_vl: ``[3, L//2+1, L-2]``)."""
+    standard = sorted({2, num_layers // 2, num_layers - 3})
+    if engine is None:
+        return standard
+    info = rule(engine)
+    r = _usable(applied(info.key, model_family if info.key in ("sglang", "specforge", "vllm") else None, version))
+    return [b + 1 for b in standard] if r.default == "shifted" else standard
 
 
-def default_ids(engine: str, num_layers: int, model_family: str | None = None) -> list[int]:
-    """The ids ``engine`` uses when the draft config names none (all name B ``[2, L//2, L-3]``)."""
-    rule(engine)
-    ids = from_boundary(default_boundaries(num_layers), engine, num_layers=num_layers, model_family=model_family)
+def default_ids(engine: str, num_layers: int, model_family: str | None = None, version: str | None = None) -> list[int]:
+    """The ids ``engine`` uses when the draft config names none (most name B ``[2, L//2, L-3]``)."""
+    bs = default_boundaries(num_layers, engine, model_family, version)
+    ids = from_boundary(bs, engine, num_layers=num_layers, model_family=model_family, version=version)
     return [i for i in ids if i is not None]
 
 
-def max_capturable(engine: str, num_layers: int, model_family: str | None = None) -> int:
-    """The largest boundary index ``engine`` can capture (L-1 where nothing runs after the last layer)."""
-    r = rule(engine)
-    if r.key == "sglang":
-        return num_layers if normalize_family(model_family) == "gpt-oss" else num_layers - 1
-    return num_layers if r.captures_last else num_layers - 1
+def needs_num_layers(engine: str, model_family: str | None = None, version: str | None = None) -> bool:
+    """Whether reading ids on ``engine`` depends on the target's ``num_hidden_layers`` (SGLang's gpt-oss rule)."""
+    info = rule(engine)
+    fam = model_family if info.key in ("sglang", "specforge") else None
+    return applied(info.key, fam, version).reading == GPT_OSS
 
+
+def slot_order(boundaries: Sequence[int], engine: str, num_layers: int | None = None) -> list[int]:
+    """The slots ``engine`` fills for boundaries read in list order: ascending and once each if it sorts.
+
+    TensorRT-LLM's default one-model path keeps its -1 (the final post-norm state) in slot 0
+    (tensorrt_llm/_torch/speculative/eagle3.py Eagle3OneModelSpecMetadata; the deprecated two-model
+    path moves it last).
+    """
+    key = rule(engine).key
+    if not rule(key).sorts:
+        return list(boundaries)
+    out = sorted(set(boundaries))
+    if key == "trtllm" and num_layers is not None and final_boundary(num_layers) in out:
+        out = [final_boundary(num_layers)] + out[:-1]
+    return out
+
+
+# --------------------------------------------------------------------------- words
 
 def describe_boundary(b: int | None, num_layers: int | None = None) -> str:
     """Words for a boundary index: ``"embeddings"``, ``"output of layer 2 (input of layer 3)"``..."""
@@ -330,6 +438,8 @@ def describe_boundary(b: int | None, num_layers: int | None = None) -> str:
         return "embeddings (input of layer 0)"
     if num_layers is not None and b == num_layers:
         return f"output of the last layer {b - 1}, before the final norm"
+    if num_layers is not None and b == final_boundary(num_layers):
+        return "the final hidden state, after the final norm"
     if num_layers is not None and b > num_layers:
         return f"boundary {b}, beyond a {num_layers}-layer model"
     return f"output of layer {b - 1} (input of layer {b})"
@@ -343,6 +453,8 @@ def name_boundary(b: int | None, num_layers: int | None = None) -> str:
         return "B0 (the embeddings)"
     if num_layers is not None and b == num_layers:
         return f"B{b} (the last layer's output before the final norm)"
+    if num_layers is not None and b == final_boundary(num_layers):
+        return f"B{b} (the final hidden state after the norm)"
     return f"B{b} (the output of layer {b - 1})"
 
 
@@ -361,64 +473,35 @@ def parse_ids(text: str | Sequence[int], *, what: str = "--layer-ids") -> list[i
         ) from None
 
 
-#: vLLM's model runners differ in where they read the ids: V1 (the default) reads the top-level key and
-#: then ``eagle_config``'s; V2 (``VLLM_USE_V2_MODEL_RUNNER=1``) reads only the top-level key
-#: (vllm/v1/worker/gpu/spec_decode/eagle/eagle3_utils.py get_eagle3_aux_layers_from_config).
-VLLM_RUNNERS = ("v1", "v2")
+# --------------------------------------------------------------------------- config keys
 
-_WRITE_KEYS = {"sglang": _NESTED, "vllm": _TOP, "trtllm": ("eagle3_layers_to_capture",), "modelopt": _NESTED,
-               "specforge": _NESTED}
+def config_keys(engine: str, *, vllm_runner: str = DEFAULT_RUNNER) -> tuple[tuple[str, ...], ...]:
+    """Where ``engine`` reads the ids in a draft (or run) config, first match wins.
 
-
-def config_keys(engine: str, *, vllm_runner: str = "v1") -> tuple[tuple[str, ...], ...]:
-    """Where ``engine`` reads the ids in a draft ``config.json``, first match wins.
-
-    >>> config_keys("vllm", vllm_runner="v2")
-    (('eagle_aux_hidden_state_layer_ids',),)
+    >>> config_keys("vllm")
+    (('eagle_aux_hidden_state_layer_ids',), ('eagle_config', 'layer_ids'))
     """
-    r = rule(engine)
-    if r.key == "vllm" and vllm_runner == "v2":
-        return (_TOP,)
-    return r.config_keys
+    key = rule(engine).key
+    if key == "vllm":
+        if vllm_runner not in VLLM_RUNNERS:
+            raise InputError(f"unknown vLLM runner {vllm_runner!r}", hint=f"choose one of: {', '.join(VLLM_RUNNERS)}")
+        return CONFIG_KEYS[f"vllm-{vllm_runner}"]
+    return CONFIG_KEYS[key]
 
 
 def write_key(engine: str) -> tuple[str, ...]:
-    """The key ``hsdiff fix-config`` writes for ``engine`` (the one the engine reads first)."""
+    """The key ``hsdiff fix-config`` writes for ``engine``: the draft-config key it reads first."""
     r = rule(engine)
-    if r.key not in _WRITE_KEYS:
+    keys = config_keys(r.key)
+    if not keys:
+        readers = [e for e in ENGINES if config_keys(e)]
         raise InputError(
-            f"{r.title} reads no layer ids from a draft config.json",
-            hint=f"choose an engine that does: {', '.join(_WRITE_KEYS)}",
+            f"{r.title} reads no layer ids from a draft config.json (it reads {ENGINE_INFO[r.key].reads})",
+            hint=f"set them there, or choose an engine that reads the draft config: {', '.join(readers)}",
         )
-    return _WRITE_KEYS[r.key]
+    return NESTED if r.key in ("specforge", "modelopt") else keys[0]
 
 
 def key_name(path: Sequence[str]) -> str:
     """``("eagle_config", "eagle_aux_hidden_state_layer_ids")`` -> ``"eagle_config.eagle_aux_hidden_state_layer_ids"``."""
     return ".".join(path)
-
-
-def read_config_ids(config: dict, engine: str, *, vllm_runner: str = "v1") -> tuple[object, tuple[str, ...] | None]:
-    """The raw value ``engine`` reads from a draft config and the key it came from, or ``(None, None)``.
-
-    The value is returned as stored (a list, ``null``, an empty list...): what an engine does with an
-    empty or null value differs, see :func:`hsdiff.gate.read_ids`.
-    """
-    for path in config_keys(engine, vllm_runner=vllm_runner):
-        node: object = config
-        for part in path:
-            node = node.get(part) if isinstance(node, dict) else None
-        if node is not None or _has_path(config, path):
-            if rule(engine).key == "vllm" and not (isinstance(node, (list, tuple)) and node):
-                continue  # vLLM: `if layer_ids and isinstance(layer_ids, (list, tuple))`, else the next key / default
-            return node, tuple(path)
-    return None, None
-
-
-def _has_path(config: dict, path: Sequence[str]) -> bool:
-    node: object = config
-    for part in path:
-        if not isinstance(node, dict) or part not in node:
-            return False
-        node = node[part]
-    return True

@@ -150,6 +150,7 @@ def resolve(
     engine: str,
     family: str,
     num_layers: int | None,
+    version: str | None = None,
 ) -> Resolution:
     """Infer unobserved slots from the training labels (shifted by the offset the values show), then
     judge each slot against the configured ids."""
@@ -193,7 +194,7 @@ def resolve(
         status, note = _against_config(d, b, evidence, cfg_b, candidates.get(s, []), tolerance, note)
         layer_id = None
         if b is not None:
-            layer_id = conv.from_boundary([b], engine, num_layers=num_layers, model_family=family)[0]
+            layer_id = conv.from_boundary([b], engine, num_layers=num_layers, model_family=family, version=version)[0]
         results.append(
             SlotResult(
                 slot=s, boundary_index=b, layer_id=layer_id, evidence=evidence, confidence=float(conf),
@@ -248,11 +249,11 @@ def verdict(results: Sequence[SlotResult], configured: Configured | None) -> Ver
 
 
 def recommend(engine: str, family: str, boundaries: Sequence[int | None],
-              num_layers: int | None) -> tuple[Recommendation, list[str]]:
+              num_layers: int | None, version: str | None = None) -> tuple[Recommendation, list[str]]:
     """The ids that make ``engine`` capture ``boundaries``, the same layers on every engine, and
     warnings for boundaries an engine cannot capture or an order no engine reproduces."""
     warnings = []
-    ids = conv.from_boundary(list(boundaries), engine, num_layers=num_layers, model_family=family)
+    ids = conv.from_boundary(list(boundaries), engine, num_layers=num_layers, model_family=family, version=version)
     for b, i in zip(boundaries, ids):
         if b is not None and i is None:
             warnings.append(
@@ -266,7 +267,7 @@ def recommend(engine: str, family: str, boundaries: Sequence[int | None],
     for e in conv.ENGINES:
         try:
             by_engine[e] = conv.from_boundary(list(boundaries), e, num_layers=num_layers,
-                                              model_family=family if e == "sglang" else None)
+                                              model_family=family if e in ("sglang", "specforge") else None)
         except InputError:  # a rule that needs the layer count, which is not known
             by_engine[e] = [None] * len(boundaries)
     return Recommendation(engine, family, tuple(ids), tuple(boundaries), by_engine), warnings

@@ -6,11 +6,11 @@ capture lines up token for token with a known training sample.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from .configs import read_json
 from .errors import InputError
 from .model import TRAIN
 
@@ -65,10 +65,8 @@ def load_sample(path: str | os.PathLike, sample: str | None = None) -> Sample:
 
 
 def _from_json(p: Path) -> Sample:
-    try:
-        obj = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as e:
-        raise InputError(f"not a readable JSON file ({e})", path=p) from None
+    obj = read_json(p, what="file", error=InputError, missing="no such file or directory",
+                    missing_hint="give a training sample file or dump directory", bad_hint=None)
     ids = obj
     if isinstance(obj, dict):
         ids = next((obj[k] for k in _ID_KEYS if k in obj), None)

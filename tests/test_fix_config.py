@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from hsdiff.cli import cli
-from hsdiff.fixconfig import fix_config, ids_from_report
+from hsdiff.fix_config import fix_config, ids_from_report
 
 from . import builders as B
 

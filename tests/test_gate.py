@@ -13,7 +13,8 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from hsdiff.cli import cli
-from hsdiff.gate import read_ids, run_gate
+from hsdiff.configs import read_ids
+from hsdiff.gate import run_gate
 
 from . import builders as B
 
@@ -212,3 +213,26 @@ def test_console_script_subprocess(tmp_path):
         capture_output=True, text=True, env=env, timeout=120,
     )
     assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+
+
+def test_vllm_gate_on_a_nested_only_config_reports_the_v2_default_and_fails(tmp_path):
+    # vLLM 0.29-0.33 run EAGLE-3 on the V2 model runner unless forced (vllm==0.33.0 vllm/config/vllm.py:730-766),
+    # which reads only the top-level key (v1/worker/gpu/spec_decode/eagle/eagle3_utils.py:113-150) and else
+    # falls back to (2, L//2, L-3) (model_executor/models/interfaces.py:1772)
+    draft = SEED / "draft-fixed" / "config.json"
+    assert "eagle_aux_hidden_state_layer_ids" not in json.loads(draft.read_text())  # nested only
+    infer = seed_dump(tmp_path / "vllm-dump", [2, 30, 58])  # what vLLM really captured: its default
+    r = run("gate", str(SEED / "train"), str(infer), "--draft-config", str(draft), "--target-config", TARGET,
+            "--engine", "vllm", "--json", str(tmp_path / "g.json"))
+    assert r.exit_code == 1, r.output
+    doc = json.loads((tmp_path / "g.json").read_text())
+    assert doc["ids"]["vllm_runner"] == "v2" and doc["ids"]["fallback"] is True
+    assert doc["ids"]["boundary_indices"] == [2, 30, 58] and doc["engine_version"] == "0.33"
+    assert doc["report"]["configured"]["boundary_indices"] == [2, 30, 58]
+    assert doc["report"]["verdict"] != "ok"  # training used B3, 31, 59
+    checks = {c["name"]: c for c in doc["checks"]}
+    assert checks["ignored-key"]["status"] == "FAIL" and "V2 model runner" in checks["ignored-key"]["message"]
+    # forced onto the V1 runner, vLLM reads the nested ids, as boundary indices: still not the training layers
+    v1 = run("check-config", str(draft), "--target-config", TARGET, "--engine", "vllm", "--vllm-runner", "v1")
+    assert "vLLM 0.33 reads eagle_config.eagle_aux_hidden_state_layer_ids = [2, 30, 58]" in v1.output
+    assert "captures B[2, 30, 58]" in v1.output

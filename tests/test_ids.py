@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from hsdiff import conventions as conv
 from hsdiff.cli import cli
-from hsdiff.idmap import translate_ids
+from hsdiff.ids import translate_ids
 
 
 def ids(*args: str):

@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from .. import conventions as conv
-from ..gate import GateResult
+from ..gate_model import GateResult
 from ._output import write_text
 
 F = Callable[..., Any]
@@ -17,9 +17,10 @@ F = Callable[..., Any]
 def ci_options(f: F) -> F:
     """``--junit``, ``--markdown``, ``--github``, ``--strict`` and ``--vllm-runner``."""
     for d in reversed([
-        click.option("--vllm-runner", type=click.Choice(conv.VLLM_RUNNERS), default="v1", show_default=True,
-                     help="vLLM model runner: v1 reads the top-level key, then eagle_config's; v2 "
-                     "(VLLM_USE_V2_MODEL_RUNNER=1) reads only the top-level key."),
+        click.option("--vllm-runner", type=click.Choice(conv.VLLM_RUNNERS), default=conv.DEFAULT_RUNNER,
+                     show_default=True,
+                     help="vLLM model runner: v2 (the default in vLLM 0.29-0.33) reads only the top-level key; v1 "
+                     "(only when forced, VLLM_USE_V2_MODEL_RUNNER=0) reads the top-level key, then eagle_config's."),
         click.option("--strict", is_flag=True, help="Fail on warnings too (silent fallback, ids the V2 runner ignores...)."),
         click.option("--junit", "junit_path", type=click.Path(path_type=str), default=None,
                      help="Write JUnit XML to PATH: one testcase per check and per slot."),

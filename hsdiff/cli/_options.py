@@ -28,10 +28,27 @@ engine_option = click.option(
     "--engine", type=click.Choice(conv.ENGINES, case_sensitive=False), default="sglang", show_default=True,
     help="The engine (or trainer) whose id convention --layer-ids uses and the recommendation is given in.",
 )
+engine_version_option = click.option(
+    "--engine-version", "engine_versions", multiple=True, metavar="NAME==VERSION",
+    help="The engine version whose counting rules apply, e.g. sglang==0.5.12 or vllm==0.33 (repeat for each engine "
+    "involved). Default: the newest version hsdiff's convention table knows ("
+    + ", ".join(f"{k}=={conv.default_version(k)}" for k in ("sglang", "vllm", "specforge")) + ", ...).",
+)
+
+
+def where_ids_are_read() -> str:
+    """Epilog lines: where each engine and trainer reads the layer ids (from the convention table)."""
+    lines = ["\b", "Where each engine reads the layer ids:"]
+    for key in conv.ENGINES:
+        lines.append(f"  {key}: {conv.rule(key).reads}")
+    return "\n".join(lines) + "\n"
+
+
 family_option = click.option(
     "--model-family", default=None, metavar="FAMILY",
-    help="SGLang model-family rule: llama (default), deepseek (also kimi_k25), deepseek-legacy, gpt-oss; "
-    "or a model_type such as qwen3.",
+    help="The target's model family for SGLang's (and SpecForge's) family rules: llama (default), deepseek (also "
+    "kimi_k25, glm4_moe_lite, glm_moe_dsa, mistral_large_3), deepseek-legacy, gpt-oss, minimax_m3, minimax_m3_vl, "
+    "deepseek_v4, looped; or a model_type such as qwen3.",
 )
 
 
@@ -53,6 +70,7 @@ dump_options = _stack(
     click.argument("train", type=click.Path(exists=False, path_type=str)),
     click.argument("infer", type=click.Path(exists=False, path_type=str)),
     family_option,
+    engine_version_option,
     click.option("--infer-index", type=click.Choice(["boundary", "output"]), default="boundary", show_default=True,
                  help="How layer numbers found in inference dumps count: boundary = residual stream entering "
                  "layer i (where SGLang and vLLM capture), output = output of layer i."),

@@ -44,9 +44,14 @@ def compare_cmd(train, infer, layer_ids, engine, json_path, plot_path, quiet, pr
 
 def options_from(kw: dict, *, engine: str, layer_ids: str | None, progress: bool | None, source: str = "--layer-ids") -> Options:
     """Build :class:`Options` from the shared dump options."""
+    engine = engine.lower()
+    train_engine = (kw.get("train_engine") or "specforge").lower()
+    vs = conv.versions(kw.get("engine_versions"), [engine, train_engine])
     return Options(
+        engine_version=vs[conv.rule(engine).key],
+        train_engine_version=vs[conv.rule(train_engine).key],
         layer_ids=None if layer_ids is None else conv.parse_ids(layer_ids),
-        engine=engine.lower(),
+        engine=engine,
         model_family=kw.get("model_family"),
         infer_index=kw.get("infer_index", "boundary"),
         train_index=kw.get("train_index", "boundary"),
@@ -54,7 +59,7 @@ def options_from(kw: dict, *, engine: str, layer_ids: str | None, progress: bool
         num_layers=kw.get("num_layers"),
         model_config=kw.get("model_config"),
         train_layer_ids=None if kw.get("train_layer_ids") is None else conv.parse_ids(kw["train_layer_ids"], what="--train-layer-ids"),
-        train_engine=(kw.get("train_engine") or "specforge").lower(),
+        train_engine=train_engine,
         train_format=kw.get("train_format"),
         infer_format=kw.get("infer_format"),
         tolerance=kw.get("tolerance", NOISE_TOLERANCE),

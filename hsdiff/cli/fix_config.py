@@ -5,9 +5,9 @@ from __future__ import annotations
 import click
 
 from .. import conventions as conv
-from ..fixconfig import fix_config, ids_from_report
+from ..fix_config import fix_config, ids_from_report
 from ._group import cli
-from ._options import engine_option, family_option
+from ._options import engine_option, engine_version_option, family_option, where_ids_are_read
 
 EPILOG = """\b
 Examples:
@@ -16,7 +16,9 @@ Examples:
   hsdiff fix-config draft/config.json --layer-ids 2,30,58 --engine sglang --dry-run
 \b
 The original is kept beside the config as config.json.bak (byte for byte); nothing else is written.
-"""
+TensorRT-LLM reads no ids from a draft config.json: for it, set eagle3_layers_to_capture in its
+speculative config (hsdiff ids --to trtllm prints the values) instead.
+""" + where_ids_are_read()
 
 
 @cli.command("fix-config", epilog=EPILOG)
@@ -26,13 +28,15 @@ The original is kept beside the config as config.json.bak (byte for byte); nothi
 @click.option("--layer-ids", default=None, metavar="IDS", help="The ids to write, in the --engine convention.")
 @engine_option
 @family_option
+@engine_version_option
 @click.option("--dry-run", is_flag=True, help="Print the diff, write nothing.")
-def fix_config_cmd(draft_config, report, layer_ids, engine, model_family, dry_run) -> None:
+def fix_config_cmd(draft_config, report, layer_ids, engine, model_family, engine_versions, dry_run) -> None:
     """Write the layer ids where ENGINE reads them, atomically, keeping a backup; print the diff."""
     if (report is None) == (layer_ids is None):
         raise click.UsageError("give exactly one of --from-report REPORT.json or --layer-ids IDS")
     if report is not None:
-        ids = list(ids_from_report(report, engine, model_family=model_family).ids)
+        version = conv.versions(engine_versions, [engine])[conv.rule(engine).key]
+        ids = list(ids_from_report(report, engine, model_family=model_family, version=version).ids)
     else:
         ids = conv.parse_ids(layer_ids)
     result = fix_config(draft_config, ids, engine=engine, dry_run=dry_run)

@@ -7,7 +7,7 @@ import click
 from ..gate import run_gate
 from ._ci import ci_options, emit
 from ._group import cli
-from ._options import dump_options, engine_option
+from ._options import dump_options, engine_option, where_ids_are_read
 from .compare import options_from
 
 EPILOG = """\b
@@ -18,7 +18,7 @@ Examples:
       --junit gate.xml --markdown "$GITHUB_STEP_SUMMARY" --github
 \b
 Exit status: 0 pass, 1 fail (a check failed or the layers differ), 2 bad input, 3 a bug in hsdiff.
-"""
+""" + where_ids_are_read()
 
 
 @cli.command("gate", epilog=EPILOG)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import click
 
 from .. import conventions as conv
-from ..idmap import translate_ids
+from ..ids import translate_ids
 from ._group import cli
-from ._options import family_option
+from ._options import engine_version_option, family_option
 
 EPILOG = """\b
 Examples:
@@ -15,6 +15,8 @@ Examples:
   hsdiff ids 3,31,59 --from vllm --to sglang --explain
   hsdiff ids -1,2,30 --from sglang --to vllm --num-layers 61
   hsdiff ids 24,30,36 --from sglang --to vllm --num-layers 36 --model-family gpt-oss
+  hsdiff ids 2,30,58 --from sglang --to vllm --model-family kimi_k25 --engine-version sglang==0.5.12
+  hsdiff ids -1,2,30 --from trtllm --to hf --num-layers 61     # -1: the final post-norm state
 \b
 Exit status: 0 translated, 1 the target engine cannot capture one of the layers, 2 bad input.
 """
@@ -28,10 +30,15 @@ _ENGINE = click.Choice(conv.ENGINES, case_sensitive=False)
 @click.option("--to", "dst", type=_ENGINE, required=True, help="The convention to print them in.")
 @click.option("--num-layers", type=click.IntRange(min=1), default=None, help="Target num_hidden_layers L (range checks, gpt-oss rule).")
 @family_option
+@engine_version_option
 @click.option("--explain", is_flag=True, help="Say in words which tensor each id names.")
-def ids_cmd(ids, src, dst, num_layers, model_family, explain) -> None:
+def ids_cmd(ids, src, dst, num_layers, model_family, engine_versions, explain) -> None:
     """Print the same layers in another engine's convention, one comma-separated line."""
-    t = translate_ids(conv.parse_ids(ids, what="IDS"), src, dst, num_layers=num_layers, model_family=model_family)
+    vs = conv.versions(engine_versions, [src, dst])
+    t = translate_ids(conv.parse_ids(ids, what="IDS"), src, dst, num_layers=num_layers, model_family=model_family,
+                      src_version=vs[conv.rule(src).key], dst_version=vs[conv.rule(dst).key])
+    for w in t.warnings:
+        click.echo(f"hsdiff: warning: {w}", err=True)
     if explain:
         for line in t.explain():
             click.echo(line, err=True)

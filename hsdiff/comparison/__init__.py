@@ -51,6 +51,8 @@ class Options:
     infer_format: str | None = None
     tolerance: float = decide.NOISE_TOLERANCE
     configured_source: str = "--layer-ids"
+    engine_version: str | None = None  # of ``engine``; None: the newest the convention table knows
+    train_engine_version: str | None = None  # of ``train_engine`` (SpecForge: the SGLang it captures through)
     log_pattern: str | None = None
     progress: Progress | None = field(default=None, repr=False, compare=False)
 
@@ -113,7 +115,8 @@ def _pipeline(train: Dump, infer: Dump, opts: Options, family: str, train_path: 
 
     num_layers = shape.num_layers(opts.num_layers, model_cfg, train, infer)
     hidden = shape.hidden_size(opts.hidden_size, model_cfg, train, infer, opts.layer_ids)
-    configured = slots.configured(opts.layer_ids, opts.engine, family, opts.configured_source, num_layers)
+    configured = slots.configured(opts.layer_ids, opts.engine, family, opts.configured_source, num_layers,
+                                  opts.engine_version)
     train_slots = slots.split_train(train, hidden)
     k = len(train_slots)
     labelled, w_label = slots.label_infer(infer, hidden, configured)
@@ -129,15 +132,17 @@ def _pipeline(train: Dump, infer: Dump, opts: Options, family: str, train_path: 
     scores = scoring.score_all(train_slots, usable, opts.tolerance, opts.progress)
     warnings += scores.warnings
     decisions = [decide.decide_slot(s, scores.candidates.get(s, []), opts.tolerance) for s in range(k)]
-    claims, claim_src = slots.claims(k, train_slots, train, opts.train_layer_ids, opts.train_engine, num_layers)
+    claims, claim_src = slots.claims(k, train_slots, train, opts.train_layer_ids, opts.train_engine, num_layers,
+                                     opts.model_family, opts.train_engine_version)
     warnings += validate.training_set(train_slots, train)
 
     resolution = decide.resolve(decisions, claims, claim_src, configured, scores.candidates, opts.tolerance,
-                                opts.engine, family, num_layers)
+                                opts.engine, family, num_layers, opts.engine_version)
     warnings += resolution.warnings
     results = resolution.slots
     warnings += explain.norm_warnings(results)
-    recommended, w_rec = decide.recommend(opts.engine, family, [r.boundary_index for r in results], num_layers)
+    recommended, w_rec = decide.recommend(opts.engine, family, [r.boundary_index for r in results], num_layers,
+                                          opts.engine_version)
     warnings += w_rec
     verdict = decide.verdict(results, configured)
     words = explain.explain(results, verdict, configured, claims, claim_src, resolution.label_offset, recommended,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
-from ..configs import is_draft_config
+from ..configs import is_draft_config, target_shape
 from ..errors import AlignmentError
 from ..model import Dump
 
@@ -16,9 +16,9 @@ def num_layers(given: int | None, model_cfg: dict | None, train: Dump, infer: Du
     if given:
         return given
     if model_cfg is not None:
-        n = model_cfg.get("num_hidden_layers") or (model_cfg.get("text_config") or {}).get("num_hidden_layers")
+        n = target_shape(model_cfg).num_layers
         if n:
-            return int(n)
+            return n
     for _, cfg in train.configs + infer.configs:
         if not is_draft_config(cfg) and cfg.get("num_hidden_layers"):
             return int(cfg["num_hidden_layers"])

@@ -17,13 +17,15 @@ Slots = dict[int, list[Capture]]
 
 
 def configured(layer_ids: Sequence[int] | None, engine: str, family: str, source: str,
-               num_layers: int | None) -> Configured | None:
-    """The ids under test and the boundaries the engine reads them as."""
+               num_layers: int | None, version: str | None = None) -> Configured | None:
+    """The ids under test, the boundaries the engine (at ``version``) reads them as, and the rule it applied."""
     if layer_ids is None:
         return None
     ids = [int(i) for i in layer_ids]
-    b = conv.to_boundary(ids, engine, num_layers=num_layers, model_family=family)
-    return Configured(engine, tuple(ids), tuple(b), source)
+    b = conv.to_boundary(ids, engine, num_layers=num_layers, model_family=family, version=version)
+    rule = conv.applied(engine, family, version)
+    return Configured(engine, tuple(ids), tuple(b), source,
+                      f"{rule.label} ({conv.rule(engine).title} {conv.parse_version(engine, version)})")
 
 
 def split_train(train: Dump, hidden: int) -> Slots:
@@ -110,10 +112,16 @@ def label_infer(infer: Dump, hidden: int, cfg: Configured | None) -> tuple[list[
 
 
 def claims(k: int, slots: Slots, train: Dump, train_layer_ids: Sequence[int] | None, train_engine: str,
-           num_layers: int | None) -> tuple[list[int | None], str]:
-    """Boundary indices the training side claims for its slots, and where that claim came from."""
+           num_layers: int | None, model_family: str | None = None,
+           version: str | None = None) -> tuple[list[int | None], str]:
+    """Boundary indices the training side claims for its slots, and where that claim came from.
+
+    SpecForge captures through SGLang's own setter, so SGLang's family rules apply to its ids too.
+    """
+    family = model_family if conv.rule(train_engine).key in ("sglang", "specforge") else None
     if train_layer_ids is not None:
-        b = conv.to_boundary(train_layer_ids, train_engine, num_layers=num_layers, keep_order=True)
+        b = conv.to_boundary(train_layer_ids, train_engine, num_layers=num_layers, keep_order=True,
+                             model_family=family, version=version)
         return _pad(b, k), f"--train-layer-ids in {train_engine} convention"
     labelled = [slots[s][0].boundary for s in range(k)]
     if all(b is not None for b in labelled):
@@ -122,7 +130,8 @@ def claims(k: int, slots: Slots, train: Dump, train_layer_ids: Sequence[int] | N
         ids = draft_ids(cfg)
         if ids is not None:
             try:
-                b = conv.to_boundary(ids, train_engine, num_layers=num_layers, keep_order=True)
+                b = conv.to_boundary(ids, train_engine, num_layers=num_layers, keep_order=True,
+                                     model_family=family, version=version)
             except InputError:
                 continue
             return _pad(b, k), f"{Path(path).name} beside the training dump ({train_engine} convention)"

@@ -289,6 +289,7 @@ class Configured:
     ids: tuple[int, ...]
     boundary_indices: tuple[int, ...]
     source: str = "--layer-ids"
+    rule: str = ""  # the convention-table row that read the ids, with the engine version
 
     def to_dict(self) -> dict:
         return {
@@ -296,6 +297,7 @@ class Configured:
             "eagle_aux_hidden_state_layer_ids": list(self.ids),
             "boundary_indices": list(self.boundary_indices),
             "source": self.source,
+            "rule": self.rule,
         }
 
 

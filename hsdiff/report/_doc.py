@@ -53,6 +53,8 @@ def check_warns(check: Doc) -> bool:
 
 def engine_title(result: Doc) -> str:
     title = rule(result["engine"]).title
+    if result.get("engine_version"):
+        title += f" {result['engine_version']}"
     if result.get("model_family"):
         title += f" ({result['model_family']} rule)"
     ids = result.get("ids")

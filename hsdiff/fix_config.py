@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from . import conventions as conv
+from .configs import config_value, parse_json, read_json
 from .errors import ConfigError, InputError
 
 __all__ = ["FixResult", "fix_config", "ids_from_report", "ReportIds"]
@@ -59,18 +60,16 @@ class FixResult:
                 "new": list(self.new), "changed": self.changed, "written": self.written, "warnings": list(self.warnings)}
 
 
-def ids_from_report(path: str | os.PathLike, engine: str, *, model_family: str | None = None) -> ReportIds:
+def ids_from_report(path: str | os.PathLike, engine: str, *, model_family: str | None = None,
+                    version: str | None = None) -> ReportIds:
     """The recommended layers of a JSON report, as ``engine`` ids; refuses a report that is not confident.
 
     Accepts the JSON of ``hsdiff compare --json`` and of ``hsdiff gate --json``.
     """
     p = Path(path)
-    try:
-        obj = json.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError("no such report", path=p, hint="give the file written by hsdiff gate/compare --json") from None
-    except (OSError, UnicodeDecodeError, ValueError) as e:
-        raise InputError(f"not a readable JSON report ({e})", path=p, hint="give the file written by --json") from None
+    obj = read_json(p, what="report", error=InputError, missing="no such report",
+                    missing_hint="give the file written by hsdiff gate/compare --json",
+                    bad_hint="give the file written by --json")
     report = obj.get("report") if isinstance(obj, dict) and isinstance(obj.get("report"), dict) else obj
     if not isinstance(report, dict) or "slots" not in report or "recommended" not in report:
         if isinstance(obj, dict) and obj.get("command") == "gate" and obj.get("report") is None:
@@ -99,9 +98,9 @@ def ids_from_report(path: str | os.PathLike, engine: str, *, model_family: str |
         )
     L = report.get("num_hidden_layers")
     family = None
-    if rule_key(engine) == "sglang":  # the family rule is SGLang's alone
+    if rule_key(engine) in ("sglang", "specforge"):  # SGLang's family rules (SpecForge captures through SGLang)
         family = model_family or rec.get("model_family") or (report.get("inputs") or {}).get("model_family")
-    out = conv.from_boundary([int(b) for b in bs], engine, num_layers=L, model_family=family)
+    out = conv.from_boundary([int(b) for b in bs], engine, num_layers=L, model_family=family, version=version)
     if any(i is None for i in out):
         missing = [b for b, i in zip(bs, out) if i is None]
         raise InputError(
@@ -122,7 +121,11 @@ def fix_config(
     engine: str = "sglang",
     dry_run: bool = False,
 ) -> FixResult:
-    """Write ``ids`` into the draft config at the key ``engine`` reads; keep a byte-exact backup."""
+    """Write ``ids`` into the draft config at the key ``engine`` reads; keep a byte-exact backup.
+
+    Refuses an engine that reads no ids from a draft config (TensorRT-LLM reads ``eagle3_layers_to_capture``
+    from its speculative config), so that nothing is written where no engine looks.
+    """
     engine = rule_key(engine)
     key = conv.write_key(engine)
     p = Path(path)
@@ -144,9 +147,9 @@ def fix_config(
         raise ConfigError(f"cannot read ({e.strerror or e})", path=p) from None
     try:
         text = raw.decode("utf-8")
-        cfg = json.loads(text)
-    except (UnicodeDecodeError, ValueError) as e:
+    except UnicodeDecodeError as e:
         raise ConfigError(f"not a readable JSON config ({e})", path=p, hint="fix the file by hand first") from None
+    cfg = parse_json(text, p, bad_hint="fix the file by hand first")
     if not isinstance(cfg, dict):
         raise ConfigError("config is not a JSON object", path=p)
     new_cfg = copy.deepcopy(cfg)
@@ -180,9 +183,9 @@ def _indent(text: str) -> int:
     return 2
 
 
-def _other_key_warnings(cfg: dict, engine: str) -> list[str]:
-    top = cfg.get("eagle_aux_hidden_state_layer_ids")
-    nested = (cfg.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids") if isinstance(cfg.get("eagle_config"), dict) else None
+def _other_key_warnings(cfg: dict[str, Any], engine: str) -> list[str]:
+    top = config_value(cfg, conv.TOP_KEY)[1]
+    nested = config_value(cfg, conv.NESTED_KEY)[1]
     out = []
     if engine == "sglang" and top is not None:
         out.append(f"the top-level eagle_aux_hidden_state_layer_ids {top} was left as it is: SGLang ignores it, but vLLM "

@@ -1,0 +1,325 @@
+"""The static checks of a draft config: everything ``hsdiff check-config`` and ``hsdiff gate`` find
+without dumps, as a table of ``(name, check)`` rows in a fixed order.
+
+The names are stable: they are the JUnit testcase names and ``checks[].name`` in the JSON, so a CI
+history can follow one check across runs. Each check looks at one :class:`CheckInput` (the draft
+config, the ids the engine reads from it, the target's shape) and returns a finding;
+:func:`static_checks` turns the findings into :class:`~hsdiff.gate_model.Check` records.
+
+>>> [name for name, _ in CHECKS][:3]
+['ids-source', 'ignored-key', 'ids-sorted']
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from . import conventions as conv
+from .configs import boundaries_read, built_fc_width, config_value, fc_width
+from .errors import HsdiffError, InputError
+from .gate_model import ERROR, INFO, WARNING, Check, IdsSource
+
+__all__ = ["CHECKS", "CHECK_NAMES", "CheckInput", "static_checks"]
+
+
+@dataclass(frozen=True)
+class CheckInput:
+    """What every check looks at."""
+
+    config: dict[str, Any]
+    ids: IdsSource
+    path: str
+    num_layers: int | None
+    target_hidden: int | None
+    family: str | None  # the SGLang model-family rule key (None on other engines)
+    family_source: str  # where that family came from, for the messages
+    vllm_runner: str
+    version: str  # the engine version whose rules apply
+    written: list[int]  # the ids the engine uses, as written (its default ids on a fallback)
+    reading: list[int]  # the boundaries the engine captures for ``written``, in list order
+
+
+class Finding(NamedTuple):
+    ok: bool
+    severity: str
+    message: str
+    skipped: bool = False
+
+
+def _ok(message: str, skipped: bool = False) -> Finding:
+    return Finding(True, INFO, message, skipped)
+
+
+def _fail(severity: str, message: str) -> Finding:
+    return Finding(False, severity, message)
+
+
+def static_checks(
+    config: dict[str, Any],
+    ids: IdsSource,
+    *,
+    path: str | os.PathLike = "config.json",
+    num_layers: int | None = None,
+    target_hidden: int | None = None,
+    model_family: str | None = None,
+    vllm_runner: str = conv.DEFAULT_RUNNER,
+    family_source: str | None = None,
+    version: str | None = None,
+) -> list[Check]:
+    """Every check that needs no dumps, in the order of :data:`CHECKS`.
+
+    ``family_source`` says where the SGLang model family came from (for the messages).
+    """
+    p = str(path)
+    family = conv.normalize_family(model_family) if ids.engine in ("sglang", "specforge", "vllm") else None
+    version = conv.parse_version(ids.engine, version or ids.engine_version)
+    written = list(ids.ids)
+    reading = boundaries_read(written, ids.engine, num_layers, family, version) if written else []
+    c = CheckInput(config, ids, p, num_layers, target_hidden, family, family_source or f"model family {family}",
+                   vllm_runner, version, written, reading)
+    out = []
+    for name, check in CHECKS:
+        f = check(c)
+        out.append(Check(name, f.ok, f.severity, f.message, skipped=f.skipped, path=p))
+    return out
+
+
+def _is_int_list(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in value)
+
+
+def _source(c: CheckInput) -> Finding:
+    ids = c.ids
+    if ids.fallback:
+        return _fail(WARNING, ids.note)
+    if not ids.ids:
+        if ids.key and ids.key.endswith("use_aux_hidden_state"):
+            return _fail(ERROR, ids.note)
+        return _fail(ERROR, ids.note + f" — write the trained ids into {ids.key}")
+    return _ok(ids.note)
+
+
+def _ignored_key(c: CheckInput) -> Finding:
+    engine, L, family = c.ids.engine, c.num_layers, c.family
+    has_top, top = config_value(c.config, conv.TOP_KEY)
+    has_nested, nested = config_value(c.config, conv.NESTED_KEY)
+    top_ok = _is_int_list(top) and bool(top)
+    nested_ok = _is_int_list(nested) and bool(nested)
+    if engine == "sglang":
+        if top_ok and not has_nested:
+            return _fail(ERROR, f"the ids {top} are in the top-level eagle_aux_hidden_state_layer_ids, which SGLang never "
+                         "reads: it falls back to its default layers. Move them under "
+                         "eagle_config.eagle_aux_hidden_state_layer_ids (SGLang counts them as layer outputs; "
+                         "`hsdiff ids` translates).")
+        both = _both_keys(top, nested, L, family) if top_ok and nested_ok else None
+        if both is not None:
+            b_top, b_sg = both
+            return _fail(WARNING, f"SGLang ignores the top-level eagle_aux_hidden_state_layer_ids {top} (it reads the nested "
+                             f"{nested}, i.e. B{sorted(set(b_sg))}); vLLM would read the top-level key and capture "
+                             f"B{sorted(set(b_top))}: the same draft gets different layers on the two engines.")
+        return _ok("SGLang reads eagle_config.eagle_aux_hidden_state_layer_ids; no ids sit in a "
+               "key it ignores")
+    if engine == "vllm":
+        if nested_ok and not top_ok:
+            if c.vllm_runner == "v2":
+                return _fail(ERROR, f"the ids {nested} are only in eagle_config.eagle_aux_hidden_state_layer_ids, which vLLM's "
+                             "V2 model runner (the default) ignores: it falls back to the default layers (vLLM #50170). Write them "
+                             "to the top-level eagle_aux_hidden_state_layer_ids (boundary indices; `hsdiff ids` "
+                             "translates).")
+            return _fail(WARNING, f"the ids {nested} are only in eagle_config.eagle_aux_hidden_state_layer_ids: vLLM's V1 runner "
+                         "reads them, but the default V2 runner ignores that key and falls back to the default layers "
+                         "(vllm==0.33.0 eagle3_utils.py:113-150). Write them to the top-level "
+                         "eagle_aux_hidden_state_layer_ids too.")
+        both = _both_keys(top, nested, L, family) if top_ok and nested_ok else None
+        if both is not None:
+            b_top, b_sg = both
+            return _fail(WARNING, f"vLLM reads the top-level {top} (B{b_top}) and ignores the nested {nested}, "
+                         f"which SGLang and SpecForge read as B{b_sg}: the two keys name different layers.")
+        return _ok("vLLM reads the top-level eagle_aux_hidden_state_layer_ids; no ids sit in a "
+               "key it ignores")
+    keys = conv.config_keys(engine)
+    read = [conv.key_name(k) for k in keys]
+    if conv.TOP_KEY not in keys and top_ok and not has_nested:
+        return _fail(ERROR, f"the ids {top} are in the top-level eagle_aux_hidden_state_layer_ids, which "
+                     f"{conv.rule(engine).title} never reads (it reads {' or '.join(read)}): it falls back to its "
+                     "default layers. Move them where it reads them (`hsdiff ids` translates).")
+    if conv.TOP_KEY in keys and conv.NESTED_KEY not in keys and nested_ok and not top_ok:
+        return _fail(ERROR, f"the ids {nested} are only in eagle_config.eagle_aux_hidden_state_layer_ids, which "
+                     f"{conv.rule(engine).title} never reads (it reads {' or '.join(read)}): it falls back to its "
+                     "default layers. Write them to the top-level key (`hsdiff ids` translates).")
+    return _ok(f"{conv.rule(engine).title} reads {' or '.join(read)}")
+
+
+def _both_keys(top: list[int], nested: list[int], L: int | None, family: str | None) -> tuple[list[int], list[int]] | None:
+    """The layers vLLM reads from the top-level ids and SGLang from the nested ones, when they differ."""
+    b_top = _safe_reading(top, "vllm", L, None)
+    b_sg = _safe_reading(nested, "sglang", L, family)
+    if b_top is None or b_sg is None or sorted(set(b_top)) == sorted(set(b_sg)):
+        return None
+    return sorted(set(b_top)), sorted(set(b_sg))
+
+
+def _safe_reading(ids: Sequence[int], engine: str, L: int | None, family: str | None,
+                  version: str | None = None) -> list[int] | None:
+    try:
+        return boundaries_read(ids, engine, L, family, version if engine != "vllm" or family is None else None)
+    except InputError:
+        return None
+
+
+def _sorted(c: CheckInput) -> Finding:
+    ids, engine = c.written, c.ids.engine
+    if c.ids.fallback or not ids or ids == sorted(ids):
+        return _ok("the ids are in ascending order")
+    title = conv.rule(engine).title
+    b = _safe_reading(ids, engine, c.num_layers, c.family) or []
+    return _fail(ERROR, f"{ids} is not ascending: {title} captures in layer order, so its slots hold B{sorted(set(b))} while "
+                 f"the list names B{b}; a trainer that concatenated in list order fed the draft's fc permuted blocks. "
+                 f"Write them ascending ({sorted(ids)}) after checking the training order with hsdiff compare.")
+
+
+def _unique(c: CheckInput) -> Finding:
+    ids, engine = c.written, c.ids.engine
+    dup = sorted({i for i in ids if ids.count(i) > 1})
+    if c.ids.fallback or not dup:
+        return _ok("no id is repeated")
+    title = conv.rule(engine).title
+    return _fail(ERROR, f"{ids} repeats {dup}: {title} captures each layer once, so it delivers {len(set(ids))} slots where "
+                 f"the list (and the draft's fc) has {len(ids)}. Remove the duplicates and retrain or fix the list.")
+
+
+def _in_range(c: CheckInput) -> Finding:
+    ids, reading, engine, L = c.written, c.reading, c.ids.engine, c.num_layers
+    if L is None:
+        return _ok("skipped: the target's num_hidden_layers is unknown "
+               "(pass --target-config)", skipped=True)
+    final = conv.applied(engine, c.family, c.version).names_final
+    bad = [(i, b) for i, b in zip(ids, reading) if b < 0 or b > L and not (final and b == conv.final_boundary(L))]
+    if not bad:
+        return _ok(f"every id names a boundary within 0..{L}")
+    title = conv.rule(engine).title
+    what = ", ".join(f"id {i} → B{b}" for i, b in bad)
+    return _fail(ERROR, f"{what}: outside 0..{L} for the {L}-layer target as {title} counts. Check the ids against the "
+                 "target's num_hidden_layers and the engine's convention (`hsdiff ids --explain`).")
+
+
+def _capturable(c: CheckInput) -> Finding:
+    ids, reading, engine, L, family = c.written, c.reading, c.ids.engine, c.num_layers, c.family
+    if L is None:
+        return _ok("skipped: the target's num_hidden_layers is unknown (pass --target-config)", skipped=True)
+    title = conv.rule(engine).title
+    applied = conv.applied(engine, family, c.version)
+    inside = [(i, b) for i, b in zip(ids, reading) if 0 <= b <= L or (applied.names_final and b == L + 1)]
+    bad = [(i, b) for i, b in inside if not conv.capturable(b, engine, L, family, c.version)]
+    if not bad:
+        return _ok(f"every boundary is one {title} can capture")
+    last = [(i, b) for i, b in bad if b == L]
+    if last:
+        what = ", ".join(f"id {i} → B{b}" for i, b in last)
+        return _fail(ERROR, f"{what} ({conv.describe_boundary(L, L)}): {title} ({applied.label}) captures before each "
+                     f"layer runs, so nothing captures B{L} and the slot stays empty (the fc concat fails or the draft "
+                     "gets garbage, as in SGLang #32334). Use an engine that captures the last layer (vLLM) or retrain "
+                     f"on capturable layers. Source: {applied.source}")
+    what = ", ".join(f"id {i} → {conv.name_boundary(b, L)}" for i, b in bad)
+    return _fail(ERROR, f"{what}: {title} ({applied.label}) has no id for that tensor, so the slot stays empty or the "
+                 f"engine raises. Source: {applied.source}")
+
+
+def _embeddings(c: CheckInput) -> Finding:
+    ids, reading, engine = c.written, c.reading, c.ids.engine
+    slots = [j for j, b in enumerate(reading) if b == 0]
+    if not slots:
+        return _ok("no slot receives the embeddings")
+    i = ids[slots[0]]
+    return _fail(WARNING, f"id {i} makes {conv.rule(engine).title} feed the embeddings (B0) into a slot; EAGLE-3 drafts are "
+                 "trained on decoder-layer outputs, and ids like [-1, 2, 30] (the case behind hsdiff) shift every "
+                 "slot by one. Confirm with hsdiff gate on real dumps.")
+
+
+def _family_rule(c: CheckInput) -> Finding:
+    ids, engine, L, family, src = c.written, c.ids.engine, c.num_layers, c.family, c.family_source
+    if engine not in ("sglang", "specforge") or not ids:
+        return _ok("no model-family rule changes how these ids are read")
+    applied = conv.applied(engine, family, c.version)
+    if applied.reading not in ("deepseek", "gpt-oss"):
+        return _ok(f"no model-family rule changes how these ids are read ({applied.label})")
+    own = _safe_reading(ids, engine, L, family, c.version)
+    plain = [i + 1 for i in ids]
+    if applied.reading == "deepseek":
+        rule_text = "adds 1 only when the first id is 1"
+    else:
+        rule_text = f"uses the ids as boundary indices when their maximum is num_hidden_layers ({L})"
+    where = f"{applied.label}, {src}"
+    if own is None or own == plain:
+        return _ok(f"{where}: {rule_text}, so {ids} are shifted by +1 as under the llama rule, B{plain}")
+    return _fail(WARNING, f"{where}: {rule_text}, so {ids} are used as they are: B{own}. Read as layer outputs (+1), as "
+                 f"the llama rule and older SGLang versions do, they name B{plain}: a draft trained through the other "
+                 f"reading gets every slot one layer off. Check which layers it was trained on (hsdiff gate) before "
+                 f"deploying. Source: {applied.source}")
+
+
+def _target_hidden(c: CheckInput) -> Finding:
+    target_hidden = c.target_hidden
+    draft_th = c.config.get("target_hidden_size")
+    if target_hidden is None or draft_th is None:
+        return _ok("skipped: needs the draft's target_hidden_size and the "
+               "target's hidden_size", skipped=True)
+    if int(draft_th) == int(target_hidden):
+        return _ok(f"target_hidden_size {draft_th} equals the target's hidden_size")
+    return _fail(ERROR, f"the draft's target_hidden_size is {draft_th} but the target's hidden_size is {target_hidden}: this "
+                 "draft was built for another target model.")
+
+
+def _fc(c: CheckInput) -> Finding:
+    config, ids, engine, path = c.config, c.ids, c.ids.engine, Path(c.path)
+    h = c.target_hidden or config.get("target_hidden_size") or config.get("hidden_size")
+    if not h or not ids.boundaries:
+        return _ok("skipped: the target hidden size is unknown (pass --target-config)", skipped=True)
+    title = conv.rule(engine).title
+    slots = len(ids.boundaries)
+    feeds = slots * int(h)
+    width, how = fc_width(config, engine, path, c.version, _weight_shapes)
+    if width is None:
+        return _ok(f"skipped: no draft weights beside {path.name} and {title} does not size the fc from the draft "
+                   "config", skipped=True)
+    built, built_how = built_fc_width(config, engine, c.version)
+    if built is not None and built != width:
+        return _fail(ERROR, f"the draft's fc takes {width} inputs ({how}) but {built_how} = {built}: loading the "
+                     "weights fails. Set num_aux_hidden_states to the number of aux slots the draft was trained with.")
+    if width == feeds:
+        return _ok(f"the draft's fc takes {width} inputs = {slots} slots × {h} ({how})")
+    return _fail(ERROR, f"the draft's fc takes {width} inputs ({how}) but {title} feeds it {slots} slots × "
+                 f"{h} = {feeds}: the matmul fails at load or first request. The number of ids must match the number of "
+                 f"aux slots the draft was trained with ({width // int(h) if width % int(h) == 0 else '?'} × {h}).")
+
+
+def _weight_shapes(path: Path) -> dict[str, tuple[int, ...]]:
+    """Tensor shapes from a safetensors header, read by the readers' validating parser; ``{}`` when
+    the file is missing or damaged (the fc-width check is then skipped, not failed)."""
+    from .readers._container import open_table
+
+    try:
+        table = open_table(path, "safetensors")
+    except (HsdiffError, OSError):
+        return {}
+    return {name: entry.shape for name, entry in table.entries.items()}
+
+
+#: The checks in the order they run and are reported; the names are the stable JUnit testcase names.
+CHECKS: tuple[tuple[str, Callable[[CheckInput], Finding]], ...] = (
+    ("ids-source", _source),
+    ("ignored-key", _ignored_key),
+    ("ids-sorted", _sorted),
+    ("ids-unique", _unique),
+    ("ids-in-range", _in_range),
+    ("ids-capturable", _capturable),
+    ("ids-embeddings", _embeddings),
+    ("family-rule", _family_rule),
+    ("target-hidden-size", _target_hidden),
+    ("fc-width", _fc),
+)
+CHECK_NAMES: tuple[str, ...] = tuple(name for name, _ in CHECKS)

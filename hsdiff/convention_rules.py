@@ -1,0 +1,224 @@
+"""The convention table as data: how each engine and trainer, at each version, reads
+``eagle_aux_hidden_state_layer_ids`` — one :class:`Rule` row per (engine, model family, version
+range), each citing the source line it encodes.
+
+:mod:`hsdiff.conventions` does the arithmetic over these rows; ``docs/conventions.md`` is checked
+against them by ``tests/test_convention_table.py``. Line numbers are those of the version named in
+``source`` (wheels via ``pip download --no-deps``; repositories at the commit named).
+
+Boundary indices (B): B=0 the embeddings, B=k the output of layer k-1, B=L the last layer's output
+before the final norm, and :func:`hsdiff.conventions.final_boundary` (L+1) the final hidden state
+*after* the norm, which only TensorRT-LLM (id -1) and Hugging Face (tuple index L) can name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["Rule", "RULES", "CONFIG_KEYS", "VERSIONS", "DEFAULT_VERSIONS", "DEFAULT_RUNNER", "VLLM_RUNNERS", "FAMILIES", "ENGINE_INFO", "EngineInfo",
+           "OUTPUT", "BOUNDARY", "DEEPSEEK", "GPT_OSS", "NONE"]
+
+# what an id means
+OUTPUT = "output"  # B = id + 1 (output index)
+BOUNDARY = "boundary"  # B = id
+DEEPSEEK = "deepseek"  # B = id + 1 when ids[0] == 1, otherwise B = id
+GPT_OSS = "gpt-oss"  # B = id when max(ids) == L, otherwise B = id + 1
+NONE = "none"  # no EAGLE-3 capture at all
+
+NESTED = ("eagle_config", "eagle_aux_hidden_state_layer_ids")
+TOP = ("eagle_aux_hidden_state_layer_ids",)
+
+#: vLLM's model runners: V2 is the default in 0.29–0.33 (vllm/config/vllm.py use_v2_model_runner);
+#: V1 only when VLLM_USE_V2_MODEL_RUNNER=0 or an unsupported feature forces it.
+VLLM_RUNNERS = ("v1", "v2")
+DEFAULT_RUNNER = "v2"
+
+
+#: Where each engine reads the ids in a draft (or run) config, first match wins.
+CONFIG_KEYS: dict[str, tuple[tuple[str, ...], ...]] = {
+    "sglang": (NESTED,),  # model_runner_components/spec_aux_hidden_state.py:185-196 (0.5.23)
+    "vllm-v1": (TOP, NESTED),  # v1/worker/gpu_model_runner.py:5190-5224 (0.33)
+    "vllm-v2": (TOP, ("eagle_config", "layer_ids")),  # v1/worker/gpu/spec_decode/eagle/eagle3_utils.py:113-150 (0.33)
+    "trtllm": (),  # eagle3_layers_to_capture lives in its speculative config, not the draft config.json
+    "modelopt": (("eagle_architecture_config", "eagle_aux_hidden_state_layer_ids"), NESTED),
+    "specforge": (("model", "aux_hidden_state_layer_ids"), NESTED),
+    "speculators": (TOP,),
+    "eagle": (),
+    "hf": (),
+}
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    """What is the same for every row of one engine or trainer."""
+
+    key: str
+    title: str
+    kind: str  # "engine" or "trainer"
+    index: str  # OUTPUT or BOUNDARY: what a plain id means (before model-family rules)
+    sorts: bool  # captures in layer order, once per layer
+    reads: str  # where it reads the ids, in words (help texts)
+
+
+ENGINE_INFO: dict[str, EngineInfo] = {
+    e.key: e
+    for e in [
+        EngineInfo("sglang", "SGLang", "engine", OUTPUT, True,
+                   "the draft config.json's eagle_config.eagle_aux_hidden_state_layer_ids only (the top-level key "
+                   "is never read); absent: its default B[2, L//2, L-3]"),
+        EngineInfo("vllm", "vLLM", "engine", BOUNDARY, True,
+                   "the draft config.json's top-level eagle_aux_hidden_state_layer_ids; the V1 runner (only when "
+                   "forced, VLLM_USE_V2_MODEL_RUNNER=0) also eagle_config's, the default V2 runner never; absent: "
+                   "its default (2, L//2, L-3)"),
+        EngineInfo("trtllm", "TensorRT-LLM", "engine", OUTPUT, True,
+                   "eagle3_layers_to_capture in its speculative config (LLM API / extra_llm_api_options), never "
+                   "the draft config.json; absent: its default {1, L//2-1, L-4}"),
+        EngineInfo("modelopt", "NVIDIA ModelOpt", "trainer", OUTPUT, True,
+                   "eagle_architecture_config.eagle_aux_hidden_state_layer_ids; exported under "
+                   "eagle_config.eagle_aux_hidden_state_layer_ids; empty: sorted{1, L//2-1, L-4}"),
+        EngineInfo("specforge", "SpecForge", "trainer", OUTPUT, True,
+                   "its run config's model.aux_hidden_state_layer_ids, else the draft config.json's "
+                   "eagle_config.eagle_aux_hidden_state_layer_ids; captured through SGLang's own setter"),
+        EngineInfo("speculators", "speculators", "trainer", BOUNDARY, True,
+                   "the draft config.json's top-level eagle_aux_hidden_state_layer_ids (as vLLM, which it drives); "
+                   "absent: [2, L//2, L-3]"),
+        EngineInfo("eagle", "SafeAILab EAGLE-3", "trainer", BOUNDARY, True,
+                   "nowhere: hard-coded boundaries {2, L//2, L-3}"),
+        EngineInfo("hf", "Hugging Face transformers", "trainer", BOUNDARY, False,
+                   "nowhere: output_hidden_states tuple indices, [0] the embeddings, [L] after the final norm"),
+    ]
+}
+
+#: Versions the table was checked against, oldest first; the last is the default of --engine-version.
+VERSIONS: dict[str, tuple[str, ...]] = {
+    "sglang": tuple(f"0.5.{i}" for i in range(10, 24)),
+    "vllm": ("0.29", "0.30", "0.31", "0.32", "0.33"),
+    "modelopt": ("0.45", "0.46", "0.47"),
+    "specforge": tuple(f"0.5.{i}" for i in range(10, 24)),  # the SGLang version it captures through
+    "speculators": ("0.9",),
+    "trtllm": ("main",),  # read through a code index of the repository; no release was unpacked
+    "eagle": ("cb7e084",),  # SafeAILab/EAGLE at that commit
+    "hf": ("5.24",),
+}
+
+#: Where the default is not the newest version checked: SpecForge runs the SGLang it pins
+#: (SpecForge@a6b6b02 pyproject.toml:26 sglang==0.5.14).
+DEFAULT_VERSIONS: dict[str, str] = {"specforge": "0.5.14"}
+
+#: SGLang model families: rule key -> model_type names and prefixes that select it.
+FAMILIES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "llama": (("llama", "qwen", "qwen2", "qwen3", "qwen3_moe", "qwen2_moe", "qwen3_next", "mistral", "mixtral",
+               "minimax", "minimax_m2", "glm4_moe", "llama4", "phi3", "gemma3", "gemma4"), ()),
+    "deepseek": (("deepseek", "deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi", "kimi_k2", "kimi_k25", "kimi-k2.5",
+                  "glm4_moe_lite", "glm_moe_dsa", "mistral_large_3", "mistral-large-3"),
+                 ("deepseek", "kimi", "glm4_moe_lite", "glm_moe_dsa", "mistral_large_3")),
+    "deepseek-legacy": (("deepseek-legacy", "deepseek_legacy"), ()),
+    "gpt-oss": (("gpt-oss", "gpt_oss", "gptoss"), ("gpt_oss",)),
+    "minimax_m3": (("minimax_m3", "minimax-m3"), ("minimax_m3",)),
+    "minimax_m3_vl": (("minimax_m3_vl", "minimax-m3-vl"), ("minimax_m3_vl",)),
+    "deepseek_v4": (("deepseek_v4", "deepseek-v4"), ("deepseek_v4",)),
+    "looped": (("looped", "nanbeige"), ("nanbeige",)),
+}
+
+
+@dataclass(frozen=True)
+class Rule:
+    """How one engine reads ids for one model family over a range of versions (inclusive)."""
+
+    engine: str
+    families: tuple[str, ...]  # () = every family without a row of its own
+    since: str | None
+    until: str | None
+    reading: str  # OUTPUT, BOUNDARY, DEEPSEEK, GPT_OSS or NONE
+    label: str  # how reports name the rule they applied
+    source: str  # file:line and version it encodes
+    min_boundary: int = 0  # 1 where no id names the embeddings (B0)
+    captures_last: bool = True  # B = L, the last layer's output before the final norm
+    names_final: bool = False  # the final post-norm hidden state has an id (-1 / HF index L)
+    default: str = "standard"  # "standard" B[2, L//2, L-3], "shifted" B[3, L//2+1, L-2], "" none
+    note: str = ""  # for NONE rows: why, and what to do
+
+    def __repr__(self) -> str:
+        fam = ",".join(self.families) or "*"
+        return f"<Rule {self.engine}[{fam}] {self.since or ''}..{self.until or ''}: {self.reading}>"
+
+
+_SG = "sglang"
+RULES: tuple[Rule, ...] = (
+    # ---------------------------------------------------------------- SGLang
+    Rule(_SG, (), None, None, OUTPUT, "SGLang, llama rule (+1)",
+         "sglang==0.5.23 sglang/srt/models/llama.py:929-941 set_eagle3_layers_to_capture "
+         "(layers_to_capture = [v + 1 for v in ids]); loop captures before layer i, llama.py:485-494",
+         captures_last=False),
+    Rule(_SG, ("deepseek",), None, "0.5.12", OUTPUT, "SGLang ≤ 0.5.12, DeepSeek family (+1 always)",
+         "sglang==0.5.12 sglang/srt/models/deepseek_v2.py:2529-2541 (+1 always; kimi_k25, glm4_moe_lite, "
+         "glm_moe_dsa and Mistral Large 3 inherit or delegate to it)", captures_last=False),
+    Rule(_SG, ("deepseek",), "0.5.13", None, DEEPSEEK, "SGLang ≥ 0.5.13, DeepSeek rule",
+         "sglang==0.5.13 sglang/srt/models/deepseek_v2.py:2740-2755; sglang==0.5.23 deepseek_v2.py:3458-3473 "
+         "(+1 only if ids[0] == 1); glm4_moe_lite.py:805-820, glm4_moe.py:1284 (GLM MoE DSA), "
+         "mistral_large_3.py:9-12, kimi_k25.py:928-939 (0.5.23)", captures_last=False),
+    Rule(_SG, ("deepseek-legacy",), None, None, OUTPUT, "SGLang, DeepSeek family read as before 0.5.13 (+1 always)",
+         "sglang==0.5.12 sglang/srt/models/deepseek_v2.py:2529-2541", captures_last=False),
+    Rule(_SG, ("gpt-oss",), None, "0.5.16", OUTPUT, "SGLang ≤ 0.5.16, gpt-oss (+1 always)",
+         "sglang==0.5.16 sglang/srt/models/gpt_oss.py:1284-1296 (+1), loop :689-692 (B=L never captured)",
+         captures_last=False),
+    Rule(_SG, ("gpt-oss",), "0.5.17", None, GPT_OSS, "SGLang ≥ 0.5.17, gpt-oss rule",
+         "sglang==0.5.17 sglang/srt/models/gpt_oss.py:1328-1343 (as-is if max(ids) == L, else +1), loop :723-741 "
+         "(B=L captured before the final norm)"),
+    Rule(_SG, ("minimax_m3",), None, "0.5.17", NONE, "SGLang ≤ 0.5.17, minimax_m3",
+         "sglang==0.5.16 sglang/srt/models/minimax_m3.py:1491-1504, forward :1395-1398",
+         note="the setter never sets the flags forward checks, so no aux hidden state is captured; "
+         "use SGLang ≥ 0.5.18"),
+    Rule(_SG, ("minimax_m3",), "0.5.18", "0.5.22", OUTPUT, "SGLang 0.5.18–0.5.22, minimax_m3 (+1)",
+         "sglang==0.5.18 sglang/srt/models/minimax_m3.py:1616-1636 (flags only for 0 <= B < L)",
+         captures_last=False),
+    Rule(_SG, ("minimax_m3",), "0.5.23", None, OUTPUT, "SGLang ≥ 0.5.23, minimax_m3 (+1, B=L captured)",
+         "sglang==0.5.23 sglang/srt/models/minimax_m3.py:2056-2075, final_norm capture :1956-1964"),
+    Rule(_SG, ("minimax_m3_vl",), None, "0.5.17", NONE, "SGLang ≤ 0.5.17, minimax_m3_vl",
+         "sglang==0.5.16 sglang/srt/models/minimax_m3_vl.py:56 (no set_eagle3_layers_to_capture)",
+         note="the model has no EAGLE-3 setter, so EAGLE-3 on it raises; use SGLang ≥ 0.5.18"),
+    Rule(_SG, ("minimax_m3_vl",), "0.5.18", None, OUTPUT, "SGLang ≥ 0.5.18, minimax_m3_vl (+1, default shifted)",
+         "sglang==0.5.23 sglang/srt/models/minimax_m3_vl.py:246-270 (+1 also on the default [2, L//2, L-3])",
+         captures_last=False, default="shifted"),
+    Rule(_SG, ("deepseek_v4",), None, None, NONE, "SGLang, deepseek_v4",
+         "sglang==0.5.23 sglang/srt/models/deepseek_v4.py:4633,4853-4861 (set_dspark_layers_to_capture only); "
+         "model_runner_components/attention_backend_setup.py:55-60",
+         note="DeepSeek-V4 has no EAGLE-3 capture in SGLang (EAGLE-3 on it raises); only another speculative "
+         "method's capture exists"),
+    Rule(_SG, ("looped",), None, None, NONE, "SGLang, looped model (num_loops)",
+         "sglang==0.5.23 sglang/srt/models/nanbeige.py:351-367,576-587 (DFlash capture only)",
+         note="looped models have no EAGLE-3 setter in SGLang (EAGLE-3 on them raises)"),
+    # ---------------------------------------------------------------- vLLM
+    Rule("vllm", (), None, None, BOUNDARY, "vLLM (boundary index, sorted)",
+         "vllm==0.33.0 vllm/model_executor/models/interfaces.py:1617 (sorted(set(ids))), :1640-1650 and "
+         "llama.py:427-441 (B=0 before the loop, B=i+1 after layer i, B=L pre-norm); default interfaces.py:1772; "
+         "V2 runner by default: config/vllm.py:730-766"),
+    Rule("vllm", ("deepseek", "deepseek-legacy"), None, None, BOUNDARY, "vLLM, DeepSeek models (no id 0)",
+         "vllm==0.33.0 vllm/model_executor/models/deepseek_v2.py:1525 (residual None), :1561-1568 (captured "
+         "before layer idx), :1586-1587 (B=L after the loop)", min_boundary=1),
+    # ---------------------------------------------------------------- TensorRT-LLM
+    Rule("trtllm", (), None, None, OUTPUT, "TensorRT-LLM (output index, -1 = final post-norm)",
+         "NVIDIA/TensorRT-LLM@b35ac1b6 tensorrt_llm/_torch/models/modeling_speculative.py SpecDecOneEngineForCausalLM "
+         "(layer_idx -1 captured after the final norm); _torch/speculative/eagle3.py Eagle3OneModelSpecMetadata "
+         "(sorted, -1 kept in slot 0); llmapi/llm_args.py EagleDecodingConfig.eagle3_layers_to_capture (a set, "
+         "default {1, L//2-1, L-4}); from the code index, no line numbers",
+         min_boundary=1, names_final=True),
+    # ---------------------------------------------------------------- trainers
+    Rule("modelopt", (), None, None, OUTPUT, "ModelOpt (output index, forward hooks)",
+         "nvidia-modelopt==0.47.0 modelopt/torch/speculative/plugins/hf_eagle.py:401-406 (hooks on layers[i]), "
+         ":58-63 default sorted{1, L//2-1, L-4}", min_boundary=1),
+    Rule("specforge", (), None, None, OUTPUT, "SpecForge through SGLang's setter, llama rule (+1)",
+         "SpecForge@a6b6b02 specforge/offline_capture/sglang_backend/capture.py:86-87 (SGLang's own setter), "
+         "algorithms/model_providers.py:188-211 (exactly three non-negative ids), pyproject.toml:26 (sglang==0.5.14)",
+         min_boundary=1, captures_last=False),
+    Rule("speculators", (), None, None, BOUNDARY, "speculators (boundary index, as vLLM)",
+         "speculators==0.9.0 speculators/models/eagle3/config.py:53-56 (top-level key), models/utils.py:99-140 "
+         "(0 <= id <= L, default [2, L//2, L-3]); vllm==0.33.0 transformers_utils/configs/speculators/algos.py:47-49"),
+    Rule("eagle", (), None, None, BOUNDARY, "SafeAILab EAGLE-3 (boundary index)",
+         "SafeAILab/EAGLE@cb7e084 eagle/model/modeling_llama_kv.py:1137-1139 (inputs of layers {2, L//2, L-3}, "
+         "ascending)"),
+    Rule("hf", (), None, None, BOUNDARY, "Hugging Face output_hidden_states ([L] post-norm)",
+         "transformers==5.24.0 transformers/utils/output_capturing.py:366-379 (the last entry replaced by "
+         "last_hidden_state), models/llama/modeling_llama.py:404 (the final norm)",
+         captures_last=False, names_final=True, default=""),
+)

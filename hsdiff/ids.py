@@ -1,0 +1,98 @@
+"""``hsdiff ids``: the same layers written in another engine's convention, with words for each id.
+
+Each side is read with the convention-table row for its engine, model family and version; the
+translation names those rows and warns when the source engine could not have captured a layer.
+
+>>> translate_ids([2, 30, 58], "sglang", "vllm", num_layers=61).line()
+'3,31,59'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from . import conventions as conv
+
+__all__ = ["Translation", "translate_ids"]
+
+_FAMILY_ENGINES = ("sglang", "specforge", "vllm")
+
+
+@dataclass(frozen=True)
+class Translation:
+    """``ids`` on ``src`` name ``boundaries``; ``out`` are the ids that make ``dst`` capture them."""
+
+    src: str
+    dst: str
+    ids: tuple[int, ...]
+    boundaries: tuple[int, ...]
+    out: tuple[int | None, ...]
+    num_layers: int | None
+    model_family: str | None
+    src_version: str | None = None
+    dst_version: str | None = None
+    src_rule: str = ""
+    dst_rule: str = ""
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def complete(self) -> bool:
+        return all(i is not None for i in self.out)
+
+    def missing(self) -> list[int]:
+        """Boundaries ``dst`` cannot capture (no id of its convention names them)."""
+        return [b for b, i in zip(self.boundaries, self.out) if i is None]
+
+    def line(self) -> str:
+        return ",".join("?" if i is None else str(i) for i in self.out)
+
+    def rules(self) -> str:
+        """Which rows of the convention table were applied, one line."""
+        return (f"{conv.rule(self.src).title} {self.src_version}: {self.src_rule} → "
+                f"{conv.rule(self.dst).title} {self.dst_version}: {self.dst_rule}")
+
+    def explain(self) -> list[str]:
+        """One sentence per id: which tensor it names on ``src`` and the id for it on ``dst``."""
+        s, d = conv.rule(self.src), conv.rule(self.dst)
+        family = self.model_family if self.src in _FAMILY_ENGINES else None
+        src_order = conv.to_boundary(self.ids, self.src, num_layers=self.num_layers, model_family=family,
+                                     version=self.src_version, keep_order=True)
+        lines = [f"rules: {self.rules()}"]
+        for i, b in zip(self.ids, src_order):
+            j = self.out[self.boundaries.index(b)] if b in self.boundaries else None
+            what = conv.describe_boundary(b, self.num_layers)
+            there = f"{d.title} id {j}" if j is not None else f"no {d.title} id (it cannot capture B{b})"
+            lines.append(f"{s.title} id {i} → B{b}: {what} → {there}")
+        if s.sorts and list(self.ids) != sorted(set(self.ids)):
+            lines.append(f"{s.title} captures in ascending layer order, so its slots hold B{list(self.boundaries)}")
+        return lines
+
+
+def translate_ids(
+    ids: Sequence[int],
+    src: str,
+    dst: str,
+    *,
+    num_layers: int | None = None,
+    model_family: str | None = None,
+    src_version: str | None = None,
+    dst_version: str | None = None,
+) -> Translation:
+    """Translate ``ids`` from ``src``'s convention to ``dst``'s; ``model_family`` applies to the engines
+    whose reading depends on it (SGLang, SpecForge through SGLang, vLLM's DeepSeek models)."""
+    src, dst = conv.rule(src).key, conv.rule(dst).key
+    sv, dv = conv.parse_version(src, src_version), conv.parse_version(dst, dst_version)
+    fam_src = model_family if src in _FAMILY_ENGINES else None
+    fam_dst = model_family if dst in _FAMILY_ENGINES else None
+    family = conv.normalize_family(model_family) if {src, dst} & set(_FAMILY_ENGINES) else None
+    b = conv.to_boundary(ids, src, num_layers=num_layers, model_family=fam_src, version=sv)
+    out = conv.from_boundary(b, dst, num_layers=num_layers, model_family=fam_dst, version=dv)
+    src_rule = conv.applied(src, fam_src, sv)
+    warnings = [
+        f"{conv.rule(src).title} {sv} could not have captured {conv.name_boundary(x, num_layers)} "
+        f"({src_rule.label}): no id of its convention names it, so data said to come from it is suspect"
+        for x in b if not conv.capturable(x, src, num_layers, fam_src, sv)
+    ]
+    return Translation(src, dst, tuple(int(i) for i in ids), tuple(b), tuple(out), num_layers, family, sv, dv,
+                       src_rule.label, conv.applied(dst, fam_dst, dv).label, tuple(warnings))
