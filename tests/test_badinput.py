@@ -125,7 +125,7 @@ def test_gzip_limit_is_enforced(corpus: Corpus, monkeypatch) -> None:
     """HSDIFF_GZIP_LIMIT caps the expansion even when the ratio looks like real data."""
     from hsdiff.readers import _container
 
-    monkeypatch.setattr(_container, "GZIP_LIMIT", 1 << 20)
+    monkeypatch.setattr(_container.limits, "GZIP_LIMIT", 1 << 20)
     d = corpus.root / "gz_limit"
     d.mkdir(exist_ok=True)
     (d / "rows_0-2000").mkdir(exist_ok=True)

@@ -19,12 +19,12 @@ read when a file is opened, so changing them here takes effect at once.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from pathlib import Path
 
 from ...errors import FormatError
 from . import gzip as _gzip
+from . import limits
 from . import numpy as _numpy
 from . import safetensors as _safetensors
 from . import torch as _torch
@@ -34,18 +34,9 @@ from .sniff import claimed_format, not_what_it_claims, sniff_container
 from .table import Entry, Table
 
 __all__ = [
-    "BACKENDS", "Entry", "Table", "claimed_format", "cleanup", "not_what_it_claims", "open_table",
+    "BACKENDS", "limits", "Entry", "Table", "claimed_format", "cleanup", "not_what_it_claims", "open_table",
     "read_safetensors_header", "sniff_container",
 ]
-
-#: Largest file decompressed from gzip (bytes); larger is treated as a bomb and refused.
-GZIP_LIMIT = int(os.environ.get("HSDIFF_GZIP_LIMIT", str(64 * 2**30)))
-#: Largest expansion ratio accepted once more than :data:`GZIP_RATIO_AFTER` bytes came out. Tensors
-#: of real activations compress by less than 2x; a gzip bomb expands about 1000x.
-GZIP_MAX_RATIO = 100
-GZIP_RATIO_AFTER = 64 * 2**20
-#: Largest legacy (non-zip) torch file read fully into memory; zip archives are memory-mapped.
-LEGACY_TORCH_LIMIT = 2 * 2**30
 
 #: container (as :func:`sniff_container` names it) -> the backend function that opens it
 BACKENDS: dict[str, Callable[[Path, str], Table]] = {
@@ -54,7 +45,7 @@ BACKENDS: dict[str, Callable[[Path, str], Table]] = {
     "safetensors": _safetensors.open_table,
     "npy": _numpy.open_table,
     "npz": _numpy.open_table,
-    "gzip": _gzip.open_table,
+    "gzip": lambda path, container: _gzip.open_table(path, container, open_inner=open_table),
 }
 
 

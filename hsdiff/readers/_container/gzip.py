@@ -16,14 +16,15 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import FormatError, HsdiffError
+from . import limits
 from .sniff import sniff_container
 from .table import Table, short
 
 
-def open_table(path: Path, container: str = "gzip") -> Table:
-    """Decompress ``path`` to a temporary file and open what it holds; :func:`cleanup` removes the file."""
-    from . import GZIP_LIMIT, GZIP_MAX_RATIO, GZIP_RATIO_AFTER  # read when called: the package's values are the setting
-    from . import open_table as open_inner
+def open_table(path: Path, container: str, *, open_inner: Callable[[Path, str], Table]) -> Table:
+    """Decompress ``path`` to a temporary file and open what it holds with ``open_inner``;
+    :func:`cleanup` removes the file."""
+    GZIP_LIMIT, GZIP_MAX_RATIO, GZIP_RATIO_AFTER = limits.GZIP_LIMIT, limits.GZIP_MAX_RATIO, limits.GZIP_RATIO_AFTER
 
     fd, tmp = tempfile.mkstemp(prefix="hsdiff-", suffix=".bin")
     tmp_path = Path(tmp)

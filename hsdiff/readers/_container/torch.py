@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import FormatError, UnsafeFileError
+from . import limits
 from .table import Entry, Table, short
 
 _GLOBAL_RE = re.compile(r"GLOBAL ([\w.]+)")
@@ -32,7 +33,7 @@ def open_table(path: Path, container: str) -> Table:
     """Open a ``torch`` (zip, memory-mapped) or ``torch-legacy`` file as a :class:`Table`."""
     import torch
 
-    from . import LEGACY_TORCH_LIMIT  # read when called: the package's value is the setting
+    LEGACY_TORCH_LIMIT = limits.LEGACY_TORCH_LIMIT  # read when called: a test or caller may change it
 
     mmap = container == "torch"
     if not mmap and path.stat().st_size > LEGACY_TORCH_LIMIT:
