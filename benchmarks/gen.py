@@ -173,6 +173,15 @@ def files(p: Path) -> list[Path]:
     return sorted(f for f in p.rglob("*") if f.is_file()) if p.is_dir() else [p]
 
 
+def disk_usage(d: Path) -> int:
+    """Bytes of the files under d, hard links counted once."""
+    sizes = {}
+    for f in files(d):
+        st = f.stat()
+        sizes[(st.st_dev, st.st_ino)] = st.st_size
+    return sum(sizes.values())
+
+
 def _infer_stack(path: Path, src: Source, r: Recipe, start: int, stop: int, with_ids: bool) -> None:
     if path.exists():
         return

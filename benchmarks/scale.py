@@ -24,7 +24,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -53,27 +52,16 @@ class Run:
 
 
 def measure(cmd: list[str], timeout: float = 3600) -> Run:
-    """Run cmd as its own process; wall time and that process's peak RSS (``ru_maxrss``)."""
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as errf:
-        t0 = time.perf_counter()
-        p = subprocess.Popen(cmd, stdout=out, stderr=errf)
-        deadline = t0 + timeout
-        while True:
-            pid, status, ru = os.wait4(p.pid, os.WNOHANG)
-            if pid:
-                break
-            if time.perf_counter() > deadline:
-                p.kill()
-            time.sleep(0.01)
-        wall = time.perf_counter() - t0
-        p.returncode = os.waitstatus_to_exitcode(status)
-        errf.seek(0)
-        err = errf.read().decode(errors="replace")
-        out.seek(0)
-        text = out.read().decode(errors="replace")
-    if p.returncode not in (0, 1):
-        raise RuntimeError(f"{' '.join(cmd)} exited {p.returncode}: {err[-2000:]}")
-    return Run(round(wall, 3), round(ru.ru_utime + ru.ru_stime, 3), round(ru.ru_maxrss / 1024, 1), p.returncode, text)
+    """Run cmd as its own process (through benchmarks/measure.py): wall time, CPU time, peak RSS."""
+    with tempfile.TemporaryDirectory() as t:
+        res, out, err = Path(t) / "run.json", Path(t) / "stdout", Path(t) / "stderr"
+        with open(out, "wb") as o, open(err, "wb") as e:
+            subprocess.run([PY, "-S", str(ROOT / "benchmarks" / "measure.py"), str(res), *cmd],
+                           stdout=o, stderr=e, timeout=timeout, check=False)
+        r = json.loads(res.read_text())
+        if r["exit"] not in (0, 1):
+            raise RuntimeError(f"{' '.join(cmd)} exited {r['exit']}: {err.read_text(errors='replace')[-2000:]}")
+        return Run(r["wall_s"], r["cpu_s"], r["peak_rss_mb"], r["exit"], out.read_text(errors="replace"))
 
 
 def cached_fraction(paths: list[Path]) -> float | None:
@@ -314,7 +302,7 @@ def main(sizes: list[str], cases: list[str], counts: tuple[int, ...], write: boo
         if write:
             RESULTS.parent.mkdir(parents=True, exist_ok=True)
             RESULTS.write_text(json.dumps(results, indent=1) + "\n")
-    results["machine"]["cache_bytes"] = sum(f.stat().st_size for f in {p.resolve() for p in gen.files(gen.cache_dir())})
+    results["machine"]["cache_bytes"] = gen.disk_usage(gen.cache_dir())
     if write:
         RESULTS.write_text(json.dumps(results, indent=1) + "\n")
     text = table(results)
