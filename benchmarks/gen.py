@@ -58,6 +58,7 @@ class Source:
 
 
 def load_source() -> Source:
+    torch.set_num_threads(1)  # generation runs beside other work: one core, no waiting on a busy second thread
     samples = [load_file(str(STATES / f"sample-{i}.safetensors")) for i in range(3)]
     fp = torch.cat([s["fp32.boundaries"] for s in samples], dim=1).float()
     bf = torch.cat([s["bf16.boundaries"] for s in samples], dim=1).float()
