@@ -279,6 +279,17 @@ def write_readme(text: str) -> None:
     README.write_text(f"{head}{BEGIN}\n{text}\n{END}{rest.split(END, 1)[1]}")
 
 
+def save(results: dict) -> dict:
+    """Merge this run's cases into the results file (cases not run keep their last measurement)."""
+    old = json.loads(RESULTS.read_text()) if RESULTS.exists() else {"cases": {}}
+    merged = {**old, "machine": results["machine"], "cases": {**old.get("cases", {}), **results["cases"]}}
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    tmp = RESULTS.with_suffix(".tmp")
+    tmp.write_text(json.dumps(merged, indent=1) + "\n")
+    tmp.replace(RESULTS)
+    return merged
+
+
 def main(sizes: list[str], cases: list[str], counts: tuple[int, ...], write: bool = True) -> dict:
     for s in sizes:
         if s not in SIZES:
@@ -286,11 +297,13 @@ def main(sizes: list[str], cases: list[str], counts: tuple[int, ...], write: boo
     src = gen.load_source()
     imports = import_times()
     print(f"import only: {imports}", file=sys.stderr)
-    results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {"cases": {}}
+    results: dict = {"cases": {}}
     results["machine"] = {
         "date": dt.date.today().isoformat(), "machine": f"{os.cpu_count()} cores, "
         f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB, {platform.machine()}",
         "python": platform.python_version(), "imports": imports, "cache": str(gen.cache_dir()),
+        "hsdiff_commit": subprocess.run(["git", "-C", str(ROOT), "log", "-1", "--format=%h %cs", "--", "hsdiff"],
+                                        capture_output=True, text=True, check=False).stdout.strip(),
     }
     todo = [(f"pair {s} GB", lambda s=s: bench_size(src, s, imports)) for s in sizes if "sizes" in cases]
     if "window" in cases:
@@ -300,13 +313,12 @@ def main(sizes: list[str], cases: list[str], counts: tuple[int, ...], write: boo
     for name, fn in todo:
         print(f"running {name} ...", file=sys.stderr, flush=True)
         r = fn()
-        results["cases"][r["case"]] = r | {"date": dt.datetime.now().isoformat(timespec="seconds"), "imports": imports}
+        results["cases"][r["case"]] = r | {"date": dt.datetime.now().isoformat(timespec="seconds"), "imports": imports,
+                                           "hsdiff_commit": results["machine"]["hsdiff_commit"]}
         if write:
-            RESULTS.parent.mkdir(parents=True, exist_ok=True)
-            RESULTS.write_text(json.dumps(results, indent=1) + "\n")
+            save(results)
     results["machine"]["cache_bytes"] = gen.disk_usage(gen.cache_dir())
-    if write:
-        RESULTS.write_text(json.dumps(results, indent=1) + "\n")
+    results = save(results) if write else results
     text = table(results)
     print(text)
     if write:
