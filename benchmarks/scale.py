@@ -263,11 +263,14 @@ def table(results: dict) -> str:
     s = cases.get("sample search")
     if s:
         lines += ["", f"| sample search: 1 matching sample (≈{s['setup']['tokens']} tokens, H {s['setup']['hidden']}; "
-                      "token ids on both sides) | training set | hsdiff | work CPU per sample | right sample |",
-                  "|---|---|---|---|---|"]
+                      "token ids on both sides) | training set | hsdiff | work CPU | CPU per added sample "
+                      "| right sample |", "|---|---|---|---|---|---|"]
+        prev = None
         for n, r in sorted(s["runs"].items(), key=lambda x: int(x[0])):
-            lines.append(f"| among {n} | {r['bytes'] / 1e9:.2f} GB | {_run(r)} | "
-                         f"{s['work_cpu_per_sample_ms'][n]:.0f} ms | {'yes' if r['correct'] else 'NO'} |")
+            slope = "" if prev is None else f"{1000 * (r['work_cpu_s'] - prev[1]) / (int(n) - prev[0]):.0f} ms"
+            lines.append(f"| among {n} | {r['bytes'] / 1e9:.2f} GB | {_run(r)} | {r['work_cpu_s']:.1f} s | {slope} "
+                         f"| {', '.join(r['samples'])}: {'yes' if r['correct'] else 'NO'} |")
+            prev = (int(n), r["work_cpu_s"])
     return "\n".join(lines)
 
 
