@@ -218,7 +218,8 @@ def table(results: dict) -> str:
     imp = env.get("imports", {})
     cases = results["cases"]
     lines = [
-        f"Last run {env.get('date', '?')} on {env.get('machine', '?')}, Python {env.get('python', '?')}. Each cell "
+        f"Last run {env.get('date', '?')} on {env.get('machine', '?')}, Python {env.get('python', '?')}, hsdiff at "
+        f"{env.get('hsdiff_commit', '?')} (each case's own commit and date are in the JSON). Each cell "
         "is one process: wall time, CPU time (user + system), peak RSS. *work* = the run minus a process that only "
         f"imports (hsdiff: {_run(imp['hsdiff']) if 'hsdiff' in imp else '?'}; naive: "
         f"{_run(imp['naive']) if 'naive' in imp else '?'}). The read floor is `cat` of both files, page cache warm "
