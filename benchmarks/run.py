@@ -1,15 +1,25 @@
-"""Benchmarks: each measures hsdiff's way against a baseline run in the same process, and prints
-the ratio. Nothing here asserts a wall-clock time; run with `make bench`.
+"""Benchmarks: each measures hsdiff's way against a baseline run in the same run, and prints the
+ratio. Nothing here asserts a wall-clock time; run with `make bench`.
+
+In-process micro benchmarks:
 
 1. token alignment by value: probe-proposed offsets vs an exhaustive sweep of every offset;
 2. opening a dump: lazy, memory-mapped scan vs eagerly loading every file;
 3. finding the sample among many: token-id prefilter vs value search over every sample.
+
+Scale benchmarks (benchmarks/scale.py): hsdiff as a whole process on generated multi-GB pairs
+against a naive script and the read floor; a window at an unknown offset; a sample search.
+
+    python benchmarks/run.py [--only micro|scale] [--sizes 0.2,1,4] [--cases sizes,window,samples]
+                             [--samples 100,200,400] [--no-write]
 
 Data are real SmolLM2 hidden states from fixtures/ (fp32 training side, bf16 inference side).
 """
 
 from __future__ import annotations
 
+import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -89,7 +99,7 @@ def bench_sample_search(tmp: Path) -> tuple[str, float, float, str]:
     return ("find 1 sample among 60", t_val, t_ids, ok)
 
 
-def main() -> None:
+def micro() -> None:
     torch.set_num_threads(max(1, torch.get_num_threads()))
     with tempfile.TemporaryDirectory() as t:
         tmp = Path(t)
@@ -97,6 +107,25 @@ def main() -> None:
     print(f"{'benchmark':<40} {'baseline s':>11} {'hsdiff s':>9} {'speed-up':>9}  check")
     for name, base, new, check in results:
         print(f"{name:<40} {base:>11.3f} {new:>9.3f} {base / max(new, 1e-9):>8.1f}x  {check}")
+
+
+def main() -> None:
+    env = os.environ.get
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--only", choices=("micro", "scale"))
+    ap.add_argument("--sizes", default=env("HSDIFF_BENCH_SIZES", "0.2,1"), help="pair sizes in GB (0.2, 1, 2.2, 4)")
+    ap.add_argument("--cases", default=env("HSDIFF_BENCH_CASES", "sizes,window,samples"))
+    ap.add_argument("--samples", default=env("HSDIFF_BENCH_SAMPLES", "100,200,400"), help="training-set sizes")
+    ap.add_argument("--no-write", action="store_true", help="print only: leave results JSON and README alone")
+    a = ap.parse_args()
+    if a.only != "scale":
+        micro()
+        print()
+    if a.only != "micro":
+        from benchmarks import scale
+
+        split = lambda s: [x for x in s.replace(" ", "").split(",") if x]  # noqa: E731
+        scale.main(split(a.sizes), split(a.cases), tuple(int(n) for n in split(a.samples)), write=not a.no_write)
 
 
 if __name__ == "__main__":
