@@ -321,11 +321,12 @@ def _relation(group: Sequence[FileSummary], majority: Sequence[FileSummary], tol
             elif a < kmaj and b == a and nr > 1:
                 deeper.append(a)
             parts.append(f"slot {a}: {same:.0%} from the majority's slot {a}, norm x{nr:.2f}")
-    head = ""
     shifts = {b - a for a, b in equal.items()}
-    if len(equal) == k and len(shifts) == 1 and shifts != {0}:
+    if equal and len(equal) + len(embed) == k and len(shifts) == 1 and shifts != {0}:
         d = shifts.pop()
         head = f"shifted by {abs(d)} slot(s): slot s holds the majority's slot s{d:+d}"
+        if embed:
+            head += f", slot(s) {', '.join(map(str, sorted(embed)))} the embeddings"
     elif equal and shallower and len(equal) + len(shallower) + len(embed) == k:
         head = "shallower layers: " + ", ".join(f"slot {a} = majority slot {b}" for a, b in equal.items())
     elif len(shallower) == k:
