@@ -233,13 +233,14 @@ def _walk_slot(t: Any, slot: int, digest: Any) -> tuple[np.ndarray, list[NonFini
         chunk = t[a : a + CHUNK_TOKENS].contiguous()
         digest.update(chunk.view(torch.uint8).numpy().tobytes() if chunk.dtype != torch.bool else chunk.numpy().tobytes())
         f = chunk.float()
-        norms[a : a + chunk.shape[0]] = f.norm(dim=1).numpy()
-        nan = torch.isnan(f).any(dim=1)
-        inf = torch.isinf(f).any(dim=1)
-        if bool(nan.any()):
-            nan_rows.append(a + torch.nonzero(nan).flatten().numpy())
-        if bool(inf.any()):
-            inf_rows.append(a + torch.nonzero(inf).flatten().numpy())
+        n = f.norm(dim=1).numpy()
+        norms[a : a + chunk.shape[0]] = n
+        suspect = np.flatnonzero(~np.isfinite(n))  # a NaN or Inf makes the row's norm non-finite
+        if suspect.size:
+            rows = f[torch.from_numpy(suspect)]
+            nan, inf = torch.isnan(rows).any(dim=1).numpy(), torch.isinf(rows).any(dim=1).numpy()
+            nan_rows.append(a + suspect[nan])
+            inf_rows.append(a + suspect[inf])
     out = []
     if nan_rows or inf_rows:
         nan_idx = np.concatenate(nan_rows) if nan_rows else np.zeros(0, dtype=np.int64)

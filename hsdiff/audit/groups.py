@@ -371,7 +371,8 @@ def _claimed(config: dict | None) -> str:
     """The layer ids a config.json at the dataset's top claims (a label, not checked by value)."""
     if not config:
         return ""
-    nested = config.get("eagle_config") if isinstance(config.get("eagle_config"), dict) else {}
+    nested = config.get("eagle_config")
+    nested = nested if isinstance(nested, dict) else {}
     for where, ids in (("eagle_config.eagle_aux_hidden_state_layer_ids", nested.get("eagle_aux_hidden_state_layer_ids")),
                        ("eagle_aux_hidden_state_layer_ids", config.get("eagle_aux_hidden_state_layer_ids"))):
         if isinstance(ids, list):

@@ -230,7 +230,7 @@ def _execute_dask(jobs: list[Job], opts: AuditOptions, execution: dict) -> Itera
                              hint="check the address (tcp://host:8786) and that dask-scheduler is running") from None
     else:
         n = opts.workers or max(1, min(4, os.cpu_count() or 1))
-        cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None,
+        cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None, scheduler_port=0,
                                silence_logs=logging.ERROR)
         client = Client(cluster)
     try:
