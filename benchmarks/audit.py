@@ -1,7 +1,8 @@
 """Audit throughput: files/s and GB/s in this process (the baseline), on 1 and 2 local Dask worker
 processes, and through a local cluster (a ``dask scheduler`` and two ``dask worker`` processes
 started here, reached with ``--cluster``). Nothing is asserted; ratios are against the baseline
-measured in the same run. Times include starting the local cluster (a few seconds).
+measured in the same run. Local rows include starting the local cluster; its cost alone is printed
+last. The --cluster rows use workers that are already running, as on a real cluster.
 
 Two sets, both SpecForge files of real SmolLM2 hidden states (``tests/audit/dataset.py``):
 ``short``: 24-token samples (~0.2 MB per file: per-file overhead dominates); ``long``: the same
@@ -63,6 +64,19 @@ def start_cluster(tmp: Path, workers: int) -> tuple[str, list[subprocess.Popen]]
     return address, procs
 
 
+def startup(workers: int) -> float:
+    """Starting (and stopping) a LocalCluster whose workers import the per-file pass: paid once per audit."""
+    import logging
+
+    from dask.distributed import Client, LocalCluster
+
+    t0 = time.perf_counter()
+    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
+                      scheduler_port=0, silence_logs=logging.ERROR) as cluster, Client(cluster) as c:
+        c.run(lambda: __import__("hsdiff.audit.fingerprint") and None)
+    return time.perf_counter() - t0
+
+
 def timed(root: Path, tmp: Path, **kw: object) -> tuple[float, str]:
     t0 = time.perf_counter()
     report = audit(root, AuditOptions(checkpoint=str(tmp / f"ck-{time.monotonic_ns()}.jsonl"), **kw))  # type: ignore[arg-type]
@@ -89,6 +103,9 @@ def main() -> None:
                     base = base or s
                     print(f"{name:<6} {files:>5} {size / 1e9:>6.3f}  {label:<34} {s:>7.2f} {files / s:>8.1f} "
                           f"{size / 1e9 / s:>7.3f} {base / s:>10.2f}x  {check}")
+            for w in (1, 2):
+                print(f"local cluster start + stop, {w} worker(s), workers importing hsdiff: {startup(w):.2f} s "
+                      "(included in the local rows above)")
         finally:
             for p in reversed(procs):
                 os.killpg(p.pid, signal.SIGTERM)
