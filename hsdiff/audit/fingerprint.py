@@ -119,11 +119,14 @@ def summarise_batch(jobs: list[Job]) -> list[FileSummary]:
 
 def summarise(job: Job) -> FileSummary:
     """Read ``job.url`` once and summarise it; unreadable files give a summary with ``error`` set."""
-    with _local_copy(job.url) as (path, size):
-        try:
+    size = 0
+    try:
+        with _local_copy(job.url) as (path, size):
             return _summarise_local(path, job, size)
-        except HsdiffError as e:
-            return FileSummary(file=job.name, size=size, error=_one_line(e))
+    except HsdiffError as e:
+        return FileSummary(file=job.name, size=size, error=_one_line(e))
+    except OSError as e:  # vanished, unreadable, or a remote read that failed
+        return FileSummary(file=job.name, size=size, error=f"cannot read ({e.strerror or e})")
 
 
 def _one_line(e: HsdiffError) -> str:
@@ -184,7 +187,8 @@ def _summarise_local(path: Path, job: Job, size: int) -> FileSummary:
     hidden, source = _hidden_size(job.hidden_size, caps, extras)
     slots = []
     for c in caps:
-        slots.extend(c.split(hidden) if c.concat and c.width and c.width != hidden else [c])
+        splittable = c.concat and c.width and hidden and c.width != hidden and c.width % hidden == 0
+        slots.extend(c.split(hidden) if splittable else [c])  # a width that does not split: a shape mismatch
     if not slots:  # pragma: no cover - scan raises when a file holds nothing
         raise HsdiffError("holds no hidden states", path=path)
     tensors = [s.load() for s in slots]
