@@ -78,6 +78,38 @@ def test_cluster_gives_the_same_report(acceptance, local_report, cluster, tmp_pa
     assert comparable(report) == comparable({k: v for k, v in local_report.items() if k != "_stdout"})
 
 
+def test_interrupted_cluster_audit_resumes_without_rereading(cluster, tmp_path):
+    """Ctrl-C an audit once results arrive, overwrite the files it finished with junk of the same
+    size, resume: the resumed audit reports none of them (it did not read them) and reads the rest."""
+    address, _, _ = cluster
+    root = tmp_path / "train"
+    truth = D.build(root, extra_copies=300)
+    out = tmp_path / "audit.json"
+    ck = tmp_path / "audit.json.checkpoint.jsonl"
+    args = [HSDIFF, "audit", str(root), "--cluster", address, "--json", str(out)]
+    audit = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait(lambda: ck.exists() and len(ck.read_text().splitlines()) > 1 or audit.poll() is not None, "first results")
+        audit.send_signal(signal.SIGINT)
+        _, stderr = audit.communicate(timeout=TIMEOUT)
+    finally:
+        if audit.poll() is None:
+            audit.kill()
+    assert audit.returncode == 130 and "interrupted" in stderr, stderr
+    finished = [json.loads(line)["file"] for line in ck.read_text().splitlines()[1:]]
+    assert 0 < len(finished) < 318 and not out.exists()
+    for name in finished:
+        p = root / name
+        p.write_bytes(b"\0" * p.stat().st_size)
+    p = subprocess.run(args + ["--resume"], capture_output=True, text=True, timeout=TIMEOUT)
+    assert p.returncode == 1, p.stderr
+    report = json.loads(out.read_text())
+    assert report["files_resumed"] == len(finished) and report["execution"]["files_read"] == 318 - len(finished)
+    got = kinds(report)
+    assert got["unreadable"] == set(truth["truncated"]) and got["non_finite"] == set(truth["nan"])
+    assert got["layer_mapping_outlier"] == set(truth["shallow"]) and got["duplicate"] == set(truth["copies"])
+
+
 def test_killing_a_worker_mid_audit_still_completes(cluster, tmp_path):
     """A larger set (the acceptance files and 300 byte copies of good ones): one worker is killed as
     soon as the first results arrive; the scheduler moves its tasks to the other worker."""
