@@ -6,7 +6,7 @@ last. The --cluster rows use workers that are already running, as on a real clus
 
 Two sets, both SpecForge files of real SmolLM2 hidden states (``tests/audit/dataset.py``):
 ``short``: 24-token samples (~0.2 MB per file: per-file overhead dominates); ``long``: the same
-real rows tiled to 1,920 tokens (~13 MB per file: reading and checking values dominates). Both sets
+real rows tiled to 1,920 tokens (~16 MB per file: reading and checking values dominates). Both sets
 reuse 18 distinct samples, so most files are reported as duplicates: the check column shows that
 every run found the same.
 """

@@ -3,52 +3,14 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import torch
-from click.testing import CliRunner
 
 from hsdiff.audit import AuditOptions, audit
-from hsdiff.cli import cli
 
 from . import dataset as D
-
-
-@pytest.fixture(scope="module")
-def acceptance(tmp_path_factory) -> tuple[Path, dict[str, list[str]]]:
-    root = tmp_path_factory.mktemp("audit") / "train"
-    truth = D.build(root)
-    D.draft_config(root)
-    return root, truth
-
-
-def kinds(report: dict) -> dict[str, set[str]]:
-    out: dict[str, set[str]] = {}
-    for p in report["problems"]:
-        out.setdefault(p["kind"], set()).add(p["file"])
-    return out
-
-
-def comparable(report: dict) -> dict:
-    return {k: v for k, v in report.items() if k not in ("execution", "checkpoint", "files_resumed", "dataset")}
-
-
-def run(*args: str) -> tuple[int, str, str]:
-    r = CliRunner().invoke(cli, list(args))
-    return r.exit_code, r.stdout, r.stderr
-
-
-@pytest.fixture(scope="module")
-def local_report(acceptance, tmp_path_factory) -> dict:
-    """The acceptance audit with no flags: local worker processes (LocalCluster)."""
-    root, _ = acceptance
-    out = tmp_path_factory.mktemp("out") / "audit.json"
-    code, stdout, _ = run("audit", str(root), "--json", str(out))
-    assert code == 1, stdout
-    report = json.loads(out.read_text())
-    report["_stdout"] = stdout
-    return report
+from .conftest import comparable, kinds, run
 
 
 def test_acceptance_flags_exactly_the_bad_files(acceptance, local_report):
@@ -144,7 +106,7 @@ def test_resume_reads_no_finished_file(acceptance, local_report, tmp_path):
     assert code == 1, out
     resumed = json.loads((tmp_path / "resumed.json").read_text())
     assert resumed["files_resumed"] == 6 and resumed["execution"]["files_read"] == 12
-    assert comparable(resumed) == comparable({k: v for k, v in local_report.items() if k != "_stdout"})
+    assert comparable(resumed) == comparable(local_report)
     code, out, _ = run("audit", str(root), "--workers", "0", "--checkpoint", str(ck))  # without --resume: read anew
     assert "unreadable 7" in out
 
@@ -161,7 +123,7 @@ def test_fsspec_memory_filesystem_and_sample(acceptance, local_report, tmp_path)
         report = audit("memory://audit-test", AuditOptions(workers=0, checkpoint=str(tmp_path / "ck.jsonl")))
     finally:
         mem.rm("/audit-test", recursive=True)
-    assert comparable(json.loads(report.to_json())) == comparable({k: v for k, v in local_report.items() if k != "_stdout"})
+    assert comparable(json.loads(report.to_json())) == comparable(local_report)
     sampled = audit(f"file://{src}", AuditOptions(workers=0, sample=8, checkpoint=str(tmp_path / "ck2.jsonl")))
     assert sampled.files_listed == 18 and sampled.files_scanned == 8
     assert {p.file for p in sampled.problems} <= {p["file"] for p in local_report["problems"]}

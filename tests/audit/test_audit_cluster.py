@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from . import dataset as D
-from .test_audit import acceptance, comparable, kinds, local_report  # noqa: F401 - fixtures
+from .conftest import comparable, kinds
 
 DASK = str(Path(sys.executable).with_name("dask"))
 HSDIFF = str(Path(sys.executable).with_name("hsdiff"))
@@ -66,7 +66,7 @@ def cluster(tmp_path_factory):
             _stop(p)
 
 
-def test_cluster_gives_the_same_report(acceptance, local_report, cluster, tmp_path):  # noqa: F811
+def test_cluster_gives_the_same_report(acceptance, local_report, cluster, tmp_path):
     root, _ = acceptance
     address, _, _ = cluster
     out = tmp_path / "cluster.json"
@@ -75,65 +75,57 @@ def test_cluster_gives_the_same_report(acceptance, local_report, cluster, tmp_pa
     assert p.returncode == 1, p.stderr
     report = json.loads(out.read_text())
     assert report["execution"]["mode"] == "cluster" and report["execution"]["workers"] == 2
-    assert comparable(report) == comparable({k: v for k, v in local_report.items() if k != "_stdout"})
+    assert comparable(report) == comparable(local_report)
 
 
-def test_interrupted_cluster_audit_resumes_without_rereading(cluster, tmp_path):
-    """Ctrl-C an audit once results arrive, overwrite the files it finished with junk of the same
-    size, resume: the resumed audit reports none of them (it did not read them) and reads the rest."""
-    address, _, _ = cluster
-    root = tmp_path / "train"
-    truth = D.build(root, extra_copies=300)
-    out = tmp_path / "audit.json"
-    ck = tmp_path / "audit.json.checkpoint.jsonl"
-    args = [HSDIFF, "audit", str(root), "--cluster", address, "--json", str(out)]
-    audit = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        _wait(lambda: ck.exists() and len(ck.read_text().splitlines()) > 1 or audit.poll() is not None, "first results")
-        audit.send_signal(signal.SIGINT)
-        _, stderr = audit.communicate(timeout=TIMEOUT)
-    finally:
-        if audit.poll() is None:
-            audit.kill()
-    assert audit.returncode == 130 and "interrupted" in stderr, stderr
-    finished = [json.loads(line)["file"] for line in ck.read_text().splitlines()[1:]]
-    assert 0 < len(finished) < 318 and not out.exists()
-    for name in finished:
-        p = root / name
-        p.write_bytes(b"\0" * p.stat().st_size)
-    p = subprocess.run(args + ["--resume"], capture_output=True, text=True, timeout=TIMEOUT)
-    assert p.returncode == 1, p.stderr
-    report = json.loads(out.read_text())
-    assert report["files_resumed"] == len(finished) and report["execution"]["files_read"] == 318 - len(finished)
-    got = kinds(report)
-    assert got["unreadable"] == set(truth["truncated"]) and got["non_finite"] == set(truth["nan"])
-    assert got["layer_mapping_outlier"] == set(truth["shallow"]) and got["duplicate"] == set(truth["copies"])
+def test_interrupted_audit_resumes_without_rereading_and_survives_a_killed_worker(cluster, tmp_path):
+    """On a larger set (the acceptance files and 300 byte copies of good ones):
 
-
-def test_killing_a_worker_mid_audit_still_completes(cluster, tmp_path):
-    """A larger set (the acceptance files and 300 byte copies of good ones): one worker is killed as
-    soon as the first results arrive; the scheduler moves its tasks to the other worker."""
+    1. Ctrl-C the audit once results arrive; overwrite the files it finished with junk of the same size;
+    2. resume it, and kill one worker as soon as the resumed audit's first new results arrive.
+    The resumed audit completes (the scheduler reruns the dead worker's tasks), reports none of the
+    junk files (it did not read them: it read exactly the others) and finds exactly the planted problems.
+    """
     address, workers, _ = cluster
     root = tmp_path / "train"
     truth = D.build(root, extra_copies=300)
+    total = 318
     out = tmp_path / "audit.json"
     ck = tmp_path / "audit.json.checkpoint.jsonl"
-    audit = subprocess.Popen([HSDIFF, "audit", str(root), "--cluster", address, "--json", str(out)],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    args = [HSDIFF, "audit", str(root), "--cluster", address, "--json", str(out)]
+
+    def lines() -> int:
+        return len(ck.read_text().splitlines()) - 1 if ck.exists() else 0
+
+    first = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        _wait(lambda: ck.exists() and len(ck.read_text().splitlines()) > 1 or audit.poll() is not None, "first results")
-        finished_at_kill = len(ck.read_text().splitlines()) - 1
-        still_running = audit.poll() is None
-        _stop(workers[0])
-        stdout, stderr = audit.communicate(timeout=TIMEOUT)
+        _wait(lambda: lines() > 0 or first.poll() is not None, "first results")
+        first.send_signal(signal.SIGINT)
+        _, stderr = first.communicate(timeout=TIMEOUT)
     finally:
-        if audit.poll() is None:
-            audit.kill()
-    assert still_running and finished_at_kill < 318, "the audit ended before a worker could be killed"
-    assert audit.returncode == 1, stderr
+        if first.poll() is None:
+            first.kill()
+    assert first.returncode == 130 and "interrupted" in stderr, stderr
+    finished = [json.loads(line)["file"] for line in ck.read_text().splitlines()[1:]]
+    assert 0 < len(finished) < total and not out.exists()
+    for name in finished:
+        p = root / name
+        p.write_bytes(b"\0" * p.stat().st_size)
+
+    second = subprocess.Popen(args + ["--resume"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait(lambda: lines() > len(finished) or second.poll() is not None, "new results")
+        done_at_kill, still_running = lines(), second.poll() is None
+        _stop(workers[0])
+        _, stderr = second.communicate(timeout=TIMEOUT)
+    finally:
+        if second.poll() is None:
+            second.kill()
+    assert still_running and done_at_kill < total, "the audit ended before a worker could be killed"
+    assert second.returncode == 1, stderr
     report = json.loads(out.read_text())
-    assert report["files_scanned"] == 318
+    assert report["files_scanned"] == total and report["files_resumed"] == len(finished)
+    assert report["execution"]["files_read"] == total - len(finished)
     got = kinds(report)
-    assert got["duplicate"] == set(truth["copies"])
-    assert got["layer_mapping_outlier"] == set(truth["shallow"])
-    assert got["non_finite"] == set(truth["nan"]) and got["unreadable"] == set(truth["truncated"])
+    assert got == {"unreadable": set(truth["truncated"]), "non_finite": set(truth["nan"]),
+                   "layer_mapping_outlier": set(truth["shallow"]), "duplicate": set(truth["copies"])}
