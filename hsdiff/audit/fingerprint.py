@@ -49,7 +49,8 @@ class Job:
 
     url: str  # a local path or an fsspec URL
     name: str  # the path relative to the dataset root, as reported
-    hidden_size: int | None = None
+    hidden_size: int | None = None  # --hidden-size
+    config_hidden_size: int | None = None  # target_hidden_size / hidden_size of a config.json beside the data
 
 
 @dataclass(frozen=True)
@@ -195,7 +196,7 @@ def _summarise_local(path: Path, job: Job, size: int) -> FileSummary:
     dump = scan(path, "train")
     caps = list(dump.captures)
     extras = _side_tensors(path)
-    hidden, source = _hidden_size(job.hidden_size, caps, extras)
+    hidden, source = _hidden_size(job, caps, extras)
     slots = []
     for c in caps:
         splittable = c.concat and c.width and hidden and c.width != hidden and c.width % hidden == 0
@@ -301,14 +302,16 @@ def _side_tensors(path: Path) -> dict[str, int]:
     return out
 
 
-def _hidden_size(given: int | None, caps: list[Any], extras: dict[str, int]) -> tuple[int, str]:
-    if given:
-        return given, "given"
+def _hidden_size(job: Job, caps: list[Any], extras: dict[str, int]) -> tuple[int, str]:
+    if job.hidden_size:
+        return job.hidden_size, "given"
     plain = [c.width for c in caps if not c.concat and c.width]
     if plain:
         return plain[0], "slot width"
     if extras.get("final_width"):
         return extras["final_width"], "final hidden_state width"
+    if job.config_hidden_size:
+        return job.config_hidden_size, "config.json"
     width = caps[0].width or 0
     if width and width % 3 == 0:
         return width // 3, "assumed three EAGLE-3 slots"

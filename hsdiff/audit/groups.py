@@ -54,6 +54,10 @@ def analyse(summaries: Sequence[FileSummary], *, tolerance: float = TOLERANCE, c
         if not bad:
             clean.append(s)
     problems += _duplicates(readable)
+    assumed = [s.file for s in readable if s.hidden_size_source == "assumed three EAGLE-3 slots"]
+    if assumed:
+        warnings.append(f"{len(assumed)} file(s) give no hidden size (no final hidden_state, no config.json): "
+                        "three EAGLE-3 slots were assumed; pass --hidden-size if that is wrong")
     groups, outliers, majority = _group(clean, tolerance, config, warnings)
     problems += outliers
     order = {s.file: i for i, s in enumerate(summaries)}

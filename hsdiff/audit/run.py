@@ -70,7 +70,8 @@ def audit(dataset: str | os.PathLike, options: AuditOptions | None = None, **kwa
     done = _load_checkpoint(checkpoint, url) if opts.resume else {}
     sizes = _sizes(url, chosen)
     reuse = {name: done[name] for name, _ in ((n, u) for u, n in chosen) if name in done and done[name].size == sizes.get(name)}
-    todo = [Job(u, n, opts.hidden_size) for u, n in chosen if n not in reuse]
+    hint = _config_hidden_size(config)
+    todo = [Job(u, n, opts.hidden_size, hint) for u, n in chosen if n not in reuse]
     log.info("audit: %d files, %d from the checkpoint", len(chosen), len(reuse))
     fresh = list(reuse.values())
     _write_header(checkpoint, url, keep=list(reuse.values()))
@@ -96,6 +97,15 @@ def audit(dataset: str | os.PathLike, options: AuditOptions | None = None, **kwa
         warnings=tuple(warnings), sample=opts.sample, files_resumed=len(reuse), checkpoint=str(checkpoint),
         execution=execution,
     )
+
+
+def _config_hidden_size(config: dict | None) -> int | None:
+    """The target's hidden size a draft or model config.json at the dataset's top states, if any."""
+    for key in ("target_hidden_size", "hidden_size"):
+        v = (config or {}).get(key)
+        if isinstance(v, int) and v > 0:
+            return v
+    return None
 
 
 def default_checkpoint(url: str) -> Path:
