@@ -78,18 +78,41 @@ def test_cluster_gives_the_same_report(acceptance, local_report, cluster, tmp_pa
     assert comparable(report) == comparable(local_report)
 
 
+def _release(gate: Path, timeout: float = TIMEOUT, required: bool = True) -> None:
+    """Let the readers blocked on the named pipe ``gate`` go on: they read a few junk bytes (an unreadable file)."""
+    end = time.monotonic() + timeout
+    while True:
+        try:
+            fd = os.open(gate, os.O_WRONLY | os.O_NONBLOCK)  # fails (ENXIO) until a reader has it open
+            break
+        except OSError:
+            if time.monotonic() > end:
+                if not required:
+                    return
+                raise AssertionError("nobody read the gate file") from None
+            time.sleep(0.05)
+    os.write(fd, b"junk")
+    os.close(fd)
+
+
 def test_interrupted_audit_resumes_without_rereading_and_survives_a_killed_worker(cluster, tmp_path):
-    """On a larger set (the acceptance files and 300 byte copies of good ones):
+    """The acceptance files plus a named pipe named like a training file: a worker that opens it
+    waits until the test writes to it, so the audit is certainly still running when it is
+    interrupted and when a worker is killed (no race with the machine's speed).
 
     1. Ctrl-C the audit once results arrive; overwrite the files it finished with junk of the same size;
-    2. resume it, and kill one worker as soon as the resumed audit's first new results arrive.
+    2. resume it, kill a worker that is processing a task, then release the pipe.
     The resumed audit completes (the scheduler reruns the dead worker's tasks), reports none of the
     junk files (it did not read them: it read exactly the others) and finds exactly the planted problems.
     """
+    from distributed import Client
+
     address, workers, _ = cluster
     root = tmp_path / "train"
-    truth = D.build(root, extra_copies=300)
-    total = 318
+    truth = D.build(root)
+    gate = root / D.ROWS / "data_99.ckpt"
+    os.mkfifo(gate)
+    total = 19
     out = tmp_path / "audit.json"
     ck = tmp_path / "audit.json.checkpoint.jsonl"
     args = [HSDIFF, "audit", str(root), "--cluster", address, "--json", str(out)]
@@ -100,12 +123,14 @@ def test_interrupted_audit_resumes_without_rereading_and_survives_a_killed_worke
     first = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         _wait(lambda: lines() > 0 or first.poll() is not None, "first results")
+        assert first.poll() is None
         first.send_signal(signal.SIGINT)
         _, stderr = first.communicate(timeout=TIMEOUT)
     finally:
         if first.poll() is None:
             first.kill()
     assert first.returncode == 130 and "interrupted" in stderr, stderr
+    _release(gate, timeout=5, required=False)  # the interrupted audit's reader, if its task had started
     finished = [json.loads(line)["file"] for line in ck.read_text().splitlines()[1:]]
     assert 0 < len(finished) < total and not out.exists()
     for name in finished:
@@ -114,18 +139,28 @@ def test_interrupted_audit_resumes_without_rereading_and_survives_a_killed_worke
 
     second = subprocess.Popen(args + ["--resume"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        _wait(lambda: lines() > len(finished) or second.poll() is not None, "new results")
-        done_at_kill, still_running = lines(), second.poll() is None
-        _stop(workers[0])
+        with Client(address, timeout="60s") as c:
+            busy: dict = {}
+
+            def processing() -> bool:
+                busy.update({w: k for w, k in c.processing().items() if k})
+                return bool(busy) or second.poll() is not None
+
+            _wait(processing, "tasks on the workers")
+        assert second.poll() is None
+        with Client(address, timeout="60s") as c:
+            info = c.scheduler_info()["workers"]
+        victim = next(int(info[a]["name"][1:]) for a in busy)  # workers are named w0, w1
+        _stop(workers[victim])
+        _release(gate)
         _, stderr = second.communicate(timeout=TIMEOUT)
     finally:
         if second.poll() is None:
             second.kill()
-    assert still_running and done_at_kill < total, "the audit ended before a worker could be killed"
     assert second.returncode == 1, stderr
     report = json.loads(out.read_text())
     assert report["files_scanned"] == total and report["files_resumed"] == len(finished)
     assert report["execution"]["files_read"] == total - len(finished)
     got = kinds(report)
-    assert got == {"unreadable": set(truth["truncated"]), "non_finite": set(truth["nan"]),
-                   "layer_mapping_outlier": set(truth["shallow"]), "duplicate": set(truth["copies"])}
+    assert got == {"unreadable": set(truth["truncated"]) | {f"{D.ROWS}/data_99.ckpt"}, "non_finite": set(truth["nan"]),
+                   "layer_mapping_outlier": set(truth["shallow"])}
