@@ -47,6 +47,7 @@ lint: $(VENV)/.installed
 ##        default ~/.cache/hsdiff-bench); rewrites benchmarks/results/scale.json and the README table
 bench: $(VENV)/.installed
 	$(BIN)/python benchmarks/run.py
+	$(BIN)/python benchmarks/audit.py
 
 ## calibrate: right / wrong / null per confidence bin over 1000 scenarios from real states (N=..., SEED=...)
 calibrate: $(VENV)/.installed

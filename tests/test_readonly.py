@@ -120,6 +120,13 @@ def _capture(e: Env) -> list[Run]:
               "--dtype", "fp32"], (0,))]
 
 
+def _audit(e: Env) -> list[Run]:
+    return [
+        (["audit", e["seed/train"], "--workers", "0", "--json", e.o("audit.json")], (0,)),
+        (["audit", e["corpus/train.gz"], "--workers", "0", "--checkpoint", e.o("audit.ck")], (0,)),
+    ]
+
+
 #: Arguments per command, as a user would give them; inputs under ``Env.inputs``, outputs under ``Env.out``.
 ARGS: dict[str, Callable[[Env], list[Run]]] = {
     "compare": _compare,
@@ -129,6 +136,7 @@ ARGS: dict[str, Callable[[Env], list[Run]]] = {
     "fix-config": _fix_config,
     "request": _request,
     "capture": _capture,
+    "audit": _audit,
 }
 
 

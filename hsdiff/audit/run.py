@@ -1,0 +1,266 @@
+"""Running an audit: list the files, fan the per-file pass out on Dask, keep a checkpoint, reduce.
+
+Workers run :func:`~.fingerprint.summarise_batch` on batches of files and send back small
+summaries; this process appends each finished batch to a checkpoint (JSON lines) and, once every
+file is summarised, runs the grouping pass on the summaries alone. ``workers=0`` runs the same
+per-file pass in this process without Dask (a baseline, and for ``memory://`` URLs).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import random
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import InputError
+from .fingerprint import FileSummary, Job, list_files, summarise_batch
+from .groups import TOLERANCE, analyse
+from .report import AuditReport
+
+log = logging.getLogger("hsdiff.audit")
+
+_CHECKPOINT_MAGIC = "hsdiff-audit-checkpoint"
+
+
+@dataclass(frozen=True)
+class AuditOptions:
+    """How to run an audit.
+
+    ``workers``: local worker processes (``None``: up to 4, one per core; ``0``: this process, no
+    Dask). ``cluster``: a scheduler address (``tcp://host:8786``) instead of local processes.
+    ``sample``: audit a random subset of that many files (``seed`` fixes it). ``checkpoint``: the
+    JSON-lines file of finished files (default: :func:`default_checkpoint`); ``resume`` reuses it.
+    """
+
+    workers: int | None = None
+    cluster: str | None = None
+    sample: int | None = None
+    seed: int = 0
+    resume: bool = False
+    checkpoint: str | None = None
+    hidden_size: int | None = None
+    tolerance: float = TOLERANCE
+    batch_size: int | None = None
+    progress: Callable[[str, int, int], None] | None = None
+
+
+def audit(dataset: str | os.PathLike, options: AuditOptions | None = None, **kwargs: object) -> AuditReport:
+    """Audit every training file under ``dataset`` (a directory or an fsspec URL).
+
+    >>> from hsdiff.audit import audit
+    >>> report = audit("train_dump/", workers=2)                 # doctest: +SKIP
+    >>> report.exit_code, report.majority, [g.files for g in report.groups]
+    (1, 'A', [12, 4])
+    """
+    opts = options or AuditOptions(**kwargs)  # type: ignore[arg-type]
+    url = _normalise(str(dataset))
+    _check_options(url, opts)
+    listed, config = list_files(url)
+    if not listed:
+        raise InputError("no files to audit here", path=url, hint="point hsdiff audit at the training-data directory")
+    chosen = _sample(listed, opts.sample, opts.seed)
+    checkpoint = Path(opts.checkpoint) if opts.checkpoint else default_checkpoint(url)
+    check_outside(url, checkpoint)
+    done = _load_checkpoint(checkpoint, url) if opts.resume else {}
+    sizes = _sizes(url, chosen)
+    reuse = {name: done[name] for name, _ in ((n, u) for u, n in chosen) if name in done and done[name].size == sizes.get(name)}
+    hint = _config_hidden_size(config)
+    todo = [Job(u, n, opts.hidden_size, hint) for u, n in chosen if n not in reuse]
+    log.info("audit: %d files, %d from the checkpoint", len(chosen), len(reuse))
+    fresh = list(reuse.values())
+    _write_header(checkpoint, url, keep=list(reuse.values()))
+    total = len(chosen)
+    if opts.progress:
+        opts.progress("audit", len(fresh), total)
+    execution = {"mode": "in-process" if opts.workers == 0 else ("cluster" if opts.cluster else "local"),
+                 "files_read": len(todo)}
+    with open(checkpoint, "a", encoding="utf-8") as ck:
+        for batch in _execute(todo, opts, execution):
+            for s in batch:
+                ck.write(json.dumps(s.to_record()) + "\n")
+            ck.flush()
+            fresh.extend(batch)
+            if opts.progress:
+                opts.progress("audit", len(fresh), total)
+    order = {n: i for i, (_, n) in enumerate(chosen)}
+    summaries = sorted(fresh, key=lambda s: order[s.file])
+    groups, problems, majority, warnings = analyse(summaries, tolerance=opts.tolerance, config=config)
+    return AuditReport(
+        dataset=str(dataset), files_listed=len(listed), files_scanned=len(summaries),
+        bytes_read=sum(s.size for s in summaries), groups=tuple(groups), problems=tuple(problems), majority=majority,
+        warnings=tuple(warnings), sample=opts.sample, files_resumed=len(reuse), checkpoint=str(checkpoint),
+        execution=execution,
+    )
+
+
+def _config_hidden_size(config: dict | None) -> int | None:
+    """The target's hidden size a draft or model config.json at the dataset's top states, if any."""
+    for key in ("target_hidden_size", "hidden_size"):
+        v = (config or {}).get(key)
+        if isinstance(v, int) and v > 0:
+            return v
+    return None
+
+
+def default_checkpoint(url: str) -> Path:
+    """``$XDG_CACHE_HOME/hsdiff/audit/<hash of the dataset URL>.jsonl`` (never inside the dataset)."""
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "hsdiff" / "audit"
+    base.mkdir(parents=True, exist_ok=True)
+    return base / f"{hashlib.blake2b(url.encode(), digest_size=8).hexdigest()}.jsonl"
+
+
+def _normalise(url: str) -> str:
+    if "://" in url:
+        return url.rstrip("/") if not url.endswith(":///") else url
+    return str(Path(url).resolve())
+
+
+def _check_options(url: str, opts: AuditOptions) -> None:
+    if opts.workers is not None and opts.workers < 0:
+        raise InputError(f"--workers {opts.workers}: give a number of processes (0 = this process, no Dask)")
+    if opts.cluster and opts.workers is not None:
+        raise InputError("--workers applies to local processes; with --cluster the cluster's workers are used",
+                         hint="leave out one of the two")
+    if opts.sample is not None and opts.sample < 1:
+        raise InputError(f"--sample {opts.sample}: give a positive number of files")
+    if url.startswith("memory://") and opts.workers != 0:
+        raise InputError("a memory:// filesystem exists only in this process", path=url,
+                         hint="use --workers 0, or a filesystem the workers can reach")
+    if "://" not in url and not Path(url).exists():
+        raise InputError("no such file or directory", path=url, hint="check the path")
+
+
+def _sample(listed: list[tuple[str, str]], n: int | None, seed: int) -> list[tuple[str, str]]:
+    if n is None or n >= len(listed):
+        return listed
+    keep = set(random.Random(seed).sample(range(len(listed)), n))
+    return [x for i, x in enumerate(listed) if i in keep]
+
+
+def _sizes(url: str, chosen: list[tuple[str, str]]) -> dict[str, int]:
+    from .fingerprint import _fs
+
+    fs, _ = _fs(url)
+    out = {}
+    for u, n in chosen:
+        try:
+            out[n] = os.stat(u).st_size if fs is None else int(fs.size(_fs(u)[1]))
+        except (OSError, ValueError, TypeError):
+            out[n] = -1
+    return out
+
+
+# -- checkpoint --------------------------------------------------------------------------------
+
+
+def check_outside(dataset: str | os.PathLike, path: str | os.PathLike, what: str = "the checkpoint") -> None:
+    """Raise :class:`InputError` when ``path`` lies inside a local ``dataset``: hsdiff never writes there."""
+    url = str(dataset)
+    if "://" in url and not url.startswith("file://"):
+        return
+    root = Path(url.removeprefix("file://"))
+    root = root if root.is_dir() else root.parent
+    try:
+        Path(path).resolve().relative_to(root.resolve())
+    except ValueError:
+        return
+    raise InputError(f"{what} would be written inside the dataset", path=path,
+                     hint="hsdiff never writes into a dump directory: write it elsewhere")
+
+
+def _load_checkpoint(path: Path, url: str) -> dict[str, FileSummary]:
+    if not path.exists():
+        return {}
+    out: dict[str, FileSummary] = {}
+    with open(path, encoding="utf-8") as f:
+        head = f.readline()
+        try:
+            meta = json.loads(head)
+        except ValueError:
+            meta = {}
+        if meta.get("magic") != _CHECKPOINT_MAGIC:
+            raise InputError("not an hsdiff audit checkpoint", path=path, hint="remove it or audit without --resume")
+        if meta.get("dataset") != url:
+            raise InputError(f"this checkpoint belongs to another dataset ({meta.get('dataset')})", path=path,
+                             hint="audit without --resume to start anew")
+        for line in f:
+            try:
+                s = FileSummary.from_record(json.loads(line))
+            except (ValueError, TypeError, KeyError):
+                continue  # the last line of an interrupted write
+            out[s.file] = s
+    return out
+
+
+def _write_header(path: Path, url: str, keep: list[FileSummary]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(json.dumps({"magic": _CHECKPOINT_MAGIC, "version": 1, "dataset": url}) + "\n")
+        for s in keep:
+            f.write(json.dumps(s.to_record()) + "\n")
+    os.replace(tmp, path)
+
+
+# -- execution ---------------------------------------------------------------------------------
+
+
+def _batches(jobs: list[Job], n: int) -> list[list[Job]]:
+    return [jobs[i : i + n] for i in range(0, len(jobs), n)]
+
+
+def _execute(jobs: list[Job], opts: AuditOptions, execution: dict) -> Iterator[list[FileSummary]]:
+    if not jobs:
+        return
+    if opts.workers == 0:
+        execution["workers"] = 0
+        for batch in _batches(jobs, opts.batch_size or 1):
+            yield summarise_batch(batch)
+        return
+    yield from _execute_dask(jobs, opts, execution)
+
+
+def _execute_dask(jobs: list[Job], opts: AuditOptions, execution: dict) -> Iterator[list[FileSummary]]:
+    try:
+        from dask.distributed import Client, LocalCluster, as_completed
+    except ImportError:
+        raise InputError("Dask distributed is not installed", hint="pip install 'hsdiff[audit]', or use --workers 0") from None
+    cluster = None
+    if opts.cluster:
+        try:
+            client = Client(opts.cluster, timeout="30s")
+        except (OSError, TimeoutError, ValueError) as e:
+            raise InputError(f"cannot reach the Dask scheduler ({e})", path=opts.cluster,
+                             hint="check the address (tcp://host:8786) and that dask-scheduler is running") from None
+    else:
+        n = opts.workers or max(1, min(4, os.cpu_count() or 1))
+        cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None, scheduler_port=0,
+                               silence_logs=logging.ERROR)
+        client = Client(cluster)
+    try:
+        workers = max(1, len(client.scheduler_info().get("workers", {})))
+        execution["workers"] = workers
+        size = opts.batch_size or max(1, min(32, math.ceil(len(jobs) / (workers * 8))))
+        execution["batch_size"] = size
+        futures = client.map(summarise_batch, _batches(jobs, size), pure=False)
+        for fut in as_completed(futures):
+            yield fut.result()
+            fut.release()
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()
+
+
+def summaries_in(path: str | os.PathLike) -> Iterable[FileSummary]:
+    """The summaries a checkpoint holds (for inspection)."""
+    with open(path, encoding="utf-8") as f:
+        f.readline()
+        for line in f:
+            yield FileSummary.from_record(json.loads(line))
