@@ -8,7 +8,7 @@ Exit status (every command): 0 consistent, 1 mismatch or inconclusive, 2 bad inp
 
 from __future__ import annotations
 
-from . import capture, check_config, compare, fix_config, gate, ids, request  # noqa: F401 - each registers its command
+from . import capture, check_config, compare, fix_config, gate, ids, inspect, request  # noqa: F401 - each registers its command
 from ._group import EXIT_BUG, EXIT_FAIL, EXIT_INPUT, EXIT_OK, cli
 
 __all__ = ["cli", "main", "EXIT_OK", "EXIT_FAIL", "EXIT_INPUT", "EXIT_BUG"]
