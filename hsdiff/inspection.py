@@ -230,7 +230,8 @@ def _ranks(captures: tuple[Capture, ...], sample_rows: int) -> dict:
     ranks = sorted({c.rank for c in captures if c.rank is not None})
     if len(ranks) < 2:
         return {"ranks": ranks, "state": "single" if ranks else "none", "tensors": len(by_key), "detail": []}
-    detail, states = [], set()
+    detail: list[dict] = []
+    states: set[str] = set()
     for key, group in by_key.items():
         group.sort(key=lambda c: c.rank or 0)
         base = group[0]

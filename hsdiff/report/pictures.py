@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -87,7 +88,8 @@ def configured_column(slot: dict, columns: list[dict]) -> int | None:
     same = [j for j, c in enumerate(columns) if c["boundary"] == b]
     configured = [j for j in same if columns[j]["label_source"] == "configured"
                   and f"slot {slot['slot']} " in columns[j]["capture"] + " "]
-    return (configured or same or [None])[0]
+    found = configured or same
+    return found[0] if found else None
 
 
 def heatmap(report: Any, metric: str = "rel_err", ax: Any = None) -> Any:
@@ -328,7 +330,8 @@ def write_pictures(report: Any, folder: str | os.PathLike, dpi: int = 110) -> li
     out.mkdir(exist_ok=True)
     data = report_data(report)
     paths = []
-    for name, draw in zip(PICTURES, (heatmap, norm_trajectory, token_errors)):
+    drawers: tuple[Callable[[Any], Any], ...] = (heatmap, norm_trajectory, token_errors)
+    for name, draw in zip(PICTURES, drawers):
         path = out / name
         path.write_bytes(png_bytes(draw(data), dpi=dpi))
         paths.append(path)
