@@ -74,4 +74,5 @@ def _goldens() -> list[Path]:
 @pytest.mark.parametrize("path", _goldens(), ids=lambda p: p.name)
 def test_golden_reports_follow_the_schema(path):
     doc = json.loads(path.read_text())
+    doc = doc.get("report", doc) if "exit_code" in doc and "schema_version" not in doc else doc  # {exit_code, report}
     validate(doc, "gate" if "command" in doc else "inspect" if "captures" in doc else "report")
