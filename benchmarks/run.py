@@ -99,11 +99,38 @@ def bench_sample_search(tmp: Path) -> tuple[str, float, float, str]:
     return ("find 1 sample among 60", t_val, t_ids, ok)
 
 
+def bench_inspect(tmp: Path) -> tuple[str, float, float, str]:
+    from hsdiff.inspection import inspect
+
+    rows = tmp / "big" / "rows_0-2000"
+    rows.mkdir(parents=True)
+    aux = B.concat(0, [2, 15, 27])  # real states, repeated to ~1 GiB of float32
+    reps = (2**30 // (aux.numel() * 4)) + 1
+    aux = aux.repeat(reps, 1)
+    torch.save({"input_ids": B.states(0)["input_ids"].repeat(reps), "aux_hidden_state": aux.unsqueeze(0)},
+               rows / "data_0.ckpt")
+    (tmp / "big" / "config.json").write_text('{"target_hidden_size": 576, "eagle_config": '
+                                             '{"eagle_aux_hidden_state_layer_ids": [1, 14, 26]}}')
+    del aux
+
+    def eager():
+        t = torch.load(rows / "data_0.ckpt", weights_only=True)["aux_hidden_state"][0]
+        return [float(t[:, s * 576:(s + 1) * 576].norm(dim=1).median()) for s in range(3)]
+
+    t_new, info = timed(lambda: inspect(tmp / "big"), repeat=1)
+    t_old, med = timed(eager, repeat=1)
+    got = [s["median"] for s in info.captures[0]["slot_norms"]]
+    close = all(abs(a / b - 1) < 0.05 for a, b in zip(got, med))
+    size = (rows / "data_0.ckpt").stat().st_size / 2**30
+    return (f"inspect a {size:.1f} GiB SpecForge file", t_old, t_new,
+            f"slot norm medians {'within 5%' if close else 'differ'} of the full pass")
+
+
 def micro() -> None:
     torch.set_num_threads(max(1, torch.get_num_threads()))
     with tempfile.TemporaryDirectory() as t:
         tmp = Path(t)
-        results = [bench_alignment(), bench_scan(tmp), bench_sample_search(tmp)]
+        results = [bench_alignment(), bench_scan(tmp), bench_sample_search(tmp), bench_inspect(tmp)]
     print(f"{'benchmark':<40} {'baseline s':>11} {'hsdiff s':>9} {'speed-up':>9}  check")
     for name, base, new, check in results:
         print(f"{name:<40} {base:>11.3f} {new:>9.3f} {base / max(new, 1e-9):>8.1f}x  {check}")

@@ -7,7 +7,8 @@ Typical use in a notebook::
     report.verdict               # 'mismatch'
     report.recommended.ids       # (2, 30, 58)
     report.slots_frame()         # one row per training slot (pandas)
-    hsdiff.report.plot.plot_scores(report)   # error of every slot against every capture
+    hsdiff.report.pictures.heatmap(report)   # error of every slot against every capture (a Figure)
+    hsdiff.inspect("sglang_dump/")           # what a dump holds, without comparing
 
     hsdiff.translate([2, 30, 58], "sglang", "vllm", num_layers=61)   # [3, 31, 59]
 
@@ -29,6 +30,7 @@ from .errors import AlignmentError, ConfigError, FormatError, HsdiffError, Input
 if TYPE_CHECKING:  # pragma: no cover
     from .comparison import Options, compare
     from .gate import check_config, run_gate
+    from .inspection import Inspection, inspect
     from .model import Capture, Dump, Report
 
 __version__ = "0.1.0"
@@ -38,6 +40,8 @@ __all__ = [
     "load",
     "run_gate",
     "check_config",
+    "inspect",
+    "Inspection",
     "Options",
     "Report",
     "Capture",
@@ -62,6 +66,8 @@ _LAZY = {
     "Options": ("comparison", "Options"),
     "run_gate": ("gate", "run_gate"),
     "check_config": ("gate", "check_config"),
+    "inspect": ("inspection", "inspect"),
+    "Inspection": ("inspection", "Inspection"),
     "Report": ("model", "Report"),
     "Capture": ("model", "Capture"),
     "Dump": ("model", "Dump"),

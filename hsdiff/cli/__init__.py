@@ -1,5 +1,5 @@
 """The ``hsdiff`` command line: a thin layer over the library, one module per command (``compare``,
-``gate``, ``check-config``, ``ids``, ``fix-config``, ``request``, ``capture``, ``audit``), each registered on the
+``gate``, ``check-config``, ``ids``, ``fix-config``, ``request``, ``capture``, ``audit``, ``inspect``), each registered on the
 group in :mod:`._group`; shared options in :mod:`._options` and :mod:`._ci`.
 
 Exit status (every command): 0 consistent, 1 mismatch or inconclusive, 2 bad input or usage
@@ -8,7 +8,7 @@ Exit status (every command): 0 consistent, 1 mismatch or inconclusive, 2 bad inp
 
 from __future__ import annotations
 
-from . import audit, capture, check_config, compare, fix_config, gate, ids, request  # noqa: F401 - each registers its command
+from . import audit, capture, check_config, compare, fix_config, gate, ids, inspect, request  # noqa: F401 - each registers its command
 from ._group import EXIT_BUG, EXIT_FAIL, EXIT_INPUT, EXIT_OK, cli
 
 __all__ = ["cli", "main", "EXIT_OK", "EXIT_FAIL", "EXIT_INPUT", "EXIT_BUG"]

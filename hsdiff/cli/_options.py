@@ -95,7 +95,8 @@ dump_options = _stack(
     click.option("--json", "json_path", type=click.Path(path_type=str), default=None,
                  help="Write the JSON report to PATH ('-' for stdout)."),
     click.option("--plot", "plot_path", type=click.Path(path_type=str), default=None,
-                 help="Save a PNG of the error of every slot against every capture."),
+                 help="Write the pictures into folder PATH (created if missing): heatmap.png, norms.png, tokens.png; "
+                 "a PATH ending in .png gets the heatmap alone."),
     click.option("-q", "--quiet", is_flag=True, help="Print the table, the verdict and the fix only."),
     click.option("--progress/--no-progress", default=None, help="Progress on stderr (default: when stderr is a terminal)."),
 )

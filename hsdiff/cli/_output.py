@@ -37,16 +37,37 @@ def write_json(report: Report, path: str) -> None:
     write_text(path, report.to_json())
 
 
-def write_plot(report: Report, path: str) -> None:
+def write_plot(report: Report, path: str) -> list[Path]:
+    """``--plot``: a folder gets the three pictures; a path ending in ``.png`` gets the heatmap alone."""
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from ..report.pictures import heatmap, png_bytes, write_pictures
 
-    from ..report.plot import plot_scores
+    p = Path(path)
+    if p.suffix.lower() == ".png":
+        if not (p.parent if str(p.parent) else Path(".")).is_dir():
+            raise InputError("the folder for this picture does not exist", path=p, hint="create it first")
+        p.write_bytes(png_bytes(heatmap(report), dpi=110))
+        return [p]
+    if p.exists() and not p.is_dir():
+        raise InputError("--plot wants a folder (for the three pictures) or a .png file name, and this is a file",
+                         path=p, hint="give a folder, or a name ending in .png for the heatmap alone")
+    if not p.parent.is_dir():
+        raise InputError("the folder above this --plot folder does not exist", path=p, hint="create it first")
+    return write_pictures(report, p)
 
-    fig, ax = plt.subplots(figsize=(10, 4.5))
-    plot_scores(report, ax=ax)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+
+def write_documents(report: Report, markdown_path: str | None, html_path: str | None) -> None:
+    """``--markdown`` and ``--html``: the report to paste into an issue, and one self-contained page."""
+    if markdown_path is None and html_path is None:
+        return
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from ..report import document
+
+    if markdown_path:
+        write_text(markdown_path, document.render_report_markdown(report))
+    if html_path:
+        write_text(html_path, document.render_html(report))

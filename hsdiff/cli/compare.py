@@ -10,13 +10,14 @@ from ..decide import NOISE_TOLERANCE
 from ..report.text import render_text
 from ._group import cli
 from ._options import dump_options, engine_option, progress_printer
-from ._output import write_json, write_plot
+from ._output import write_documents, write_json, write_plot
 
 EPILOG = """\b
 Examples:
   hsdiff compare fixtures/seed/train fixtures/seed/infer-wrong --layer-ids=-1,2,30
   hsdiff compare train_dump/ server.log --layer-ids 2,30,58 --json report.json
   hsdiff compare train_dump/ sglang_dump/ --engine vllm --model-config target/config.json
+  hsdiff compare train_dump/ sglang_dump/ --layer-ids 2,30,58 --plot pictures/ --html report.html
 """
 
 
@@ -25,7 +26,12 @@ Examples:
 @engine_option
 @click.option("--layer-ids", default=None, metavar="IDS",
               help='The ids the inference run was configured with, in the --engine convention, e.g. "-1,2,30".')
-def compare_cmd(train, infer, layer_ids, engine, json_path, plot_path, quiet, progress, **kw) -> None:
+@click.option("--markdown", "markdown_path", type=click.Path(path_type=str), default=None,
+              help="Write the report as Markdown to PATH, to paste into an issue ('-' for stdout).")
+@click.option("--html", "html_path", type=click.Path(path_type=str), default=None,
+              help="Write one self-contained HTML page (pictures embedded) to PATH.")
+def compare_cmd(train, infer, layer_ids, engine, json_path, plot_path, markdown_path, html_path, quiet, progress,
+                **kw) -> None:
     """Match training slots to inference captures by value and recommend the layer ids.
 
     TRAIN and INFER are files or directories (scanned recursively): SpecForge, ModelOpt, EAGLE,
@@ -37,7 +43,8 @@ def compare_cmd(train, infer, layer_ids, engine, json_path, plot_path, quiet, pr
         write_json(report, json_path)
     if plot_path:
         write_plot(report, plot_path)
-    if json_path != "-":
+    write_documents(report, markdown_path, html_path)
+    if "-" not in (json_path, markdown_path):
         click.echo(render_text(report, verbose=not quiet))
     click.get_current_context().exit(report.exit_code)
 

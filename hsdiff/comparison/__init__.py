@@ -23,7 +23,7 @@ from ..configs import load_config
 from ..errors import AlignmentError, InputError
 from ..model import INFER, TRAIN, Dump, Report
 from ..readers import scan
-from . import scoring, shape, slots, validate
+from . import profiles, scoring, shape, slots, validate
 
 __all__ = ["compare", "Options"]
 
@@ -148,10 +148,11 @@ def _pipeline(train: Dump, infer: Dump, opts: Options, family: str, train_path: 
     words = explain.explain(results, verdict, configured, claims, claim_src, resolution.label_offset, recommended,
                             num_layers, printed_evidence=any(c.is_partial for c in infer.captures))
     warnings += decide.count_warning(configured, k)
-    return Report(
+    report = Report(
         verdict=verdict, cause=words.cause, slots=results, recommended=recommended, configured=configured,
         num_layers=num_layers, hidden_size=hidden, explanation=words.walkthrough,
         warnings=tuple(dict.fromkeys(warnings)), scores=scores.rows,
         inputs={"train": train_path, "infer": infer_path, "engine": opts.engine, "model_family": family},
         tolerance=opts.tolerance,
     )
+    return profiles.measure(report, train_slots, usable)  # what the pictures draw

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any
@@ -306,8 +307,9 @@ class Report:
     """The outcome of a comparison. ``verdict`` is ``"ok"``, ``"mismatch"`` or ``"inconclusive"``.
 
     In a notebook: ``report.slots_frame()`` and ``report.scores_frame()`` give pandas frames;
-    :func:`hsdiff.report.plot.plot_scores` draws the error of every training slot against every
-    inference capture.
+    :mod:`hsdiff.report.pictures` draws the heatmap of every training slot against every inference
+    capture, the norm trajectory and the per-token errors (``profiles``: see
+    :mod:`hsdiff.comparison.profiles`).
     ``tolerance`` is the largest median per-token error that was read as "the same tensor".
     """
 
@@ -323,6 +325,7 @@ class Report:
     scores: tuple[Score, ...] = ()
     inputs: dict = field(default_factory=dict)
     tolerance: float = 0.10
+    profiles: dict = field(default_factory=dict)
 
     SCHEMA_VERSION = 1
 
@@ -344,6 +347,8 @@ class Report:
             "explanation": list(self.explanation),
             "warnings": list(self.warnings),
             "inputs": self.inputs,
+            "scores": best_scores(self.scores),
+            "profiles": self.profiles,
         }
 
     def to_json(self, indent: int | None = 2) -> str:
@@ -387,6 +392,25 @@ class Report:
 
         head = f"<b>hsdiff: {escape(self.verdict)}</b> — {escape(self.cause)}"
         return head + self.slots_frame().to_html() + f"<pre>{escape(self.recommended.config_line())}</pre>"
+
+
+_SCORE_KEYS = ("slot", "capture", "capture_boundary", "label_source", "sample", "token_offset", "rel_err", "cosine",
+               "tokens", "sink_only")
+
+
+def best_scores(scores: Sequence[Score]) -> list[dict]:
+    """One row per (training slot, inference capture): its best-scoring sample and token offset."""
+    best: dict[tuple[int, str], Score] = {}
+    for r in scores:
+        key = (r.slot, r.capture)
+        if key not in best or _err(r) < _err(best[key]):
+            best[key] = r
+    return [{k: _clean(v) for k, v in r.to_dict().items() if k in _SCORE_KEYS} for r in best.values()]
+
+
+def _err(score: Score) -> float:
+    e = score.metrics.rel_err
+    return e if math.isfinite(e) else math.inf
 
 
 def _clean(v: Any) -> Any:

@@ -126,11 +126,13 @@ def scan(
     index: str = "boundary",
     progress: Callable[[int, int, Path], None] | None = None,
     log_pattern: str | None = None,
+    keep_ranks: bool = False,
 ) -> Dump:
     """Read every capture under ``path`` (a file or a directory, scanned recursively).
 
     ``log_pattern`` is a regular expression with a named group ``values`` for debug logs in an
-    unusual format (see :mod:`hsdiff.readers.debuglog`).
+    unusual format (see :mod:`hsdiff.readers.debuglog`). ``keep_ranks`` leaves the captures of
+    each tensor-parallel rank apart (by default replicas collapse into one, loading them to check).
 
     >>> dump = scan("fixtures/seed/train", "train")          # doctest: +SKIP
     >>> dump.captures[0].shape
@@ -192,7 +194,8 @@ def scan(
             + (" ..." if len(skipped) > 5 else "")
         )
     captures = _attach_token_ids(captures, ctx.warnings)
-    captures = _collapse_ranks(captures, ctx.warnings)
+    if not keep_ranks:
+        captures = _collapse_ranks(captures, ctx.warnings)
     if not captures:
         where = "directory" if root.is_dir() else "file"
         why = f" ({ctx.warnings[0] if len(ctx.warnings) == 1 else '; '.join(ctx.warnings[:2])})" if ctx.warnings else ""

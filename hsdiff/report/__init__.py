@@ -1,4 +1,7 @@
-"""Renderers: a report or gate result in as text, JUnit XML, Markdown, GitHub annotations or a plot.
+"""Renderers: a report or gate result in as text, JUnit XML, Markdown, GitHub annotations, an HTML
+page or pictures (:mod:`.pictures`: heatmap, norm trajectory, per-token error; :mod:`.document`:
+the compare report as Markdown for an issue and as one self-contained HTML page), and the text of
+``hsdiff inspect`` (:mod:`.inspect`).
 
 Each renderer is a pure function of the result's JSON document (a result object is turned into
 one with ``to_dict()``), so a saved ``--json`` file renders exactly like a fresh result and

@@ -1,0 +1,162 @@
+"""What the pictures need beyond the verdict: per-capture norm profiles and per-token errors.
+
+Computed once, after the decisions, from tensors the comparison already reads (memory-mapped), and
+stored in the report as plain numbers so that a saved JSON report can be drawn without torch:
+
+* ``norms``: for every training slot (the sample of its match, else its first sample) and every
+  inference capture, the median per-token L2 norm, the token count and the attention-sink tokens
+  (norm > 8x the median);
+* ``tokens``: for every training slot whose match is a whole tensor, the per-token relative error
+  ``||x_t - y_t|| / ||y_t||`` along the training sequence, for the matched capture and, when it
+  differs, for the capture the configured ids give that slot.
+
+Arrays are cut at :data:`MAX_TOKENS` positions and rounded to four significant digits.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterable
+
+import torch
+
+from .. import align
+from ..model import Capture, Report, SlotResult
+from ..model.results import Score
+
+__all__ = ["measure", "MAX_TOKENS", "MAX_CAPTURES"]
+
+log = logging.getLogger("hsdiff")
+
+#: Longest per-token curve kept in a report (positions beyond it are left out and counted).
+MAX_TOKENS = 4096
+#: Most inference captures given a norm profile (the first ones in layer order).
+MAX_CAPTURES = 512
+
+
+def measure(report: Report, train_slots: dict[int, list[Capture]], infer: Iterable[Capture]) -> Report:
+    """``report`` with its ``profiles`` filled in (see the module docstring)."""
+    import dataclasses
+
+    infer = [c for c in infer if c.observation is None and not c.post_norm]
+    profiles = {"norms": _norms(report, train_slots, infer), "tokens": _tokens(report, train_slots, infer)}
+    return dataclasses.replace(report, profiles=profiles)
+
+
+def _norms(report: Report, train_slots: dict[int, list[Capture]], infer: list[Capture]) -> list[dict]:
+    out: list[dict] = []
+    matched = [s.match.sample for s in report.slots if s.match is not None]
+    usual = max(set(matched), key=matched.count) if matched else None
+    for s in report.slots:
+        cap = _train_capture(train_slots, s, usual)
+        if cap is None:
+            continue
+        row = _norm_row(cap, "train")
+        if row is not None:
+            row.update(slot=s.slot, boundary=s.boundary_index, claimed_boundary=s.claimed_boundary)
+            out.append(row)
+    seen: set[str] = set()
+    ordered = sorted(infer, key=lambda c: (c.boundary is None, c.boundary or 0, c.slot or 0))
+    for c in ordered:
+        label = c.label()
+        if label in seen or len(seen) >= MAX_CAPTURES:
+            continue
+        seen.add(label)
+        row = _norm_row(c, "infer")
+        if row is not None:
+            row.update(slot=c.slot, boundary=c.boundary, label_source=None if c.layer is None else c.layer.source)
+            out.append(row)
+    return out
+
+
+def _norm_row(cap: Capture, side: str) -> dict | None:
+    try:
+        x = cap.load()
+    except ValueError:
+        return None
+    if not x.dtype.is_floating_point or x.numel() == 0:
+        return None
+    norms = x.float().norm(dim=1)
+    finite = norms[torch.isfinite(norms)]
+    if finite.numel() == 0:
+        return None
+    sinks = align.sink_mask(norms).nonzero().flatten().tolist()
+    return {
+        "side": side,
+        "capture": cap.label(),
+        "sample": cap.group,
+        "tokens": int(norms.numel()),
+        "median_norm": _sig(float(finite.median())),
+        "max_norm": _sig(float(finite.max())),
+        "sink_tokens": [int(i) for i in sinks[:64]],
+    }
+
+
+def _train_capture(train_slots: dict[int, list[Capture]], s: SlotResult, usual: str | None) -> Capture | None:
+    """The slot's tensor in the sample its match came from (else the sample most slots matched)."""
+    caps = train_slots.get(s.slot) or []
+    sample = s.match.sample if s.match is not None else usual
+    return next((c for c in caps if c.group == sample), caps[0] if caps else None)
+
+
+def _tokens(report: Report, train_slots: dict[int, list[Capture]], infer: list[Capture]) -> list[dict]:
+    best = _best_rows(report.scores)
+    out: list[dict] = []
+    for s in report.slots:
+        pairs: list[tuple[str, Capture, str | None, int]] = []
+        if s.match is not None and s.match.capture.observation is None:
+            pairs.append(("match", s.match.capture, s.match.sample, s.match.offset))
+        if s.configured_boundary is not None:
+            cfg = next((c for c in infer if c.boundary == s.configured_boundary and c.layer is not None
+                        and c.layer.source == "configured" and c.slot == s.slot), None)
+            cfg = cfg or next((c for c in infer if c.boundary == s.configured_boundary), None)
+            row = None if cfg is None else best.get((s.slot, cfg.label()))
+            if cfg is not None and row is not None and (s.match is None or cfg is not s.match.capture):
+                pairs.append(("configured", cfg, row.sample, row.token_offset))
+        for role, cap, sample, offset in pairs:
+            train = next((c for c in train_slots.get(s.slot, []) if c.group == sample), None)
+            if train is None:
+                continue
+            curve = _curve(train, cap, offset)
+            if curve is not None:
+                curve.update(slot=s.slot, role=role, capture=cap.label(), capture_boundary=cap.boundary,
+                             sample=sample, token_offset=offset)
+                out.append(curve)
+    return out
+
+
+def _best_rows(scores: Iterable[Score]) -> dict[tuple[int, str], Score]:
+    best: dict[tuple[int, str], Score] = {}
+    for r in scores:
+        key = (r.slot, r.capture)
+        if key not in best or r.metrics.rel_err < best[key].metrics.rel_err:
+            best[key] = r
+    return best
+
+
+def _curve(train: Capture, cap: Capture, offset: int) -> dict | None:
+    ts = align.TrainSlot.load(train)
+    x = cap.load()
+    if not x.dtype.is_floating_point or x.shape[1] != ts.tensor.shape[1]:
+        return None
+    x = x.float()
+    i0, i1 = max(0, -offset), min(x.shape[0], ts.tokens - offset)
+    if i1 <= i0:
+        return None
+    kept = min(i1 - i0, MAX_TOKENS)
+    y = ts.tensor[i0 + offset : i0 + offset + kept]
+    err = (x[i0 : i0 + kept] - y).norm(dim=1) / y.norm(dim=1).clamp_min(1e-12)
+    sinks = ts.sinks[i0 + offset : i0 + offset + kept]
+    return {
+        "first_token": i0 + offset,
+        "error": [_sig(v) for v in err.tolist()],
+        "sink_tokens": [i0 + offset + int(i) for i in sinks.nonzero().flatten().tolist()],
+        "tokens_left_out": (i1 - i0) - kept,
+    }
+
+
+def _sig(v: float) -> float | None:
+    if not math.isfinite(v):
+        return None
+    return float(f"{v:.4g}")
