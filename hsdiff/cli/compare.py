@@ -8,6 +8,7 @@ from .. import conventions as conv
 from ..comparison import Options, compare
 from ..decide import NOISE_TOLERANCE
 from ..report.text import render_text
+from ._draft import attach, draft_options
 from ._group import cli
 from ._options import dump_options, engine_option, progress_printer
 from ._output import write_json, write_plot
@@ -17,6 +18,7 @@ Examples:
   hsdiff compare fixtures/seed/train fixtures/seed/infer-wrong --layer-ids=-1,2,30
   hsdiff compare train_dump/ server.log --layer-ids 2,30,58 --json report.json
   hsdiff compare train_dump/ sglang_dump/ --engine vllm --model-config target/config.json
+  hsdiff compare train/ all_layers/ --layer-ids=-1,1,14 --draft draft/ --target-model target/ --num-steps 5
 """
 
 
@@ -25,6 +27,7 @@ Examples:
 @engine_option
 @click.option("--layer-ids", default=None, metavar="IDS",
               help='The ids the inference run was configured with, in the --engine convention, e.g. "-1,2,30".')
+@draft_options
 def compare_cmd(train, infer, layer_ids, engine, json_path, plot_path, quiet, progress, **kw) -> None:
     """Match training slots to inference captures by value and recommend the layer ids.
 
@@ -33,12 +36,15 @@ def compare_cmd(train, infer, layer_ids, engine, json_path, plot_path, quiet, pr
     """
     opts = options_from(kw, engine=engine, layer_ids=layer_ids, progress=progress)
     report = compare(train, infer, opts)
+    report, acceptance = attach(report, report, train, infer, kw)
     if json_path:
         write_json(report, json_path)
     if plot_path:
         write_plot(report, plot_path)
     if json_path != "-":
         click.echo(render_text(report, verbose=not quiet))
+        if acceptance:
+            click.echo(acceptance)
     click.get_current_context().exit(report.exit_code)
 
 

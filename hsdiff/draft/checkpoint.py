@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from ..comparison import load_config
+from ..configs import load_config
 from ..errors import ConfigError, FormatError, InputError
 
 __all__ = ["Draft", "TargetHead", "load_draft", "load_target_head", "DRAFT_ARCHITECTURES"]
@@ -145,7 +145,7 @@ def _rope(cfg: dict) -> tuple[float, dict | None]:
     return float(theta), None if kind in ("default", None) else dict(scaling or {})
 
 
-def load_draft(path: str | os.PathLike, target: str | os.PathLike | None = None,
+def load_draft(path: str | os.PathLike, target: str | os.PathLike | TargetHead | None = None,
                dtype: torch.dtype = torch.float32) -> Draft:
     """Load the draft in ``path`` (a folder with ``config.json`` and weights) for a CPU forward.
 
@@ -197,7 +197,7 @@ def load_draft(path: str | os.PathLike, target: str | os.PathLike | None = None,
     if "embed_tokens.weight" in raw and "lm_head.weight" not in raw and cfg.get("tie_word_embeddings"):
         raw["lm_head.weight"] = raw["embed_tokens.weight"]
     inter = raw.get("layers.0.mlp.gate_proj.weight")
-    I = inter[0].shape[0] if inter is not None and len(inter[0].shape) == 2 else _int(cfg, "intermediate_size", cfg_path)
+    ff = inter[0].shape[0] if inter is not None and len(inter[0].shape) == 2 else _int(cfg, "intermediate_size", cfg_path)
     want = {
         "fc.weight": (H, k * Ht),
         "layers.0.hidden_norm.weight": (H,),
@@ -207,9 +207,9 @@ def load_draft(path: str | os.PathLike, target: str | os.PathLike | None = None,
         "layers.0.self_attn.k_proj.weight": (nkv * hd, 2 * H),
         "layers.0.self_attn.v_proj.weight": (nkv * hd, 2 * H),
         "layers.0.self_attn.o_proj.weight": (H, nh * hd),
-        "layers.0.mlp.gate_proj.weight": (I, H),
-        "layers.0.mlp.up_proj.weight": (I, H),
-        "layers.0.mlp.down_proj.weight": (H, I),
+        "layers.0.mlp.gate_proj.weight": (ff, H),
+        "layers.0.mlp.up_proj.weight": (ff, H),
+        "layers.0.mlp.down_proj.weight": (H, ff),
         "norm.weight": (H,),
         "lm_head.weight": (Vd, H),
     }
@@ -255,12 +255,12 @@ def load_draft(path: str | os.PathLike, target: str | os.PathLike | None = None,
         if target is None:
             raise InputError("the draft carries no embed_tokens; the engines take the target's", path=folder,
                              hint="give the target model's folder (--target DIR)")
-        head = load_target_head(target, dtype=dtype)
+        head = target if isinstance(target, TargetHead) else load_target_head(target, dtype=dtype)
         if tuple(head.embed.shape) != (V, H):
             raise FormatError(f"target embeddings have shape {list(head.embed.shape)}, the draft needs [{V}, {H}]",
-                              path=target, hint="give the target the draft was trained for")
-        weights["embed_tokens.weight"] = head.embed
-        emb_from = str(target)
+                              path=head.path, hint="give the target the draft was trained for")
+        weights["embed_tokens.weight"] = head.embed.to(dtype)
+        emb_from = head.path
     return Draft(
         path=str(folder), hidden_size=H, target_hidden_size=Ht, num_aux=k, num_heads=nh, num_kv_heads=nkv,
         head_dim=hd, rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)), rope_theta=theta, rope_scaling=scaling,
@@ -295,10 +295,11 @@ def load_target_head(path: str | os.PathLike, dtype: torch.dtype = torch.float32
     cfg = load_config(folder) if (folder / "config.json").exists() else {}
     head = found.get("lm_head")
     embed = found["embed"].loader().to(dtype)
+    tied = head is None and cfg.get("tie_word_embeddings", True)
     return TargetHead(
         embed=embed,
         norm=found["norm"].loader().to(dtype) if "norm" in found else None,
-        lm_head=head.loader().to(dtype) if head is not None else embed,
+        lm_head=head.loader().to(dtype) if head is not None else embed if tied else None,
         rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
         path=str(folder),
     )

@@ -349,7 +349,7 @@ def predict_acceptance(
         raise InputError(f"--num-draft-tokens {ndt} is out of range for {num_steps} steps and top-k {topk}",
                          hint=f"give 2..{max_nodes + 1} (the engine sends num_draft_tokens - 1 drafted tokens)")
     head = target if isinstance(target, TargetHead) else (None if target is None else load_target_head(target, dtype))
-    d = draft if isinstance(draft, Draft) else load_draft(draft, target=None if head is None else head.path, dtype=dtype)
+    d = draft if isinstance(draft, Draft) else load_draft(draft, target=head, dtype=dtype)
     if "embed_tokens.weight" not in d.weights and head is not None:
         d.weights["embed_tokens.weight"] = head.embed
     rep = _report_dict(report)

@@ -11,12 +11,12 @@ import torch
 from safetensors.torch import save_file
 
 ROOT = Path(__file__).resolve().parents[2]
-H, NH, NKV, HD, I, V, VD, K = 32, 4, 2, 8, 48, 50, 20, 3
+H, NH, NKV, HD, FF, V, VD, K = 32, 4, 2, 8, 48, 50, 20, 3
 
 
 def config(**changes) -> dict:
     cfg = {"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_size": H,
-           "intermediate_size": I, "num_hidden_layers": 1, "num_attention_heads": NH, "num_key_value_heads": NKV,
+           "intermediate_size": FF, "num_hidden_layers": 1, "num_attention_heads": NH, "num_key_value_heads": NKV,
            "head_dim": HD, "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "vocab_size": V, "draft_vocab_size": VD,
            "tie_word_embeddings": False, "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 2, 3]}}
     cfg.update(changes)
@@ -36,9 +36,9 @@ def weights(seed: int = 0, prefix: str = "midlayer.") -> dict[str, torch.Tensor]
     w[f"{prefix}self_attn.k_proj.weight"] = r(NKV * HD, 2 * H)
     w[f"{prefix}self_attn.v_proj.weight"] = r(NKV * HD, 2 * H)
     w[f"{prefix}self_attn.o_proj.weight"] = r(H, NH * HD)
-    w[f"{prefix}mlp.gate_proj.weight"] = r(I, H)
-    w[f"{prefix}mlp.up_proj.weight"] = r(I, H)
-    w[f"{prefix}mlp.down_proj.weight"] = r(H, I)
+    w[f"{prefix}mlp.gate_proj.weight"] = r(FF, H)
+    w[f"{prefix}mlp.up_proj.weight"] = r(FF, H)
+    w[f"{prefix}mlp.down_proj.weight"] = r(H, FF)
     hot = torch.arange(VD) * 2 + 1                     # draft id d -> target id 2d + 1
     w["d2t"] = hot - torch.arange(VD)
     t2d = torch.zeros(V, dtype=torch.bool)
