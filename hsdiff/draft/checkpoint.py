@@ -178,7 +178,7 @@ def load_draft(path: str | os.PathLike, target: str | os.PathLike | TargetHead |
     hd = _int(cfg, "head_dim", cfg_path, H // nh)
     V = _int(cfg, "vocab_size", cfg_path)
     Vd = _int(cfg, "draft_vocab_size", cfg_path, V) if cfg.get("draft_vocab_size") is not None else V
-    eagle = cfg.get("eagle_config") if isinstance(cfg.get("eagle_config"), dict) else {}
+    eagle: dict = cfg["eagle_config"] if isinstance(cfg.get("eagle_config"), dict) else {}
     ids = eagle.get("eagle_aux_hidden_state_layer_ids")
     k = cfg.get("num_aux_hidden_states") or (len(ids) if isinstance(ids, list) and ids else 3)
     if cfg.get("hidden_act", "silu") != "silu":

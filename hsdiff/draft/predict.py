@@ -393,11 +393,11 @@ def predict_acceptance(
             rows.append(row)
     else:
         warnings.append(f"training side: no sample with token ids and a {width}-wide aux tensor; no training-side ceiling")
-    conf = rep.get("configured") or None
+    conf: dict = rep.get("configured") or {}
     rec = rep.get("recommended") or {}
-    engine = rec.get("engine") or (conf or {}).get("engine") or "sglang"
+    engine = rec.get("engine") or conf.get("engine") or "sglang"
     family = rec.get("model_family")
-    cb = None if conf is None else list(conf.get("boundary_indices") or [])
+    cb = list(conf.get("boundary_indices") or [])
     if cb and len(cb) == d.num_aux:
         engine_order = sorted(cb)  # the engines capture in layer order
         items = prepared(isamples, tsamples, layers_of(engine_order))

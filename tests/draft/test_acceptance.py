@@ -9,9 +9,7 @@ from the dumps alone (a SpecForge training dump and an all-layer inference dump 
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,6 +20,7 @@ import hsdiff
 from hsdiff.draft import load_draft, predict_acceptance
 
 from .. import builders as B
+from . import tiny
 
 ROOT = Path(__file__).resolve().parents[2]
 DRAFT = ROOT / "fixtures" / "draft-smollm2"
@@ -38,15 +37,6 @@ PROMPTS = ["Explain deserts in simple terms.", "Why is chess important?", "Descr
            "Give three facts about bicycles."]
 
 pytestmark = pytest.mark.slow
-
-
-def _ref_module():
-    spec = importlib.util.spec_from_file_location("eagle3_ref", ROOT / "fixtures" / "eagle3_ref.py")
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["eagle3_ref"] = mod
-    spec.loader.exec_module(mod)
-    return mod
 
 
 @pytest.fixture(scope="module")
@@ -76,21 +66,11 @@ def smollm2(tmp_path_factory):
 def measured(smollm2, tmp_path_factory):
     """Run the real loop for each case; write the dumps of the generated text."""
     model, target_dir, tok = smollm2
-    ref = _ref_module()
-    cfg = json.loads((DRAFT / "config.json").read_text())
+    ref = tiny.reference_module()
     from safetensors.torch import load_file
 
-    w = load_file(str(DRAFT / "model.safetensors"))
-    draft = ref.Eagle3Draft(cfg, model.model.embed_tokens.weight.detach(), w["d2t"])
-    own = {"fc.weight": "fc.weight", "norm.weight": "norm.weight", "lm_head.weight": "lm_head.weight"}
-    state = {}
-    for name, t in w.items():
-        if name in ("d2t", "t2d"):
-            continue
-        key = own.get(name) or name.split(".")[-2] + ".weight"
-        state[key] = t.float()
-    draft.load_state_dict(state)
-    draft.eval()
+    draft = tiny.reference_draft(load_file(str(DRAFT / "model.safetensors")), json.loads((DRAFT / "config.json").read_text()),
+                                 model.model.embed_tokens.weight.detach())
     prompts = [ref_ids(tok, p) for p in PROMPTS]
     results: dict[str, dict] = {}
     texts = None

@@ -101,7 +101,7 @@ def world(tmp_path_factory):
 
 def test_prediction_matches_the_loop_on_a_small_model(world):
     m = world["measured"]
-    assert m["right"] > 1.5  # the trained draft is worth predicting
+    assert m["right"] > 1.1 and m["right"] > m["wrong"]  # the trained draft is worth predicting
     predicted = {}
     for case, bs in (("right", RIGHT), ("shifted", SHIFTED), ("wrong", WRONG)):
         report = hsdiff.compare(world["train"], world["infer"], layer_ids=[b - 1 for b in bs])
@@ -109,6 +109,7 @@ def test_prediction_matches_the_loop_on_a_small_model(world):
                                 num_steps=NUM_STEPS)
         predicted[case] = pa.configured.acceptance_length
         assert pa.configured.boundaries == tuple(sorted(bs))
+    print("measured", m, "predicted", predicted)
     for case in m:
         assert predicted[case] == pytest.approx(m[case], rel=0.10), (predicted, m)
     assert sorted(m, key=m.get) == sorted(predicted, key=predicted.get)
@@ -129,18 +130,19 @@ def test_compare_cli_json_carries_the_prediction(world, tmp_path):
     assert pa["recommended"]["boundary_indices"] == RIGHT
     assert pa["recommended"]["acceptance_length"] > pa["configured"]["acceptance_length"]
     names = [row["name"] for row in pa["what_if"]]
-    assert {"training", "configured", "recommended", "all +1", "all -1", "slot 0 -1"} <= set(names)
+    assert {"training", "configured", "recommended", "all -1", "slot 0 -1", "slot 2 -1"} <= set(names)
+    assert "all +1" not in names  # B6 = L: the all-layer dump holds the post-norm state there, not B6
     assert plot.stat().st_size > 1000
 
 
 def test_gate_fails_below_min_acceptance(world, tmp_path):
-    good = world["measured"]["right"]
+    threshold = (world["measured"]["right"] + world["measured"]["wrong"]) / 2
     cfg = tmp_path / "draft-config.json"
     base = json.loads((world["draft"] / "config.json").read_text())
     common = [str(world["train"]), str(world["infer"]), "--draft", str(world["draft"]), "--target-model",
               str(world["target"]), "--num-steps", str(NUM_STEPS), "--num-layers", str(L), "--hidden-size", str(tiny.H)]
     cfg.write_text(json.dumps(base))
-    ok = CliRunner().invoke(cli, ["gate", *common, "--draft-config", str(cfg), "--min-acceptance", f"{good * 0.8:.2f}",
+    ok = CliRunner().invoke(cli, ["gate", *common, "--draft-config", str(cfg), "--min-acceptance", f"{threshold:.3f}",
                                   "--json", str(tmp_path / "g.json")])
     assert ok.exit_code == 0, ok.output
     g = json.loads((tmp_path / "g.json").read_text())
@@ -149,7 +151,7 @@ def test_gate_fails_below_min_acceptance(world, tmp_path):
     assert g["report"]["predicted_acceptance"] == g["predicted_acceptance"]
     base["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = [b - 1 for b in WRONG]
     cfg.write_text(json.dumps(base))
-    bad = CliRunner().invoke(cli, ["gate", *common, "--draft-config", str(cfg), "--min-acceptance", f"{good * 0.8:.2f}"])
+    bad = CliRunner().invoke(cli, ["gate", *common, "--draft-config", str(cfg), "--min-acceptance", f"{threshold:.3f}"])
     assert bad.exit_code == 1 and "predicted-acceptance" in bad.output and "< --min-acceptance" in bad.output
     usage = CliRunner().invoke(cli, ["gate", str(world["train"]), str(world["infer"]), "--draft-config", str(cfg),
                                      "--min-acceptance", "2"])
