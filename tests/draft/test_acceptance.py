@@ -108,7 +108,7 @@ def test_fixture_draft_has_the_engine_layout(smollm2):
 
 def test_prediction_from_dumps_matches_the_real_loop(measured):
     results, train, infer, target_dir = measured
-    assert sum(r["tokens"] for r in results.values()) / len(results) >= 300  # a few hundred tokens each
+    assert sum(r["tokens"] for r in results.values()) / len(results) >= 250  # a few hundred tokens each (replies may end early)
     predicted = {}
     for case, (ids, boundaries) in CASES.items():
         report = hsdiff.compare(train, infer, layer_ids=ids)
