@@ -47,7 +47,7 @@ def with_prediction(record: Any, prediction: PredictedAcceptance | None, check: 
 
 def acceptance_check(prediction: PredictedAcceptance, minimum: float | None) -> Any:
     """The gate check: the deployed setting's predicted acceptance length is at least ``minimum``."""
-    from ..gate import ERROR, INFO, Check
+    from ..gate_model import ERROR, INFO, Check
 
     row = prediction.deployed
     if row is None:
