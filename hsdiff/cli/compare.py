@@ -8,6 +8,7 @@ from .. import conventions as conv
 from ..comparison import Options, compare
 from ..decide import NOISE_TOLERANCE
 from ..report.text import render_text
+from ._draft import attach, draft_options
 from ._group import cli
 from ._options import dump_options, engine_option, progress_printer
 from ._output import write_documents, write_json, write_plot
@@ -18,6 +19,7 @@ Examples:
   hsdiff compare train_dump/ server.log --layer-ids 2,30,58 --json report.json
   hsdiff compare train_dump/ sglang_dump/ --engine vllm --model-config target/config.json
   hsdiff compare train_dump/ sglang_dump/ --layer-ids 2,30,58 --plot pictures/ --html report.html
+  hsdiff compare train/ all_layers/ --layer-ids=-1,1,14 --draft draft/ --target-model target/ --num-steps 5
 """
 
 
@@ -30,6 +32,7 @@ Examples:
               help="Write the report as Markdown to PATH, to paste into an issue ('-' for stdout).")
 @click.option("--html", "html_path", type=click.Path(path_type=str), default=None,
               help="Write one self-contained HTML page (pictures embedded) to PATH.")
+@draft_options
 def compare_cmd(train, infer, layer_ids, engine, json_path, plot_path, markdown_path, html_path, quiet, progress,
                 **kw) -> None:
     """Match training slots to inference captures by value and recommend the layer ids.
@@ -39,6 +42,7 @@ def compare_cmd(train, infer, layer_ids, engine, json_path, plot_path, markdown_
     """
     opts = options_from(kw, engine=engine, layer_ids=layer_ids, progress=progress)
     report = compare(train, infer, opts)
+    report, acceptance = attach(report, report, train, infer, kw)
     if json_path:
         write_json(report, json_path)
     if plot_path:
@@ -46,6 +50,8 @@ def compare_cmd(train, infer, layer_ids, engine, json_path, plot_path, markdown_
     write_documents(report, markdown_path, html_path)
     if "-" not in (json_path, markdown_path):
         click.echo(render_text(report, verbose=not quiet))
+        if acceptance:
+            click.echo(acceptance)
     click.get_current_context().exit(report.exit_code)
 
 

@@ -6,6 +6,7 @@ import click
 
 from ..gate import run_gate
 from ._ci import ci_options, emit
+from ._draft import attach, draft_options
 from ._group import cli
 from ._options import dump_options, engine_option, where_ids_are_read
 from .compare import options_from
@@ -29,8 +30,11 @@ Exit status: 0 pass, 1 fail (a check failed or the layers differ), 2 bad input, 
 @click.option("--target-config", default=None, type=click.Path(path_type=str),
               help="The target model's config.json (L, hidden size, model family); same as --model-config.")
 @ci_options
+@draft_options
+@click.option("--min-acceptance", type=click.FloatRange(min=1.0), default=None, metavar="X",
+              help="With --draft: fail when the predicted acceptance length (tokens per verification step) is below X.")
 def gate_cmd(train, infer, engine, draft_config, target_config, vllm_runner, strict, json_path, plot_path, quiet,
-             progress, junit_path, markdown_path, github, **kw) -> None:
+             progress, junit_path, markdown_path, github, min_acceptance, **kw) -> None:
     """Pre-deployment gate: read the draft config's ids as ENGINE does, check it, compare TRAIN and INFER.
 
     Passes only when every error-level check passes and each training slot equals what the engine
@@ -41,6 +45,7 @@ def gate_cmd(train, infer, engine, draft_config, target_config, vllm_runner, str
     opts = options_from(kw, engine=engine, layer_ids=None, progress=progress)
     result = run_gate(train, infer, draft_config, opts, target_config=target_config or kw.get("model_config"),
                       vllm_runner=vllm_runner, strict=strict)
+    result, _ = attach(result, result.report, train, infer, kw, target_config=target_config, minimum=min_acceptance)
     if plot_path and result.report is not None:
         from ._output import write_plot
 
