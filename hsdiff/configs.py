@@ -236,7 +236,7 @@ def read_ids(
             return source((), (), conv.key_name(key), False,
                           f"{r.title} reads {conv.key_name(key)} = [] and captures no layer at all: the draft "
                           "receives no hidden states")
-        b = conv.slot_order(boundaries_read(ids, engine, num_layers, family, version), engine, num_layers)
+        b = conv.slot_order(boundaries_read(ids, engine, num_layers, family, version), engine, num_layers, version)
         note = (f"{r.title} {version} reads {conv.key_name(key)} = {ids} from {path}, i.e. captures B{b} "
                 f"(rule: {applied.label})")
         return source(ids, b, conv.key_name(key), False, note)

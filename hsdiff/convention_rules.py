@@ -96,7 +96,11 @@ VERSIONS: dict[str, tuple[str, ...]] = {
     "modelopt": ("0.45", "0.46", "0.47"),
     "specforge": tuple(f"0.5.{i}" for i in range(10, 24)),  # the SGLang version it captures through
     "speculators": ("0.9",),
-    "trtllm": ("main",),  # read through a code index of the repository; no release was unpacked
+    # read through a code index of the repository (no release was unpacked). "main" is its default
+    # one-model path (eagle3_one_model=True: -1 stays in slot 0, Eagle3OneModelSpecMetadata.__post_init__);
+    # "two-model" the deprecated two-model path (-1 moved to the last slot, Eagle3SpecMetadata.__post_init__),
+    # both in tensorrt_llm/_torch/speculative/eagle3.py
+    "trtllm": ("two-model", "main"),
     "eagle": ("cb7e084",),  # SafeAILab/EAGLE at that commit
     "hf": ("5.24",),
 }

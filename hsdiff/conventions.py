@@ -280,8 +280,8 @@ def to_boundary(
     [0, 3, 31]
     >>> to_boundary([2, 30, 58], "sglang", model_family="kimi_k25")
     [2, 30, 58]
-    >>> to_boundary([-1, 2, 30], "trtllm", num_layers=61)
-    [3, 31, 62]
+    >>> to_boundary([-1, 2, 30], "trtllm", num_layers=61)    # -1: the final post-norm state, in slot 0
+    [62, 3, 31]
     """
     info = rule(engine)
     r = _usable(applied(info.key, model_family if info.key in ("sglang", "specforge", "vllm") else None, version))
@@ -300,7 +300,7 @@ def to_boundary(
     if check_range:
         _check_range(out, num_layers)
     if info.sorts and not keep_order:
-        out = slot_order(out, info.key, num_layers)
+        out = slot_order(out, info.key, num_layers, version)
     return out
 
 
@@ -412,18 +412,25 @@ def needs_num_layers(engine: str, model_family: str | None = None, version: str 
     return applied(info.key, fam, version).reading == GPT_OSS
 
 
-def slot_order(boundaries: Sequence[int], engine: str, num_layers: int | None = None) -> list[int]:
+def slot_order(boundaries: Sequence[int], engine: str, num_layers: int | None = None,
+               version: str | None = None) -> list[int]:
     """The slots ``engine`` fills for boundaries read in list order: ascending and once each if it sorts.
 
-    TensorRT-LLM's default one-model path keeps its -1 (the final post-norm state) in slot 0
-    (tensorrt_llm/_torch/speculative/eagle3.py Eagle3OneModelSpecMetadata; the deprecated two-model
-    path moves it last).
+    TensorRT-LLM sorts its ids, -1 (the final post-norm state) first; its default one-model path
+    keeps that order, so -1 fills slot 0 (tensorrt_llm/_torch/speculative/eagle3.py
+    Eagle3OneModelSpecMetadata.__post_init__), while the deprecated two-model path (version label
+    ``two-model``) moves it to the last slot (Eagle3SpecMetadata.__post_init__).
+
+    >>> slot_order([3, 31, 62], "trtllm", 61)      # for a 61-layer target, B 62 is the final post-norm state
+    [62, 3, 31]
+    >>> slot_order([3, 31, 62], "trtllm", 61, "two-model")
+    [3, 31, 62]
     """
     key = rule(engine).key
     if not rule(key).sorts:
         return list(boundaries)
     out = sorted(set(boundaries))
-    if key == "trtllm" and num_layers is not None and final_boundary(num_layers) in out:
+    if key == "trtllm" and version != "two-model" and num_layers is not None and final_boundary(num_layers) in out:
         out = [final_boundary(num_layers)] + out[:-1]
     return out
 
