@@ -127,6 +127,14 @@ def _audit(e: Env) -> list[Run]:
     ]
 
 
+def _inspect(e: Env) -> list[Run]:
+    return [
+        (["inspect", e["seed/train"]], (0,)),
+        (["inspect", e["seed/infer-wrong"], "--json", e.o("inspect.json")], (0,)),
+        (["inspect", e["real/sglang-dumper.log"], "--json", "-"], (0,)),
+    ]
+
+
 #: Arguments per command, as a user would give them; inputs under ``Env.inputs``, outputs under ``Env.out``.
 ARGS: dict[str, Callable[[Env], list[Run]]] = {
     "compare": _compare,
@@ -137,6 +145,7 @@ ARGS: dict[str, Callable[[Env], list[Run]]] = {
     "request": _request,
     "capture": _capture,
     "audit": _audit,
+    "inspect": _inspect,
 }
 
 
