@@ -37,4 +37,5 @@ def render_gate_text(result: Doc | _HasDict, *, verbose: bool = True) -> str:
 
 
 def _wrap(text: str, indent: str) -> str:
-    return "\n".join(textwrap.wrap(text, width=110, subsequent_indent=indent, break_on_hyphens=False)) or text
+    return "\n".join(textwrap.wrap(text, width=110, subsequent_indent=indent, break_on_hyphens=False,
+                                   break_long_words=False)) or text
