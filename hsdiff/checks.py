@@ -192,6 +192,16 @@ def _unique(c: CheckInput) -> Finding:
                  f"the list (and the draft's fc) has {len(ids)}. Remove the duplicates and retrain or fix the list.")
 
 
+def _count(c: CheckInput) -> Finding:
+    """SpecForge takes exactly three ids (SpecForge@a6b6b02 specforge/algorithms/model_providers.py:205-210
+    raises ValueError otherwise); the engines take any number, sized by the draft's fc."""
+    if c.ids.engine != "specforge" or c.ids.fallback or len(c.written) == 3:
+        return _ok(f"{len(c.written)} ids")
+    return _fail(ERROR, f"{c.written} has {len(c.written)} ids, but SpecForge takes exactly three (it raises "
+                 "ValueError before capturing anything): capture the training data with three layers, or with "
+                 "another trainer")
+
+
 def _in_range(c: CheckInput) -> Finding:
     ids, reading, engine, L = c.written, c.reading, c.ids.engine, c.num_layers
     if L is None:
@@ -321,5 +331,6 @@ CHECKS: tuple[tuple[str, Callable[[CheckInput], Finding]], ...] = (
     ("family-rule", _family_rule),
     ("target-hidden-size", _target_hidden),
     ("fc-width", _fc),
+    ("ids-count", _count),  # added after the others: the names before it keep their places in JUnit
 )
 CHECK_NAMES: tuple[str, ...] = tuple(name for name, _ in CHECKS)

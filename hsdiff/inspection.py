@@ -179,7 +179,8 @@ def _norm_stats(x: Any, rows: list[int]) -> dict:
     norms = x.norm(dim=1)
     finite = norms[torch.isfinite(norms)]
     med = float(finite.median()) if finite.numel() else None
-    sinks = [] if med is None or finite.numel() < 3 else [rows[i] for i in (norms > _SINK_FACTOR * med).nonzero().flatten().tolist()]
+    big = torch.isfinite(norms) & (norms > _SINK_FACTOR * (med or 0.0))  # an Inf row is damage, not a sink
+    sinks = [] if med is None or finite.numel() < 3 else [rows[i] for i in big.nonzero().flatten().tolist()]
     return {"median": _r(med), "min": _r(float(finite.min())) if finite.numel() else None,
             "max": _r(float(finite.max())) if finite.numel() else None, "sink_tokens": sinks[:32]}
 

@@ -189,3 +189,16 @@ def test_library_api_names():
     assert result.verdict == "fail"
     assert [c.name for c in result.failed_checks] == ["ids-unique", "fc-width"]
     assert result.ids.boundaries == (3, 31)
+
+
+def test_specforge_takes_exactly_three_ids(tmp_path):
+    # SpecForge@a6b6b02 specforge/algorithms/model_providers.py:205-210: anything but three ids raises
+    four = tmp_path / "config.json"
+    four.write_text(json.dumps({"architectures": ["LlamaForCausalLMEagle3"], "hidden_size": 576,
+                                "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 8, 15, 26]}}))
+    r = CliRunner().invoke(cli, ["check-config", str(four), "--engine", "specforge", "--num-layers", "30", "--json", "-"])
+    assert r.exit_code == 1
+    found = {c["name"]: c for c in json.loads(r.output)["checks"]}
+    assert found["ids-count"]["status"] == "FAIL" and "exactly three" in found["ids-count"]["message"]
+    r = CliRunner().invoke(cli, ["check-config", str(four), "--engine", "sglang", "--num-layers", "30", "--json", "-"])
+    assert {c["name"]: c for c in json.loads(r.output)["checks"]}["ids-count"]["ok"]
