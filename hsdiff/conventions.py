@@ -240,11 +240,13 @@ def _needs_layers(num_layers: int | None, what: str) -> int:
     return num_layers
 
 
-def _check_range(boundaries: Iterable[int], num_layers: int | None) -> None:
+def _check_range(boundaries: Iterable[int], num_layers: int | None, *, final: bool = True) -> None:
+    """Boundaries must lie in 0..L, or be the final post-norm state (``final``: L + 1)."""
     if num_layers is None:
         return
+    top = final_boundary(num_layers) if final else num_layers
     for b in boundaries:
-        if b < 0 or b > final_boundary(num_layers):
+        if b < 0 or b > top:
             raise InputError(
                 f"layer id names boundary {b}, outside 0..{num_layers} for a {num_layers}-layer target",
                 hint="check the ids and --num-layers",
@@ -290,6 +292,7 @@ def to_boundary(
         return []
     shift = _shift(r, ids, num_layers)
     out = []
+    plain = []  # boundaries of the residual stream; only an id that names the final state may go past L
     for i in ids:
         if r.names_final and info.key == "trtllm" and i == -1:
             out.append(final_boundary(_needs_layers(num_layers, "TensorRT-LLM's id -1 (the final post-norm state)")))
@@ -297,8 +300,10 @@ def to_boundary(
             out.append(final_boundary(num_layers))
         else:
             out.append(i + shift)
+            plain.append(i + shift)
     if check_range:
         _check_range(out, num_layers)
+        _check_range(plain, num_layers, final=False)
     if info.sorts and not keep_order:
         out = slot_order(out, info.key, num_layers, version)
     return out
