@@ -32,9 +32,9 @@ demo: $(VENV)/.installed
 	@echo
 	@echo "JSON reports: $(OUT)/seed-wrong.json $(OUT)/seed-log.json $(OUT)/seed-fixed.json"
 
-## test: the whole test suite (with Debian's chromium for the HTML report test when it can be installed)
+## test: the whole test suite on every core, a test file per worker (with Debian's chromium for the HTML report test when it can be installed)
 test: $(VENV)/.installed browser
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto --dist loadfile --durations=10
 
 ## browser: install Debian's chromium if missing, as root with apt-get (~2 min measured); never fails,
 ## the browser test is skipped without it. HSDIFF_BROWSER=0 skips the install.
