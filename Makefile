@@ -51,8 +51,8 @@ lint: $(VENV)/.installed
 	$(BIN)/mypy hsdiff
 	$(BIN)/lint-imports
 
-## bench: micro benchmarks, then hsdiff vs a naive script vs the read floor on generated 0.2 and 1 GB
-##        pairs (HSDIFF_BENCH_SIZES=0.2,1,4 adds 4 GB; data cached in HSDIFF_BENCH_CACHE,
+## bench: micro benchmarks, then hsdiff vs a naive script vs the read floor on generated 0.2, 1 and 4 GB
+##        pairs (HSDIFF_BENCH_SIZES=0.2,1 leaves out 4 GB; data cached in HSDIFF_BENCH_CACHE,
 ##        default ~/.cache/hsdiff-bench); rewrites benchmarks/results/scale.json and the README table
 bench: $(VENV)/.installed
 	$(BIN)/python benchmarks/run.py

@@ -56,7 +56,7 @@ def long_sequence() -> tuple[torch.Tensor, torch.Tensor]:
 def bench_alignment() -> tuple[str, float, float, str]:
     fp, bf = long_sequence()
     cap = B.states(0)  # noqa: F841 - warm the cache
-    train = align.TrainSlot(None, fp, align.sink_mask(fp.norm(dim=1)), fp.norm(dim=1))  # type: ignore[arg-type]
+    train = align.TrainSlot.of(fp)
     x = bf[137:1337]
     t_new, (o_new, m_new) = timed(lambda: align._search_full(train, x))
     t_old, (o_old, m_old) = timed(lambda: align._search_full(train, x, exhaustive=True), repeat=1)
@@ -140,7 +140,7 @@ def main() -> None:
     env = os.environ.get
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", choices=("micro", "scale"))
-    ap.add_argument("--sizes", default=env("HSDIFF_BENCH_SIZES", "0.2,1"), help="pair sizes in GB (0.2, 1, 2.2, 4)")
+    ap.add_argument("--sizes", default=env("HSDIFF_BENCH_SIZES", "0.2,1,4"), help="pair sizes in GB (0.2, 1, 2.2, 4)")
     ap.add_argument("--cases", default=env("HSDIFF_BENCH_CASES", "sizes,window,samples"))
     ap.add_argument("--samples", default=env("HSDIFF_BENCH_SAMPLES", "100,200,400"), help="training-set sizes")
     ap.add_argument("--no-write", action="store_true", help="print only: leave results JSON and README alone")

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
 
 from .model import Capture, Metrics
+from .rows import RowStats, chunks, extent, gather_columns, read, read_at, source
 
 __all__ = [
     "SINK_FACTOR",
@@ -31,6 +32,8 @@ __all__ = [
     "id_offsets",
     "score",
     "best_alignment",
+    "search_offset",
+    "sketch",
     "observation_tokens",
     "observation_arrays",
 ]
@@ -46,22 +49,61 @@ _EPS = 1e-12
 
 @dataclass
 class TrainSlot:
-    """One training slot of one sample, loaded as float32 ``[T, H]`` with its sink mask."""
+    """One training slot of one sample: per-token norms and sink mask from one chunked pass; its rows
+    are read again as float32 when needed (:meth:`rows`, :meth:`columns`), and the whole ``[T, H]``
+    tensor only when something asks for :attr:`tensor` (printed-value placement)."""
 
     capture: Capture
-    tensor: torch.Tensor
     sinks: torch.Tensor  # bool [T]
     norms: torch.Tensor  # float [T]
+    width: int
+    stats: RowStats
+    _source: torch.Tensor | Capture
+    _columns: dict[tuple[int, ...], torch.Tensor]
+    _rows: dict[int, torch.Tensor] = field(default_factory=dict)  # single rows read (sketches)
 
     @classmethod
     def load(cls, capture: Capture) -> TrainSlot:
-        t = capture.load().float()
-        norms = t.norm(dim=1)
-        return cls(capture, t, sink_mask(norms), norms)
+        src = source(capture)
+        tokens, width = extent(src)
+        stats = RowStats()
+        parts = []
+        for x in chunks(src, 0, tokens):
+            parts.append(stats.add(x))
+        norms = torch.cat([p for p in parts if p is not None]) if parts else torch.zeros(0)
+        return cls(capture, sink_mask(norms), norms, width, stats, src, {})
+
+    @classmethod
+    def of(cls, tensor: torch.Tensor, capture: Capture | None = None) -> TrainSlot:
+        """A slot from a float32 ``[T, H]`` tensor already in memory."""
+        stats = RowStats()
+        norms = stats.add(tensor)
+        assert norms is not None
+        return cls(capture, sink_mask(norms), norms, int(tensor.shape[1]), stats, tensor, {})  # type: ignore[arg-type]
 
     @property
     def tokens(self) -> int:
-        return int(self.tensor.shape[0])
+        return int(self.norms.shape[0])
+
+    @property
+    def tensor(self) -> torch.Tensor:
+        """The whole slot as float32 ``[T, H]`` (read once, then kept)."""
+        if isinstance(self._source, Capture):
+            self._source = read(self._source, 0, self.tokens)
+        return self._source
+
+    def rows(self, i0: int, i1: int) -> torch.Tensor:
+        return read(self._source, i0, i1)
+
+    def rows_at(self, rows: list[int]) -> torch.Tensor:
+        return read_at(self._source, rows, self._rows)
+
+    def columns(self, cols: torch.Tensor) -> torch.Tensor:
+        """Columns ``cols`` of every token, float32 ``[T, len(cols)]``, read in chunks and kept."""
+        key = tuple(int(c) for c in cols)
+        if key not in self._columns:
+            self._columns[key] = gather_columns(self._source, cols, self.tokens)
+        return self._columns[key]
 
 
 def sink_mask(norms: torch.Tensor) -> torch.Tensor:
@@ -127,18 +169,28 @@ def _summarise(err: torch.Tensor, cos: torch.Tensor, ratio: torch.Tensor, sinks:
     )
 
 
-def score(train: TrainSlot, infer: torch.Tensor | Capture, offset: int) -> Metrics:
-    """Metrics of an inference capture against a training slot with ``infer[i] ~ train[i + offset]``."""
+def score(train: TrainSlot, infer: torch.Tensor | Capture, offset: int, stats: RowStats | None = None) -> Metrics:
+    """Metrics of an inference capture against a training slot with ``infer[i] ~ train[i + offset]``.
+
+    Both sides are read in row chunks (bf16 -> float32 one chunk at a time); ``stats`` collects what
+    the inference rows read hold (NaN/Inf, zero rows)."""
     if isinstance(infer, Capture) and infer.observation is not None:
         return _score_observation(train, infer, offset)
-    x = infer if isinstance(infer, torch.Tensor) else infer.load().float()
-    ti, tt = x.shape[0], train.tokens
+    x = infer if isinstance(infer, torch.Tensor) or infer.reads_rows else source(infer)
+    ti, tt = extent(x)[0], train.tokens
     i0, i1 = max(0, -offset), min(ti, tt - offset)
     if i1 <= i0:
         return Metrics.empty()
-    y = train.tensor[i0 + offset : i1 + offset]
-    err, cos, ratio = _per_token(x[i0:i1], y)
-    return _summarise(err, cos, ratio, train.sinks[i0 + offset : i1 + offset], x.shape[1])
+    parts = []
+    a = i0
+    for xc in chunks(x, i0, i1):
+        if stats is not None:
+            stats.add(xc, a)
+        b = a + xc.shape[0]
+        parts.append(_per_token(xc, train.rows(a + offset, b + offset)))
+        a = b
+    err, cos, ratio = (torch.cat(p) for p in zip(*parts))
+    return _summarise(err, cos, ratio, train.sinks[i0 + offset : i1 + offset], extent(x)[1])
 
 
 def observation_arrays(cap: Capture, width: int) -> tuple[torch.Tensor, list[int], list[int]]:
@@ -172,13 +224,13 @@ class _ObsErrors:
 
     @classmethod
     def of(cls, train: TrainSlot, cap: Capture) -> _ObsErrors | None:
-        vals, _, cols = observation_arrays(cap, train.tensor.shape[1])
+        vals, _, cols = observation_arrays(cap, train.width)
         if not cols:
             return None
         m = torch.isfinite(vals)
         x = torch.where(m, vals, torch.zeros_like(vals))
         md = m.double()
-        y = train.tensor[:, cols].double()
+        y = train.columns(torch.tensor(cols, dtype=torch.long)).double()
         y = torch.where(torch.isfinite(y), y, torch.full_like(y, float("nan")))
         dot = x @ y.T
         ny2 = md @ (y * y).T
@@ -246,24 +298,54 @@ def observation_tokens(train: TrainSlot, cap: Capture, offset: int) -> list[int 
 
 
 def best_alignment(
-    train: TrainSlot, infer: Capture, x: torch.Tensor | None, offsets: Sequence[int] | None
+    train: TrainSlot, infer: Capture, x: torch.Tensor | Capture | None, offsets: Sequence[int] | None,
+    stats: RowStats | None = None,
 ) -> tuple[int, Metrics]:
-    """The token offset with the smallest error (from ``offsets`` if the ids fixed them)."""
+    """The token offset with the smallest error (from ``offsets`` if the ids fixed them); ``x`` is
+    the inference tensor, or the capture itself to read it in chunks."""
     if offsets:
-        results = [(o, score(train, x if x is not None else infer, o)) for o in offsets]
+        results = [(o, score(train, x if x is not None else infer, o, stats)) for o in offsets]
         return min(results, key=lambda r: (r[1].rel_err, abs(r[0])))
     if infer.observation is not None:
         return _search_observation(train, infer)
     assert x is not None
-    return _search_full(train, x)
+    return _search_full(train, x, stats=stats)
 
 
-def _search_full(train: TrainSlot, x: torch.Tensor, exhaustive: bool = False) -> tuple[int, Metrics]:
+def search_offset(train: TrainSlot, x: torch.Tensor | Capture) -> int:
+    """The token offset :func:`best_alignment` would choose without token ids, without scoring it."""
+    return _search_full(train, x, only_offset=True)[0]
+
+
+def sketch(train: TrainSlot, x: torch.Tensor | Capture, offset: int, n: int,
+           cache: dict[int, torch.Tensor] | None = None) -> Metrics:
+    """Metrics on at most ``n`` ordinary tokens spread over the overlap at ``offset``: an estimate that
+    reads a few rows of each side (``cache`` keeps inference rows read, by row number)."""
+    ti, tt = extent(x)[0], train.tokens
+    i0, i1 = max(0, -offset), min(ti, tt - offset)
+    if i1 <= i0:
+        return Metrics.empty()
+    norms = train.norms[i0 + offset : i1 + offset]
+    ok = torch.nonzero(~train.sinks[i0 + offset : i1 + offset] & torch.isfinite(norms) & (norms > 0)).flatten()
+    if ok.numel() == 0:
+        ok = torch.arange(i1 - i0)
+    pick = ok[torch.linspace(0, ok.numel() - 1, steps=min(n, ok.numel())).round().long().unique()]
+    rows = [i0 + int(i) for i in pick]
+    xs = read_at(x, rows, cache)
+    ys = train.rows_at([r + offset for r in rows])
+    err, cos, ratio = _per_token(xs, ys)
+    return _summarise(err, cos, ratio, torch.zeros(len(rows), dtype=torch.bool), extent(x)[1])
+
+
+def _search_full(train: TrainSlot, x: torch.Tensor | Capture, exhaustive: bool = False,
+                 stats: RowStats | None = None, only_offset: bool = False) -> tuple[int, Metrics]:
     """Token offset by value: nearest training rows of a few inference rows propose offsets, and
-    each proposal is scored on the whole overlap (``exhaustive`` tries every offset instead)."""
-    ti, tt, h = x.shape[0], train.tokens, x.shape[1]
+    each proposal is scored on a spread of columns of the whole overlap (``exhaustive`` tries every
+    offset instead); the chosen one is then scored in full (not with ``only_offset``)."""
+    (ti, h), tt = extent(x), train.tokens
     cols = torch.linspace(0, h - 1, steps=min(h, _COLS_FOR_SEARCH)).long().unique()
-    xs, ys = x[:, cols].double(), train.tensor[:, cols].double()
+    xc, xnorms = _columns_and_norms(x, cols)
+    xs, ys = xc.double(), train.columns(cols).double()
     ynorm = ys.norm(dim=1).clamp_min(_EPS)
     min_overlap = max(1, min(ti, tt, 8))
     offsets: Sequence[int]
@@ -271,7 +353,7 @@ def _search_full(train: TrainSlot, x: torch.Tensor, exhaustive: bool = False) ->
         offsets = range(-(ti - 1), tt)
         dist = (torch.cdist(xs, ys) / ynorm[None, :]).float()
     else:
-        probe = _probe_rows(x)
+        probe = _probe_rows(xnorms)
         dist_p = (torch.cdist(xs[probe], ys) / ynorm[None, :]).float()
         k = min(3, tt)
         near = dist_p.topk(k, dim=1, largest=False).indices
@@ -294,17 +376,25 @@ def _search_full(train: TrainSlot, x: torch.Tensor, exhaustive: bool = False) ->
         v = float(use.median())
         if best is None or v < best[0] - 1e-9 or (abs(v - best[0]) <= 1e-9 and abs(o) < abs(best[1])):
             best = (v, o)
-    if best is None:
-        return 0, score(train, x, 0)
-    return best[1], score(train, x, best[1])
+    o = 0 if best is None else best[1]
+    return o, Metrics.empty() if only_offset else score(train, x, o, stats)
 
 
-def _probe_rows(x: torch.Tensor, n: int = 8) -> torch.Tensor:
-    """Up to ``n`` ordinary (non-sink) rows spread over the inference tensor."""
-    norms = x.norm(dim=1)
+def _columns_and_norms(x: torch.Tensor | Capture, cols: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Columns ``cols`` and per-token norms of the inference tensor, in one chunked pass."""
+    if isinstance(x, torch.Tensor):
+        return x[:, cols], x.norm(dim=1)
+    parts = [(c[:, cols], c.norm(dim=1)) for c in chunks(x, 0, extent(x)[0])]
+    if not parts:
+        return torch.zeros((0, len(cols))), torch.zeros(0)
+    return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+
+
+def _probe_rows(norms: torch.Tensor, n: int = 8) -> torch.Tensor:
+    """Up to ``n`` ordinary (non-sink) rows spread over the inference tensor (given its token norms)."""
     ordinary = torch.nonzero(~sink_mask(norms) & torch.isfinite(norms)).flatten()
     if ordinary.numel() == 0:
-        ordinary = torch.arange(x.shape[0])
+        ordinary = torch.arange(norms.shape[0])
     pick = torch.linspace(0, ordinary.numel() - 1, steps=min(n, ordinary.numel())).round().long().unique()
     return ordinary[pick]
 

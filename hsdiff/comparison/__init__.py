@@ -23,6 +23,7 @@ from ..configs import load_config
 from ..errors import AlignmentError, InputError
 from ..model import INFER, TRAIN, Dump, Report
 from ..readers import scan
+from ..rows import threads
 from . import profiles, scoring, shape, slots, validate
 
 __all__ = ["compare", "Options"]
@@ -129,11 +130,13 @@ def _pipeline(train: Dump, infer: Dump, opts: Options, family: str, train_path: 
             path=infer_path, hint="check --hidden-size, or that INFER is the inference-side dump",
         )
 
-    scores = scoring.score_all(train_slots, usable, opts.tolerance, opts.progress)
-    warnings += scores.warnings
-    decisions = [decide.decide_slot(s, scores.candidates.get(s, []), opts.tolerance) for s in range(k)]
     claims, claim_src = slots.claims(k, train_slots, train, opts.train_layer_ids, opts.train_engine, num_layers,
                                      opts.model_family, opts.train_engine_version)
+    named = {b for b in [*(configured.boundary_indices if configured else ()), *claims] if b is not None}
+    with threads(1):
+        scores = scoring.score_all(train_slots, usable, opts.tolerance, opts.progress, verify=named)
+    warnings += scores.warnings
+    decisions = [decide.decide_slot(s, scores.candidates.get(s, []), opts.tolerance) for s in range(k)]
     warnings += validate.training_set(train_slots, train)
 
     resolution = decide.resolve(decisions, claims, claim_src, configured, scores.candidates, opts.tolerance,
@@ -155,4 +158,5 @@ def _pipeline(train: Dump, infer: Dump, opts: Options, family: str, train_path: 
         inputs={"train": train_path, "infer": infer_path, "engine": opts.engine, "model_family": family},
         tolerance=opts.tolerance,
     )
-    return profiles.measure(report, train_slots, usable)  # what the pictures draw
+    with threads(1):
+        return profiles.measure(report, train_slots, usable, scores.norms)  # what the pictures draw

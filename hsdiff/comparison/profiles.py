@@ -24,6 +24,7 @@ import torch
 from .. import align
 from ..model import Capture, Report, SlotResult
 from ..model.results import Score
+from ..rows import chunks, extent, read, source
 
 __all__ = ["measure", "MAX_TOKENS", "MAX_CAPTURES"]
 
@@ -35,16 +36,24 @@ MAX_TOKENS = 4096
 MAX_CAPTURES = 512
 
 
-def measure(report: Report, train_slots: dict[int, list[Capture]], infer: Iterable[Capture]) -> Report:
-    """``report`` with its ``profiles`` filled in (see the module docstring)."""
+Norms = dict[int, tuple[torch.Tensor, torch.Tensor, int]]
+
+
+def measure(report: Report, train_slots: dict[int, list[Capture]], infer: Iterable[Capture],
+            norms: Norms | None = None) -> Report:
+    """``report`` with its ``profiles`` filled in (see the module docstring). ``norms`` holds, by ``id``
+    of a capture, the per-token norms the comparison already read, their token positions and the token
+    count; a capture it does not cover is read here. When only some rows were read (a large dump
+    checked on a sample of tokens), the row says how many in ``sampled_tokens``."""
     import dataclasses
 
     infer = [c for c in infer if c.observation is None and not c.post_norm]
-    profiles = {"norms": _norms(report, train_slots, infer), "tokens": _tokens(report, train_slots, infer)}
+    profiles = {"norms": _norms(report, train_slots, infer, norms or {}),
+                "tokens": _tokens(report, train_slots, infer, norms or {})}
     return dataclasses.replace(report, profiles=profiles)
 
 
-def _norms(report: Report, train_slots: dict[int, list[Capture]], infer: list[Capture]) -> list[dict]:
+def _norms(report: Report, train_slots: dict[int, list[Capture]], infer: list[Capture], known: Norms) -> list[dict]:
     out: list[dict] = []
     matched = [s.match.sample for s in report.slots if s.match is not None]
     usual = max(set(matched), key=matched.count) if matched else None
@@ -52,7 +61,7 @@ def _norms(report: Report, train_slots: dict[int, list[Capture]], infer: list[Ca
         cap = _train_capture(train_slots, s, usual)
         if cap is None:
             continue
-        row = _norm_row(cap, "train")
+        row = _norm_row(cap, "train", known)
         if row is not None:
             row.update(slot=s.slot, boundary=s.boundary_index, claimed_boundary=s.claimed_boundary)
             out.append(row)
@@ -63,34 +72,41 @@ def _norms(report: Report, train_slots: dict[int, list[Capture]], infer: list[Ca
         if label in seen or len(seen) >= MAX_CAPTURES:
             continue
         seen.add(label)
-        row = _norm_row(c, "infer")
+        row = _norm_row(c, "infer", known)
         if row is not None:
             row.update(slot=c.slot, boundary=c.boundary, label_source=None if c.layer is None else c.layer.source)
             out.append(row)
     return out
 
 
-def _norm_row(cap: Capture, side: str) -> dict | None:
-    try:
-        x = cap.load()
-    except ValueError:
+def _norm_row(cap: Capture, side: str, known: Norms) -> dict | None:
+    if id(cap) in known:
+        norms, pos, tokens = known[id(cap)]
+    else:
+        if cap.loader is None or not cap.dtype.startswith(("float", "bfloat")):
+            return None
+        src = source(cap)
+        tokens = extent(src)[0]
+        norms = torch.cat([x.norm(dim=1) for x in chunks(src, 0, tokens)]) if tokens else torch.zeros(0)
+        pos = torch.arange(tokens)
+    if norms.numel() == 0:
         return None
-    if not x.dtype.is_floating_point or x.numel() == 0:
-        return None
-    norms = x.float().norm(dim=1)
     finite = norms[torch.isfinite(norms)]
     if finite.numel() == 0:
         return None
-    sinks = align.sink_mask(norms).nonzero().flatten().tolist()
-    return {
+    sinks = pos[align.sink_mask(norms)].tolist()
+    row = {
         "side": side,
         "capture": cap.label(),
         "sample": cap.group,
-        "tokens": int(norms.numel()),
+        "tokens": int(tokens),
         "median_norm": _sig(float(finite.median())),
         "max_norm": _sig(float(finite.max())),
         "sink_tokens": [int(i) for i in sinks[:64]],
     }
+    if norms.numel() < tokens:
+        row["sampled_tokens"] = int(norms.numel())
+    return row
 
 
 def _train_capture(train_slots: dict[int, list[Capture]], s: SlotResult, usual: str | None) -> Capture | None:
@@ -100,7 +116,7 @@ def _train_capture(train_slots: dict[int, list[Capture]], s: SlotResult, usual: 
     return next((c for c in caps if c.group == sample), caps[0] if caps else None)
 
 
-def _tokens(report: Report, train_slots: dict[int, list[Capture]], infer: list[Capture]) -> list[dict]:
+def _tokens(report: Report, train_slots: dict[int, list[Capture]], infer: list[Capture], known: Norms) -> list[dict]:
     best = _best_rows(report.scores)
     out: list[dict] = []
     for s in report.slots:
@@ -118,7 +134,7 @@ def _tokens(report: Report, train_slots: dict[int, list[Capture]], infer: list[C
             train = next((c for c in train_slots.get(s.slot, []) if c.group == sample), None)
             if train is None:
                 continue
-            curve = _curve(train, cap, offset)
+            curve = _curve(train, cap, offset, known)
             if curve is not None:
                 curve.update(slot=s.slot, role=role, capture=cap.label(), capture_boundary=cap.boundary,
                              sample=sample, token_offset=offset)
@@ -135,25 +151,46 @@ def _best_rows(scores: Iterable[Score]) -> dict[tuple[int, str], Score]:
     return best
 
 
-def _curve(train: Capture, cap: Capture, offset: int) -> dict | None:
-    ts = align.TrainSlot.load(train)
-    x = cap.load()
-    if not x.dtype.is_floating_point or x.shape[1] != ts.tensor.shape[1]:
+def _curve(train: Capture, cap: Capture, offset: int, known: Norms) -> dict | None:
+    if not cap.dtype.startswith(("float", "bfloat")) or not train.dtype.startswith(("float", "bfloat")):
         return None
-    x = x.float()
-    i0, i1 = max(0, -offset), min(x.shape[0], ts.tokens - offset)
+    x, y_src = source(cap), source(train)
+    (ti, width), (tt, train_width) = extent(x), extent(y_src)
+    if width != train_width:
+        return None
+    i0, i1 = max(0, -offset), min(ti, tt - offset)
     if i1 <= i0:
         return None
     kept = min(i1 - i0, MAX_TOKENS)
-    y = ts.tensor[i0 + offset : i0 + offset + kept]
-    err = (x[i0 : i0 + kept] - y).norm(dim=1) / y.norm(dim=1).clamp_min(1e-12)
-    sinks = ts.sinks[i0 + offset : i0 + offset + kept]
+    errs, norms = [], []
+    a = i0
+    for xc in chunks(x, i0, i0 + kept):  # only the tokens kept are read
+        y = read(y_src, a + offset, a + offset + xc.shape[0])
+        ny = y.norm(dim=1)
+        errs.append((xc - y).norm(dim=1) / ny.clamp_min(1e-12))
+        norms.append(ny)
+        a += xc.shape[0]
+    err = torch.cat(errs)
+    sinks = _sinks_of(train, known, torch.cat(norms), i0 + offset, i0 + offset + kept)
     return {
         "first_token": i0 + offset,
         "error": [_sig(v) for v in err.tolist()],
         "sink_tokens": [i0 + offset + int(i) for i in sinks.nonzero().flatten().tolist()],
         "tokens_left_out": (i1 - i0) - kept,
     }
+
+
+def _sinks_of(train: Capture, known: Norms, norms: torch.Tensor, j0: int, j1: int) -> torch.Tensor:
+    """The sink mask of training tokens ``[j0, j1)`` against the whole slot's median norm (the norms
+    the comparison read, else read here when the curve did not cover every token)."""
+    if id(train) in known and known[id(train)][0].numel() == known[id(train)][2]:
+        return align.sink_mask(known[id(train)][0])[j0:j1]
+    src = source(train)
+    tokens = extent(src)[0]
+    if j0 == 0 and j1 == tokens:
+        return align.sink_mask(norms)
+    every = torch.cat([x.norm(dim=1) for x in chunks(src, 0, tokens)])
+    return align.sink_mask(every)[j0:j1]
 
 
 def _sig(v: float) -> float | None:

@@ -4,15 +4,17 @@ training tensors are loaded so that nothing is read twice."""
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Iterator
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
 from .. import align
-from ..model import Candidate, Capture, NormCheck, PrintedEvidence, Score
+from ..model import Candidate, Capture, Metrics, NormCheck, PrintedEvidence, Score
+from ..rows import RowStats, chunks, extent
 from . import validate
 from .slots import Slots
 
@@ -22,30 +24,119 @@ Progress = Callable[[str, int, int], None]
 @dataclass(frozen=True)
 class Scores:
     """Per training slot, the best candidate of each inference capture (best first); every scored
-    pair; and the warnings that reading and validating the tensors raised."""
+    pair; the warnings that reading and validating the tensors raised; and, by ``id`` of a capture, the
+    per-token norms of the rows read with their positions and the token count (for the profiles)."""
 
     candidates: dict[int, list[Candidate]]
     rows: tuple[Score, ...]
     warnings: tuple[str, ...]
+    norms: dict[int, tuple[torch.Tensor, torch.Tensor, int]] = field(default_factory=dict)  # see norms_read
 
 
-def score_all(slots: Slots, infer: list[Capture], tolerance: float, progress: Progress | None = None) -> Scores:
+#: Above this many bytes of full-precision work (float32, both sides, every pair), pairs are first
+#: scored on a sample of tokens and only a shortlist is verified on every token.
+SKETCH_ABOVE = 256 * 2**20
+#: Ordinary tokens per pair in that sample.
+SKETCH_TOKENS = 64
+#: Per training slot, pairs are verified in full, best first by their current error (the full one
+#: once verified, else the sample's), until the best pairs of this many layers are all verified.
+VERIFY_LAYERS = 4
+
+
+@dataclass(eq=False)
+class _Job:
+    """One training slot of one sample against one inference capture."""
+
+    sample: str | None
+    slot: int
+    train: align.TrainSlot
+    capture: Capture
+    offsets: list[int] | None
+    order: int = 0
+    result: tuple[int, Metrics] | None = None
+    verified: bool = False
+
+
+def score_all(slots: Slots, infer: list[Capture], tolerance: float, progress: Progress | None = None,
+              verify: Collection[int] = ()) -> Scores:
     """Score every slot of every training sample against every inference capture; a training sample
-    whose token ids rule it out is never loaded."""
+    whose token ids rule it out is never loaded.
+
+    On large dumps (:data:`SKETCH_ABOVE`) every pair is first scored on a sample of ordinary tokens
+    read as row slices, and only the pairs that can matter are verified on every token: per slot the
+    best :data:`VERIFY_LAYERS` layers (repeated until the verified errors settle) and the captures at
+    the boundaries in ``verify`` (the configured ones). Decisions rest on verified pairs only; the
+    other pairs keep their sample's metrics (``tokens`` says how many were compared)."""
     warnings: list[str] = []
-    infer_tensors: dict[int, torch.Tensor | None] = {}
+    sources: dict[int, torch.Tensor | Capture | None] = {}
+    stats: dict[int, RowStats] = {}
     for c in infer:
-        x = None
-        if c.observation is None:
-            x, w = validate.inference_tensor(c, c.load())
-            warnings += w
-        infer_tensors[id(c)] = x
+        if c.observation is not None:
+            continue
+        if not c.dtype.startswith(("float", "bfloat")):
+            warnings.append(f"{c.origin}: integer tensor ({c.dtype}) is not a hidden state; skipped")
+            sources[id(c)] = None
+            continue
+        sources[id(c)] = align.source(c)
+        stats[id(c)] = RowStats(extent(sources[id(c)])[0])  # type: ignore[arg-type]
+    jobs, partial, ids_failed, homes, train_warn = _plan(slots, infer, sources, progress)
+    warnings += train_warn
+    work = sum(_work(j, sources) for j in jobs)
+    if work > SKETCH_ABOVE:
+        _sketch(jobs, sources, stats, progress)
+        _verify_shortlist(jobs, sources, stats, set(verify), progress)
+    else:
+        for c in infer:
+            src = sources.get(id(c))
+            if src is not None:
+                for a, x in _chunked(src):
+                    stats[id(c)].add(x, a)
+        _verify_all(jobs, sources, stats, progress)
+    for c in infer:
+        if id(c) in stats:
+            warnings += validate.inference_rows(c, stats[id(c)], extent(sources[id(c)])[0])  # type: ignore[arg-type]
+    best: dict[tuple[int, int], list[tuple[Candidate, float]]] = defaultdict(list)
+    rows: list[Score] = []
+    for j in sorted(jobs + partial, key=lambda j: j.order):
+        assert j.result is not None
+        off, m = j.result
+        c, s, ts = j.capture, j.slot, j.train
+        seen = best[(s, id(c))]
+        cand = Candidate(c, j.sample, off, m)
+        if (c.is_partial or c.norm is not None) and (not seen or m.rel_err < min(e for _, e in seen)):
+            cand = _with_evidence(cand, ts)
+        seen.append((cand, m.rel_err))
+        label_source = None if c.layer is None else c.layer.source
+        rows.append(Score(s, j.sample, c.label(), c.boundary, label_source, off, m))
+    for g in sorted(x for x in ids_failed if x is not None):
+        if not homes.get(g):
+            warnings.append(f"{g}: its token ids appear in no training sample; tokens were aligned by value instead")
+    out: dict[int, list[Candidate]] = defaultdict(list)
+    for (s, _), cands in best.items():
+        cands.sort(key=lambda x: x[1])
+        top = cands[0][0]
+        tol = max(tolerance * 0.1, top.metrics.rel_err * 1.02 + 1e-6)
+        tied = sum(1 for _, e in cands if e <= tol)
+        out[s].append(Candidate(top.capture, top.sample, top.offset, top.metrics, tied, top.printed, top.norm_check))
+    for s in out:
+        out[s].sort(key=lambda c: c.metrics.rel_err)
+    norms = {id(j.train.capture): (j.train.norms, torch.arange(j.train.tokens), j.train.tokens) for j in jobs + partial}
+    for key, st in stats.items():
+        got = st.norms_read()
+        if got is not None and st.tokens is not None:
+            norms[key] = (got[0], got[1], st.tokens)
+    return Scores(dict(out), tuple(rows), tuple(warnings), norms)
+
+
+def _plan(slots: Slots, infer: list[Capture], sources: dict[int, torch.Tensor | Capture | None],
+          progress: Progress | None) -> tuple[list[_Job], list[_Job], set, dict, list[str]]:
+    """Every pair to score, in report order (printed values scored at once); training slots are read
+    here (their norms, sinks and data-quality warnings, in one pass each)."""
+    warnings: list[str] = []
     samples: dict[str | None, dict[int, Capture]] = defaultdict(dict)
     for s, caps in slots.items():
         for c in caps:
             samples[c.group][s] = c
-    best: dict[tuple[int, int], list[tuple[Candidate, float]]] = defaultdict(list)
-    rows: list[Score] = []
     ids_failed = set()
     n = len(samples)
     sample_ids = {g: next((c.token_ids for c in caps.values() if c.token_ids), None) for g, caps in samples.items()}
@@ -53,9 +144,11 @@ def score_all(slots: Slots, infer: list[Capture], tolerance: float, progress: Pr
     for c in infer:
         if c.token_ids and c.group not in homes:
             homes[c.group] = {g for g, ids in sample_ids.items() if ids and align.id_offsets(c.token_ids, ids)}
+    jobs: list[_Job] = []
+    partial: list[_Job] = []
     for si, (sample, slot_caps) in enumerate(samples.items()):
         if progress:
-            progress("scoring samples", si, n)
+            progress("reading training samples", si, n)
         train_ids = next((c.token_ids for c in slot_caps.values() if c.token_ids), None)
         plan = []
         for c in infer:
@@ -71,37 +164,102 @@ def score_all(slots: Slots, infer: list[Capture], tolerance: float, progress: Pr
             continue  # token ids rule this sample out: its tensors are never loaded
         loaded = {s: align.TrainSlot.load(c) for s, c in slot_caps.items()}
         for s, ts in loaded.items():
-            warnings += validate.training_tensor(ts.capture, s, ts.tensor, ts.tokens)
+            warnings += validate.training_rows(ts.capture, s, ts.stats, ts.tokens)
         for c, offsets in plan:
-            x = infer_tensors[id(c)]
-            if c.observation is None and x is None:
+            src = sources.get(id(c))
+            if c.observation is None and src is None:
                 continue
             for s, ts in loaded.items():
-                if x is not None and x.shape[1] != ts.tensor.shape[1]:
+                if src is not None and extent(src)[1] != ts.width:
                     continue
-                off, m = align.best_alignment(ts, c, x, offsets)
-                seen = best[(s, id(c))]
-                cand = Candidate(c, sample, off, m)
-                if (c.is_partial or c.norm is not None) and (not seen or m.rel_err < min(e for _, e in seen)):
-                    cand = _with_evidence(cand, ts)
-                seen.append((cand, m.rel_err))
-                label_source = None if c.layer is None else c.layer.source
-                rows.append(Score(s, sample, c.label(), c.boundary, label_source, off, m))
+                job = _Job(sample, s, ts, c, offsets, len(jobs) + len(partial))
+                if c.observation is not None:
+                    job.result = align.best_alignment(ts, c, None, offsets)
+                    partial.append(job)
+                else:
+                    jobs.append(job)
     if progress:
-        progress("scoring samples", n, n)
-    for g in sorted(x for x in ids_failed if x is not None):
-        if not homes.get(g):
-            warnings.append(f"{g}: its token ids appear in no training sample; tokens were aligned by value instead")
-    out: dict[int, list[Candidate]] = defaultdict(list)
-    for (s, _), cands in best.items():
-        cands.sort(key=lambda x: x[1])
-        top = cands[0][0]
-        tol = max(tolerance * 0.1, top.metrics.rel_err * 1.02 + 1e-6)
-        tied = sum(1 for _, e in cands if e <= tol)
-        out[s].append(Candidate(top.capture, top.sample, top.offset, top.metrics, tied, top.printed, top.norm_check))
-    for s in out:
-        out[s].sort(key=lambda c: c.metrics.rel_err)
-    return Scores(dict(out), tuple(rows), tuple(warnings))
+        progress("reading training samples", n, n)
+    return jobs, partial, ids_failed, homes, warnings
+
+
+def _work(j: _Job, sources: dict[int, torch.Tensor | Capture | None]) -> int:
+    ti, width = extent(sources[id(j.capture)])  # type: ignore[arg-type]
+    return 8 * min(ti, j.train.tokens) * width
+
+
+def _chunked(src: torch.Tensor | Capture) -> Iterator[tuple[int, torch.Tensor]]:
+    a = 0
+    for x in chunks(src, 0, extent(src)[0]):
+        yield a, x
+        a += int(x.shape[0])
+
+
+def _verify(j: _Job, sources: dict[int, torch.Tensor | Capture | None], stats: dict[int, RowStats]) -> None:
+    j.result = align.best_alignment(j.train, j.capture, sources[id(j.capture)], j.offsets, stats[id(j.capture)])
+    j.verified = True
+
+
+def _verify_all(jobs: list[_Job], sources: dict[int, torch.Tensor | Capture | None],
+                stats: dict[int, RowStats], progress: Progress | None) -> None:
+    for i, j in enumerate(jobs):
+        if progress:
+            progress("scoring pairs", i, len(jobs))
+        _verify(j, sources, stats)
+    if progress:
+        progress("scoring pairs", len(jobs), len(jobs))
+
+
+def _sketch(jobs: list[_Job], sources: dict[int, torch.Tensor | Capture | None], stats: dict[int, RowStats],
+            progress: Progress | None) -> None:
+    """Every pair's metrics on a sample of :data:`SKETCH_TOKENS` ordinary tokens (rows read alone)."""
+    cache: dict[int, dict[int, torch.Tensor]] = defaultdict(dict)
+    for i, j in enumerate(jobs):
+        if progress:
+            progress("sampling pairs", i, len(jobs))
+        src = sources[id(j.capture)]
+        assert src is not None
+        offsets = j.offsets or [align.search_offset(j.train, src)]
+        tried = [(o, align.sketch(j.train, src, o, SKETCH_TOKENS, cache[id(j.capture)])) for o in offsets]
+        j.result = min(tried, key=lambda r: (_err(r[1]), abs(r[0])))
+    if progress:
+        progress("sampling pairs", len(jobs), len(jobs))
+    for key, rows in cache.items():
+        pos = sorted(rows)
+        stats[key].add_at(torch.stack([rows[r] for r in pos]), pos)
+
+
+def _verify_shortlist(jobs: list[_Job], sources: dict[int, torch.Tensor | Capture | None],
+                      stats: dict[int, RowStats], verify: set[int], progress: Progress | None) -> None:
+    """Verify, per slot, the pairs of the best :data:`VERIFY_LAYERS` layers by current error until they
+    are all verified, and every pair whose capture sits at a boundary in ``verify``."""
+    by_slot: dict[int, list[_Job]] = defaultdict(list)
+    for j in jobs:
+        by_slot[j.slot].append(j)
+    done = 0
+    while True:
+        todo = [j for j in jobs if not j.verified and j.capture.boundary is not None and j.capture.boundary in verify]
+        for slot_jobs in by_slot.values():
+            layers: set = set()
+            for j in sorted(slot_jobs, key=lambda j: _err(j.result[1])):  # type: ignore[index]
+                if len(layers) >= VERIFY_LAYERS and j.capture.boundary not in layers:
+                    break
+                layers.add(j.capture.boundary if j.capture.boundary is not None else id(j.capture))
+                if not j.verified and j not in todo:
+                    todo.append(j)
+        if not todo:
+            break
+        for j in todo:
+            if progress:
+                progress("verifying pairs", done, done + len(todo))
+            _verify(j, sources, stats)
+            done += 1
+    if progress:
+        progress("verifying pairs", done, done)
+
+
+def _err(m: Metrics) -> float:
+    return m.rel_err if math.isfinite(m.rel_err) else math.inf
 
 
 def _with_evidence(cand: Candidate, ts: align.TrainSlot) -> Candidate:
@@ -114,7 +272,7 @@ def _with_evidence(cand: Candidate, ts: align.TrainSlot) -> Candidate:
 
 
 def _printed(ts: align.TrainSlot, c: Capture, toks: list[int | None]) -> PrintedEvidence:
-    vals, _, cols = align.observation_arrays(c, ts.tensor.shape[1])
+    vals, _, cols = align.observation_arrays(c, ts.width)
     placed = [(i, t) for i, t in enumerate(toks) if t is not None]
     ordinary = [(i, t) for i, t in placed if not bool(ts.sinks[t])]
     sinks = tuple(sorted({t for _, t in placed if bool(ts.sinks[t])}))

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 
-import torch
-
 from ..errors import AlignmentError
 from ..model import Capture, Dump
+from ..rows import RowStats
 from .slots import Slots
 
 
@@ -33,33 +32,26 @@ def with_values(dump: Dump, side: str, path: str) -> tuple[Dump, list[str]]:
     return dataclasses.replace(dump, captures=tuple(keep)), warnings
 
 
-def inference_tensor(c: Capture, t: torch.Tensor) -> tuple[torch.Tensor | None, list[str]]:
-    """A loaded inference capture as float32, or None when it cannot be a hidden state; with warnings."""
-    if not t.dtype.is_floating_point:
-        return None, [f"{c.origin}: integer tensor ({c.dtype}) is not a hidden state; skipped"]
-    x = t.float()
+def inference_rows(c: Capture, stats: RowStats, tokens: int) -> list[str]:
+    """Warnings about the rows read of an inference capture (all of them, or those a sketch read)."""
     warnings = []
-    bad = int((~torch.isfinite(x)).sum())
-    if bad:
-        warnings.append(f"{c.origin}: {bad} NaN/Inf values in the inference capture")
-    if x.numel() and float(x.abs().max()) == 0.0:
-        warnings.append(f"{c.origin}: the capture is all zeros (nothing was written into it?)")
-    elif x.numel():
-        zero = zero_tokens(x)
-        if zero:
-            warnings.append(f"{c.origin}: {_zero_text(zero, x.shape[0], 'capture')}")
-    return x, warnings
+    part = "" if stats.rows >= tokens else f" (in the {stats.rows} of {tokens} tokens read)"
+    if stats.nonfinite:
+        warnings.append(f"{c.origin}: {stats.nonfinite} NaN/Inf values in the inference capture{part}")
+    if stats.rows and not stats.nonzero:
+        warnings.append(f"{c.origin}: the capture is all zeros{part} (nothing was written into it?)")
+    elif stats.zero_rows:
+        warnings.append(f"{c.origin}: {_zero_text(stats.zero_rows, stats.rows if part else tokens, 'capture')}{part}")
+    return warnings
 
 
-def training_tensor(c: Capture, slot: int, x: torch.Tensor, tokens: int) -> list[str]:
-    """Warnings about one loaded training slot: NaN/Inf values, all-zero tokens."""
+def training_rows(c: Capture, slot: int, stats: RowStats, tokens: int) -> list[str]:
+    """Warnings about one training slot, from the pass that read its norms: NaN/Inf values, all-zero tokens."""
     warnings = []
-    bad = int((~torch.isfinite(x)).sum())
-    if bad:
-        warnings.append(f"{c.origin} slot {slot}: {bad} NaN/Inf values in the training tensor")
-    zero = zero_tokens(x)
-    if zero:
-        warnings.append(f"{c.origin} slot {slot}: {_zero_text(zero, tokens, 'training tensor')}")
+    if stats.nonfinite:
+        warnings.append(f"{c.origin} slot {slot}: {stats.nonfinite} NaN/Inf values in the training tensor")
+    if stats.zero_rows:
+        warnings.append(f"{c.origin} slot {slot}: {_zero_text(stats.zero_rows, tokens, 'training tensor')}")
     return warnings
 
 
@@ -83,11 +75,6 @@ def training_set(slots: Slots, train: Dump) -> list[str]:
                     "(the same sample twice?)"
                 )
     return warnings
-
-
-def zero_tokens(x: torch.Tensor) -> int:
-    """How many tokens (rows) of ``x`` are exactly zero: a zero norm is never a real hidden state."""
-    return int((x.abs().amax(dim=-1) == 0).sum()) if x.numel() else 0
 
 
 def _zero_text(zero: int, tokens: int, what: str) -> str:

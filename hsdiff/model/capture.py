@@ -118,6 +118,7 @@ class Capture:
     loader: Callable[[], torch.Tensor] | None = field(default=None, repr=False)
     col_start: int = 0
     col_stop: int | None = None
+    rows: Callable[..., torch.Tensor] | None = field(default=None, repr=False)  # (i0, i1, c0, c1) -> float32
 
     @property
     def boundary(self) -> int | None:
@@ -157,6 +158,18 @@ class Capture:
         if self.col_start or self.col_stop is not None:
             t = t[:, self.col_start : self.col_stop]
         return t
+
+    @property
+    def reads_rows(self) -> bool:
+        """Whether :meth:`read_rows` reads only the rows asked for (else it loads the whole tensor)."""
+        return self.rows is not None
+
+    def read_rows(self, i0: int, i1: int) -> torch.Tensor:
+        """Rows ``[i0, i1)`` of the ``[tokens, width]`` tensor as float32, reading only their bytes when
+        the file allows it (safetensors, memory-mapped ``torch.save``)."""
+        if self.rows is not None:
+            return self.rows(i0, i1, self.col_start, self.col_stop)
+        return self.load()[i0:i1].float()
 
     def replace(self, **changes: Any) -> Capture:
         return dataclasses.replace(self, **changes)

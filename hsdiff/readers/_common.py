@@ -70,6 +70,7 @@ def make_capture(
     key: str | None = None,
     loader: Any = None,
     shape: tuple[int, ...] | None = None,
+    rows: Any = None,
 ) -> Capture:
     return Capture(
         side=ctx.side,
@@ -84,6 +85,7 @@ def make_capture(
         post_norm=post_norm,
         rank=rank,
         loader=loader if loader is not None else entry.loader,
+        rows=rows if rows is not None else (entry.rows if loader is None else None),
     )
 
 

@@ -8,7 +8,10 @@ entry has the final norm applied; files whose metadata says ``index: boundary`` 
 
 from __future__ import annotations
 
+import math
 import re
+from collections.abc import Callable
+from typing import Any
 
 from ..model import Capture, Layer
 from ._common import ReadContext, make_capture, sample_name, token_ids_of
@@ -44,6 +47,21 @@ def _lists(table: Table) -> dict[str, list[Entry]]:
     return out
 
 
+def _plane(e: Entry, b: int, per: int) -> Callable[[], Any]:
+    """Entry ``b`` of a stack; read alone (as float32) when the file allows, not the whole stack."""
+    if e.rows is None:
+        return lambda: e.loader()[b]
+    rows = e.rows
+    return lambda: rows(b * per, (b + 1) * per).reshape(e.shape[1:])
+
+
+def _plane_rows(e: Entry, b: int, per: int) -> Callable[..., Any] | None:
+    if e.rows is None:
+        return None
+    rows = e.rows
+    return lambda i0, i1, c0=0, c1=None: rows(b * per + i0, b * per + i1, c0, c1)
+
+
 def sniff(table: Table) -> bool:
     return bool(_stacks(table) or _lists(table))
 
@@ -56,11 +74,12 @@ def read(table: Table, ctx: ReadContext) -> list[Capture]:
         n = e.shape[0]
         prefix = e.name.rsplit(".", 1)[0] if "." in e.name else ""
         group = sample_name(table.path) + (f":{prefix}" if prefix else "")
+        per = math.prod(e.shape[1:-1])  # rows of one entry of the stack
         for b in range(n):
             post = b == n - 1 and not pre_norm_last
             cap = make_capture(
                 table, e, ctx, fmt=KEY, group=group, token_ids=ids, key=f"{e.name}[{b}]",
-                loader=lambda e=e, b=b: e.loader()[b], shape=e.shape[1:],
+                loader=_plane(e, b, per), shape=e.shape[1:], rows=_plane_rows(e, b, per),
                 layer=None if post else Layer(b, "boundary", "key"), post_norm=post,
             )
             out.append(cap)

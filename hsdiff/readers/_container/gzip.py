@@ -59,6 +59,7 @@ def open_table(path: Path, container: str, *, open_inner: Callable[[Path, str], 
             if inner == "safetensors":  # read now: the temporary file is removed when the table is closed
                 for e in table.entries.values():
                     e.loader = _constant(e.loader())
+                    e.rows = None
         except HsdiffError as e:
             if e.path is None or e.path == str(path):
                 raise

@@ -3,7 +3,8 @@
 :func:`read_safetensors_header` validates the length prefix, that the header is a JSON object
 without NUL bytes, its ``__metadata__``, every entry's dtype, shape and data offsets against the
 file's size, and that the entries tile the data without overlaps or gaps. Tensors are read lazily
-with the ``safetensors`` library.
+with the ``safetensors`` library, or a few rows at a time (:func:`_rows`: one ``pread`` of the rows'
+bytes, converted to float32), so that a multi-GB file is never held in memory.
 """
 
 from __future__ import annotations
@@ -104,13 +105,43 @@ def read_safetensors_header(path: Path) -> dict[str, Any]:
 def open_table(path: Path, container: str = "safetensors") -> Table:
     """Open a safetensors file as a :class:`Table` whose entries load lazily."""
     header = read_safetensors_header(path)
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
     metadata = header.get("__metadata__") or {}
     table = Table(path=path, container="safetensors", metadata={str(k): str(v) for k, v in metadata.items()})
     for name, info in header.items():
         if name != "__metadata__":
             shape = tuple(int(d) for d in info["shape"])
-            table.entries[name] = Entry(name, shape, DTYPES[info["dtype"]], functools.partial(_get, path, name))
+            dtype = DTYPES[info["dtype"]]
+            rows = None
+            if dtype in _FLOATS and shape and shape[-1] > 0:
+                rows = functools.partial(_rows, path, 8 + n + int(info["data_offsets"][0]), shape[-1], dtype, name)
+            table.entries[name] = Entry(name, shape, dtype, functools.partial(_get, path, name), rows)
     return table
+
+
+_FLOATS = ("float64", "float32", "float16", "bfloat16")
+
+
+def _rows(path: Path, start: int, width: int, dtype: str, key: str, i0: int, i1: int, c0: int = 0,
+          c1: int | None = None) -> Any:
+    """Rows ``[i0, i1)`` of a tensor seen as ``[-1, width]``, as float32: only their bytes are read."""
+    import torch
+
+    item = _ITEMSIZE[dtype]
+    buf = bytearray(max(0, i1 - i0) * width * item)
+    try:
+        with open(path, "rb") as f:
+            f.seek(start + i0 * width * item)
+            got = f.readinto(buf)
+    except OSError as e:
+        raise FormatError(f"cannot read tensor {key!r} ({short(e)})", path=path, hint="re-copy the file") from None
+    if got != len(buf):
+        raise FormatError(f"tensor {key!r} is cut short", path=path, hint="the file is truncated; re-copy it")
+    if not buf:
+        return torch.empty((0, width), dtype=torch.float32)[:, c0:c1]
+    t = torch.frombuffer(buf, dtype=getattr(torch, dtype)).view(-1, width)
+    return t[:, c0:c1].float() if c0 or c1 is not None else t.float()
 
 
 def _read_header(f: IO[bytes], n: int, path: Path) -> bytes:

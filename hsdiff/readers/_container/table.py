@@ -10,12 +10,18 @@ from typing import Any
 
 @dataclass
 class Entry:
-    """One tensor inside a file: name, shape, dtype and how to load it."""
+    """One tensor inside a file: name, shape, dtype and how to load it.
+
+    ``rows(i0, i1, c0=0, c1=None)``, when the container can, reads rows ``[i0, i1)`` (columns
+    ``[c0, c1)``) of the tensor seen as ``[prod(shape[:-1]), shape[-1]]`` as float32 without
+    reading the rest of it (bounded memory).
+    """
 
     name: str
     shape: tuple[int, ...]
     dtype: str
     loader: Callable[[], Any]
+    rows: Callable[..., Any] | None = None
 
     @property
     def is_float(self) -> bool:

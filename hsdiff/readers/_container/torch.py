@@ -8,10 +8,13 @@ decodes) to say it.
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import io
+import mmap
 import pickle
 import re
+import sys
 import warnings
 import zipfile
 from pathlib import Path
@@ -58,7 +61,46 @@ def open_table(path: Path, container: str) -> Table:
         ) from None
     table = Table(path=path, container="torch", raw=obj)
     _flatten(obj, "", table, depth=0)
+    if mmap:
+        for entry in table.entries.values():
+            t = entry.loader()
+            if entry.is_float and t.dim() >= 1 and t.shape[-1] > 0 and t.is_contiguous():
+                entry.rows = functools.partial(_mapped_rows, t.reshape(-1, t.shape[-1]))
     return table
+
+
+def _mapped_rows(t: Any, i0: int, i1: int, c0: int = 0, c1: int | None = None) -> Any:
+    """Rows of a memory-mapped ``[N, W]`` tensor as a float32 copy; the mapped pages just read are given
+    back (``MADV_DONTNEED`` on a private file mapping only drops clean pages: a later read maps them
+    again), so the resident memory stays that of one chunk however large the file."""
+    import torch
+
+    part = t[i0:i1]
+    out = part[:, c0:c1].to(torch.float32, copy=True)
+    _release(part.data_ptr(), part.numel() * part.element_size())
+    return out
+
+
+def _release(addr: int, nbytes: int) -> None:
+    page = mmap.PAGESIZE
+    lo, hi = -(-addr // page) * page, (addr + nbytes) // page * page  # whole pages inside the range only
+    if hi > lo and _LIBC is not None:
+        _LIBC.madvise(ctypes.c_void_p(lo), ctypes.c_size_t(hi - lo), _MADV_DONTNEED)
+
+
+def _libc() -> Any:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        lib = ctypes.CDLL(None, use_errno=True)
+        lib.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        return lib
+    except (OSError, AttributeError):  # pragma: no cover - no libc symbols: pages stay mapped until the file closes
+        return None
+
+
+_MADV_DONTNEED = 4
+_LIBC = _libc()
 
 
 def _refusal(path: Path, container: str, e: pickle.UnpicklingError) -> FormatError:
