@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
 
 from .model import Capture, Metrics
-from .rows import RowStats, chunks, extent, gather_columns, read, read_at, source
+from .rows import CHUNK_BYTES, RowStats, chunks, extent, gather_columns, read, read_at, source
 
 __all__ = [
     "SINK_FACTOR",
@@ -33,6 +34,7 @@ __all__ = [
     "score",
     "best_alignment",
     "search_offset",
+    "score_many",
     "sketch",
     "observation_tokens",
     "observation_arrays",
@@ -127,7 +129,7 @@ def id_offsets(infer_ids: Sequence[int], train_ids: Sequence[int]) -> list[int]:
         return []
     out = []
     n = min(a.size, b.size)
-    for o in range(-(a.size - 1), b.size):
+    for o in range(min(0, b.size - a.size), max(0, b.size - a.size) + 1):  # the offsets whose overlap is n long
         i0, i1 = max(0, -o), min(a.size, b.size - o)
         if i1 - i0 < n:
             continue
@@ -136,10 +138,11 @@ def id_offsets(infer_ids: Sequence[int], train_ids: Sequence[int]) -> list[int]:
     return out
 
 
-def _per_token(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _per_token(x: torch.Tensor, y: torch.Tensor, nx: torch.Tensor | None = None, ny: torch.Tensor | None = None
+               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     diff = (x - y).norm(dim=1)
-    ny = y.norm(dim=1)
-    nx = x.norm(dim=1)
+    ny = y.norm(dim=1) if ny is None else ny
+    nx = x.norm(dim=1) if nx is None else nx
     err = diff / ny.clamp_min(_EPS)
     cos = (x * y).sum(dim=1) / (nx * ny).clamp_min(_EPS)
     ratio = nx / ny.clamp_min(_EPS)
@@ -191,6 +194,77 @@ def score(train: TrainSlot, infer: torch.Tensor | Capture, offset: int, stats: R
         a = b
     err, cos, ratio = (torch.cat(p) for p in zip(*parts))
     return _summarise(err, cos, ratio, train.sinks[i0 + offset : i1 + offset], extent(x)[1])
+
+
+def score_many(pairs: Sequence[tuple[TrainSlot, torch.Tensor | Capture, int]],
+               stats: Sequence[RowStats | None] | None = None,
+               errors: list[torch.Tensor | None] | None = None) -> list[Metrics]:
+    """:func:`score` of many ``(train, infer, offset)`` pairs at once, with the same results: pairs of one
+    offset walk the tokens together, so that each chunk of each inference capture and of each training
+    slot is read once (the next chunk on a second thread) and shared by every pair that needs it.
+    ``errors``, when given, receives each pair's per-token errors over its overlap."""
+    out: list[Metrics] = [Metrics.empty()] * len(pairs)
+    by_offset: dict[int, list[int]] = {}
+    for k, (_, _, o) in enumerate(pairs):
+        by_offset.setdefault(o, []).append(k)
+    for o, ks in by_offset.items():
+        span = {k: (max(0, -o), min(extent(pairs[k][1])[0], pairs[k][0].tokens - o)) for k in ks}
+        ks = [k for k in ks if span[k][1] > span[k][0]]
+        if not ks:
+            continue
+        xs = {id(pairs[k][1]): pairs[k][1] for k in ks}
+        ts = {id(pairs[k][0]): pairs[k][0] for k in ks}
+        x_end = {key: max(span[k][1] for k in ks if id(pairs[k][1]) == key) for key in xs}
+        y_end = {key: max(span[k][1] for k in ks if id(pairs[k][0]) == key) for key in ts}
+        lo, hi = min(span[k][0] for k in ks), max(span[k][1] for k in ks)
+        step = max(1, CHUNK_BYTES // (4 * max(extent(x)[1] for x in xs.values())))
+        # the reads in order: per window of rows, the training slots' rows, then each capture's
+        todo: list[tuple[str, int, int]] = []
+        for a in range(lo, hi, step):
+            todo += [("y", key, a) for key in ts if a < y_end[key]] + [("x", key, a) for key in xs if a < x_end[key]]
+        parts: dict[int, list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]] = {k: [] for k in ks}
+
+        def fetch(item: tuple[str, int, int], o: int = o, step: int = step, xs: dict = xs, ts: dict = ts,
+                  x_end: dict = x_end, y_end: dict = y_end) -> torch.Tensor:
+            side, key, a = item
+            if side == "y":
+                return ts[key].rows(a + o, min(a + step, y_end[key]) + o)
+            return read(xs[key], a, min(a + step, x_end[key]))
+
+        ys: dict[int, tuple[int, torch.Tensor]] = {}  # training rows of the current window
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            pending = pool.submit(fetch, todo[0])
+            for n, (side, key, a) in enumerate(todo):
+                got = pending.result()
+                if n + 1 < len(todo):
+                    pending = pool.submit(fetch, todo[n + 1])
+                if side == "y":
+                    if ys and next(iter(ys.values()))[0] != a:
+                        ys = {}
+                    ys[key] = (a, got)
+                    continue
+                x_norm = got.norm(dim=1)
+                for k in ks:
+                    t, x, _ = pairs[k]
+                    if id(x) != key:
+                        continue
+                    i0, i1 = max(a, span[k][0]), min(a + step, span[k][1])
+                    if i1 <= i0:
+                        continue
+                    xc = got[i0 - a : i1 - a]
+                    yc = ys[id(t)][1][i0 - a : i1 - a]
+                    if stats is not None and stats[k] is not None:
+                        stats[k].add(xc, i0)  # type: ignore[union-attr]
+                    parts[k].append(_per_token(xc, yc, x_norm[i0 - a : i1 - a], t.norms[i0 + o : i1 + o]))
+                del got
+        for k in ks:
+            t, x, _ = pairs[k]
+            i0, i1 = span[k]
+            err, cos, ratio = (torch.cat(p) for p in zip(*parts[k]))
+            out[k] = _summarise(err, cos, ratio, t.sinks[i0 + o : i1 + o], extent(x)[1])
+            if errors is not None:
+                errors[k] = err
+    return out
 
 
 def observation_arrays(cap: Capture, width: int) -> tuple[torch.Tensor, list[int], list[int]]:

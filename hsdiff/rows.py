@@ -21,7 +21,7 @@ from .model import Capture
 __all__ = ["CHUNK_BYTES", "RowStats", "chunks", "extent", "gather_columns", "read", "read_at", "source", "threads"]
 
 #: Rows per chunk are chosen so that one chunk of one side holds about this many float32 bytes.
-CHUNK_BYTES = 32 * 2**20
+CHUNK_BYTES = 8 * 2**20
 
 
 @dataclass

@@ -159,4 +159,4 @@ def _pipeline(train: Dump, infer: Dump, opts: Options, family: str, train_path: 
         tolerance=opts.tolerance,
     )
     with threads(1):
-        return profiles.measure(report, train_slots, usable, scores.norms)  # what the pictures draw
+        return profiles.measure(report, train_slots, usable, scores.norms, scores.errors)  # what the pictures draw

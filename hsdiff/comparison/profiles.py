@@ -37,19 +37,21 @@ MAX_CAPTURES = 512
 
 
 Norms = dict[int, tuple[torch.Tensor, torch.Tensor, int]]
+Errors = dict[tuple[int, int, int], torch.Tensor]
 
 
 def measure(report: Report, train_slots: dict[int, list[Capture]], infer: Iterable[Capture],
-            norms: Norms | None = None) -> Report:
+            norms: Norms | None = None, errors: Errors | None = None) -> Report:
     """``report`` with its ``profiles`` filled in (see the module docstring). ``norms`` holds, by ``id``
     of a capture, the per-token norms the comparison already read, their token positions and the token
-    count; a capture it does not cover is read here. When only some rows were read (a large dump
+    count, and ``errors`` the per-token errors of pairs already compared, by ``id`` of the training and
+    inference capture and the offset; what they do not cover is read here. When only some rows were read (a large dump
     checked on a sample of tokens), the row says how many in ``sampled_tokens``."""
     import dataclasses
 
     infer = [c for c in infer if c.observation is None and not c.post_norm]
     profiles = {"norms": _norms(report, train_slots, infer, norms or {}),
-                "tokens": _tokens(report, train_slots, infer, norms or {})}
+                "tokens": _tokens(report, train_slots, infer, norms or {}, errors or {})}
     return dataclasses.replace(report, profiles=profiles)
 
 
@@ -116,7 +118,8 @@ def _train_capture(train_slots: dict[int, list[Capture]], s: SlotResult, usual: 
     return next((c for c in caps if c.group == sample), caps[0] if caps else None)
 
 
-def _tokens(report: Report, train_slots: dict[int, list[Capture]], infer: list[Capture], known: Norms) -> list[dict]:
+def _tokens(report: Report, train_slots: dict[int, list[Capture]], infer: list[Capture], known: Norms,
+            errors: Errors) -> list[dict]:
     best = _best_rows(report.scores)
     out: list[dict] = []
     for s in report.slots:
@@ -134,7 +137,7 @@ def _tokens(report: Report, train_slots: dict[int, list[Capture]], infer: list[C
             train = next((c for c in train_slots.get(s.slot, []) if c.group == sample), None)
             if train is None:
                 continue
-            curve = _curve(train, cap, offset, known)
+            curve = _curve(train, cap, offset, known, errors.get((id(train), id(cap), offset)))
             if curve is not None:
                 curve.update(slot=s.slot, role=role, capture=cap.label(), capture_boundary=cap.boundary,
                              sample=sample, token_offset=offset)
@@ -151,7 +154,7 @@ def _best_rows(scores: Iterable[Score]) -> dict[tuple[int, str], Score]:
     return best
 
 
-def _curve(train: Capture, cap: Capture, offset: int, known: Norms) -> dict | None:
+def _curve(train: Capture, cap: Capture, offset: int, known: Norms, done: torch.Tensor | None) -> dict | None:
     if not cap.dtype.startswith(("float", "bfloat")) or not train.dtype.startswith(("float", "bfloat")):
         return None
     x, y_src = source(cap), source(train)
@@ -164,14 +167,16 @@ def _curve(train: Capture, cap: Capture, offset: int, known: Norms) -> dict | No
     kept = min(i1 - i0, MAX_TOKENS)
     errs, norms = [], []
     a = i0
-    for xc in chunks(x, i0, i0 + kept):  # only the tokens kept are read
+    if done is not None and done.numel() == i1 - i0:  # computed while the pair was verified
+        errs, a = [done[:kept]], i0 + kept
+    for xc in chunks(x, a, i0 + kept):  # only the tokens kept are read
         y = read(y_src, a + offset, a + offset + xc.shape[0])
         ny = y.norm(dim=1)
         errs.append((xc - y).norm(dim=1) / ny.clamp_min(1e-12))
         norms.append(ny)
         a += xc.shape[0]
     err = torch.cat(errs)
-    sinks = _sinks_of(train, known, torch.cat(norms), i0 + offset, i0 + offset + kept)
+    sinks = _sinks_of(train, known, torch.cat(norms) if norms else torch.zeros(0), i0 + offset, i0 + offset + kept)
     return {
         "first_token": i0 + offset,
         "error": [_sig(v) for v in err.tolist()],

@@ -25,12 +25,15 @@ Progress = Callable[[str, int, int], None]
 class Scores:
     """Per training slot, the best candidate of each inference capture (best first); every scored
     pair; the warnings that reading and validating the tensors raised; and, by ``id`` of a capture, the
-    per-token norms of the rows read with their positions and the token count (for the profiles)."""
+    per-token norms of the rows read with their positions and the token count, and by ``id`` of the
+    training and inference capture and the offset, the per-token errors of pairs verified in one pass
+    (both for the profiles)."""
 
     candidates: dict[int, list[Candidate]]
     rows: tuple[Score, ...]
     warnings: tuple[str, ...]
     norms: dict[int, tuple[torch.Tensor, torch.Tensor, int]] = field(default_factory=dict)  # see norms_read
+    errors: dict[tuple[int, int, int], torch.Tensor] = field(default_factory=dict)  # (train, capture, offset)
 
 
 #: Above this many bytes of full-precision work (float32, both sides, every pair), pairs are first
@@ -40,7 +43,7 @@ SKETCH_ABOVE = 256 * 2**20
 SKETCH_TOKENS = 64
 #: Per training slot, pairs are verified in full, best first by their current error (the full one
 #: once verified, else the sample's), until the best pairs of this many layers are all verified.
-VERIFY_LAYERS = 4
+VERIFY_LAYERS = 3
 
 
 @dataclass(eq=False)
@@ -82,9 +85,10 @@ def score_all(slots: Slots, infer: list[Capture], tolerance: float, progress: Pr
     jobs, partial, ids_failed, homes, train_warn = _plan(slots, infer, sources, progress)
     warnings += train_warn
     work = sum(_work(j, sources) for j in jobs)
+    errors: dict[tuple[int, int, int], torch.Tensor] = {}
     if work > SKETCH_ABOVE:
         _sketch(jobs, sources, stats, progress)
-        _verify_shortlist(jobs, sources, stats, set(verify), progress)
+        _verify_shortlist(jobs, sources, stats, set(verify), progress, errors)
     else:
         for c in infer:
             src = sources.get(id(c))
@@ -125,7 +129,7 @@ def score_all(slots: Slots, infer: list[Capture], tolerance: float, progress: Pr
         got = st.norms_read()
         if got is not None and st.tokens is not None:
             norms[key] = (got[0], got[1], st.tokens)
-    return Scores(dict(out), tuple(rows), tuple(warnings), norms)
+    return Scores(dict(out), tuple(rows), tuple(warnings), norms, errors)
 
 
 def _plan(slots: Slots, infer: list[Capture], sources: dict[int, torch.Tensor | Capture | None],
@@ -151,10 +155,13 @@ def _plan(slots: Slots, infer: list[Capture], sources: dict[int, torch.Tensor | 
             progress("reading training samples", si, n)
         train_ids = next((c.token_ids for c in slot_caps.values() if c.token_ids), None)
         plan = []
+        known: dict[tuple[int, ...], list[int]] = {}  # captures of one forward pass share their ids
         for c in infer:
             offsets = None
             if c.token_ids and train_ids:
-                offsets = align.id_offsets(c.token_ids, train_ids)
+                if c.token_ids not in known:
+                    known[c.token_ids] = align.id_offsets(c.token_ids, train_ids)
+                offsets = list(known[c.token_ids])
                 if not offsets:
                     ids_failed.add(c.group)
                     if homes.get(c.group):
@@ -230,9 +237,11 @@ def _sketch(jobs: list[_Job], sources: dict[int, torch.Tensor | Capture | None],
 
 
 def _verify_shortlist(jobs: list[_Job], sources: dict[int, torch.Tensor | Capture | None],
-                      stats: dict[int, RowStats], verify: set[int], progress: Progress | None) -> None:
+                      stats: dict[int, RowStats], verify: set[int], progress: Progress | None,
+                      errors: dict[tuple[int, int, int], torch.Tensor]) -> None:
     """Verify, per slot, the pairs of the best :data:`VERIFY_LAYERS` layers by current error until they
-    are all verified, and every pair whose capture sits at a boundary in ``verify``."""
+    are all verified, and every pair whose capture sits at a boundary in ``verify``; ``errors`` receives
+    their per-token errors (the pictures' curves)."""
     by_slot: dict[int, list[_Job]] = defaultdict(list)
     for j in jobs:
         by_slot[j.slot].append(j)
@@ -249,11 +258,21 @@ def _verify_shortlist(jobs: list[_Job], sources: dict[int, torch.Tensor | Captur
                     todo.append(j)
         if not todo:
             break
+        if progress:
+            progress("verifying pairs", done, done + len(todo))
+        one = [j for j in todo if j.result is not None and (not j.offsets or len(j.offsets) == 1)]
         for j in todo:
-            if progress:
-                progress("verifying pairs", done, done + len(todo))
-            _verify(j, sources, stats)
-            done += 1
+            if j not in one:  # several offsets the ids allow: each is scored in full
+                _verify(j, sources, stats)
+        # one offset (from the ids, or the value search the sample already ran): verified together
+        errs: list[torch.Tensor | None] = [None] * len(one)
+        found = align.score_many([(j.train, sources[id(j.capture)], j.result[0]) for j in one],  # type: ignore[misc,index]
+                                 [stats[id(j.capture)] for j in one], errs)
+        for j, m, e in zip(one, found, errs):
+            j.result, j.verified = (j.result[0], m), True  # type: ignore[index]
+            if e is not None:
+                errors[(id(j.train.capture), id(j.capture), j.result[0])] = e
+        done += len(todo)
     if progress:
         progress("verifying pairs", done, done)
 

@@ -1,0 +1,111 @@
+"""Large dumps: rows read alone (bounded memory), and the sample-then-verify path giving the answers,
+and the metrics, that scoring every pair in full gives. Small generated pairs stand in for multi-GB
+ones by lowering the threshold above which the sample is taken. No timing is asserted."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors import safe_open
+
+from hsdiff import compare
+from hsdiff.comparison import scoring
+from hsdiff.model import INFER, TRAIN
+from hsdiff.readers import scan
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks import gen  # noqa: E402
+
+SEED = ROOT / "fixtures" / "seed"
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    mp = pytest.MonkeyPatch()
+    mp.setenv("HSDIFF_BENCH_CACHE", str(tmp_path_factory.mktemp("bench-cache")))
+    src = gen.load_source()
+    noids, ids = gen.window(src, 240, 96, 37, 576)
+    yield {"pair": gen.pair(src, 320, 576), "window": noids, "window-ids": ids}
+    mp.undo()
+
+
+def _both(monkeypatch, train, infer, **kw):
+    monkeypatch.setattr(scoring, "SKETCH_ABOVE", 1 << 62)
+    full = compare(train, infer, **kw)
+    monkeypatch.setattr(scoring, "SKETCH_ABOVE", 0)
+    return full, compare(train, infer, **kw)
+
+
+def _answer(report):
+    out = []
+    for s in report.slots:
+        m = s.match
+        out.append((s.slot, s.status, s.boundary_index, round(s.confidence, 6),
+                    None if m is None else (m.capture.label(), m.sample, m.offset, m.metrics),
+                    None if s.runner_up is None else (s.runner_up.capture.label(), s.runner_up.metrics)))
+    return report.verdict, report.cause, out, report.warnings
+
+
+@pytest.mark.parametrize("case, ids", [("pair", "1,14,26"), ("pair", "2,15,27"), ("window", "1,14,26"),
+                                       ("window-ids", None)])
+def test_sample_then_verify_gives_the_full_answer(data, monkeypatch, case, ids):
+    p = data[case]
+    full, sketched = _both(monkeypatch, p.train, p.infer, **({"layer_ids": ids} if ids else {}))
+    assert _answer(sketched) == _answer(full)
+    assert [s.boundary_index for s in full.slots] == list(gen.TRAIN_B)
+    if case.startswith("window"):
+        assert {s.match.offset for s in full.slots} == {37}
+    # the pairs not verified say how few tokens they rest on (with ids: most of them)
+    tokens = {(r.slot, r.capture): r.metrics.tokens for r in sketched.scores}
+    full_tokens = {(r.slot, r.capture): r.metrics.tokens for r in full.scores}
+    assert all(t <= scoring.SKETCH_TOKENS for k, t in tokens.items() if t != full_tokens[k])
+    if case == "pair":
+        assert sum(t == full_tokens[k] for k, t in tokens.items()) < len(tokens) / 2
+    # the pictures' norm profiles say when they rest on a sample
+    rows = {r["capture"]: r for r in sketched.profiles["norms"] if r["side"] == "infer"}
+    if case == "pair":
+        assert any("sampled_tokens" in r for r in rows.values())
+    assert sketched.profiles["tokens"] == full.profiles["tokens"]
+
+
+def test_sample_then_verify_on_the_seed_story(monkeypatch):
+    full, sketched = _both(monkeypatch, SEED / "train", SEED / "infer-wrong", layer_ids="-1,2,30")
+    assert _answer(sketched) == _answer(full)
+    assert full.verdict == "mismatch"
+
+
+def test_rows_are_read_alone_and_equal_the_whole_tensor(data):
+    p = data["pair"]
+    stack = scan(p.infer, INFER).captures
+    with safe_open(str(p.infer), "pt") as f:
+        whole = f.get_tensor("hidden_states").float()
+    b = stack[15]
+    assert b.reads_rows and torch.equal(b.read_rows(10, 42), whole[15, 10:42])
+    assert torch.equal(b.load(), whole[15])
+    train = scan(p.train, TRAIN).captures[0].split(576)[2]
+    aux = torch.load(next(p.train.rglob("data_0.ckpt")), weights_only=True)["aux_hidden_state"][0].float()
+    assert train.reads_rows and torch.equal(train.read_rows(5, 70), aux[5:70, 2 * 576 :])
+
+
+def test_nan_and_zero_rows_are_counted_from_the_rows_read(tmp_path):
+    from safetensors.torch import save_file
+
+    x = torch.randn(40, 64)
+    x[3, 7] = float("nan")
+    x[11] = 0
+    save_file({"hidden_states.layer_2": x.to(torch.bfloat16)}, str(tmp_path / "a.safetensors"))
+    cap = scan(tmp_path / "a.safetensors", INFER).captures[0]
+    from hsdiff.rows import RowStats, chunks
+
+    st = RowStats(40)
+    a = 0
+    for c in chunks(cap, 0, 40, step=7):
+        st.add(c, a)
+        st.add(c, a)  # read twice, counted once
+        a += c.shape[0]
+    assert (st.rows, st.nonfinite, st.zero_rows, st.nonzero) == (40, 1, 1, True)
