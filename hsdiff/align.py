@@ -15,7 +15,7 @@ the sink token alone adjacent middle boundaries differ by under 1 %.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
@@ -198,11 +198,13 @@ def score(train: TrainSlot, infer: torch.Tensor | Capture, offset: int, stats: R
 
 def score_many(pairs: Sequence[tuple[TrainSlot, torch.Tensor | Capture, int]],
                stats: Sequence[RowStats | None] | None = None,
-               errors: list[torch.Tensor | None] | None = None) -> list[Metrics]:
+               errors: list[torch.Tensor | None] | None = None,
+               progress: Callable[[int, int], None] | None = None) -> list[Metrics]:
     """:func:`score` of many ``(train, infer, offset)`` pairs at once, with the same results: pairs of one
     offset walk the tokens together, so that each chunk of each inference capture and of each training
     slot is read once (the next chunk on a second thread) and shared by every pair that needs it.
-    ``errors``, when given, receives each pair's per-token errors over its overlap."""
+    ``errors``, when given, receives each pair's per-token errors over its overlap; ``progress`` is
+    called with the chunks read so far and their number."""
     out: list[Metrics] = [Metrics.empty()] * len(pairs)
     by_offset: dict[int, list[int]] = {}
     for k, (_, _, o) in enumerate(pairs):
@@ -235,6 +237,8 @@ def score_many(pairs: Sequence[tuple[TrainSlot, torch.Tensor | Capture, int]],
         with ThreadPoolExecutor(max_workers=1) as pool:
             pending = pool.submit(fetch, todo[0])
             for n, (side, key, a) in enumerate(todo):
+                if progress is not None:
+                    progress(n, len(todo))
                 got = pending.result()
                 if n + 1 < len(todo):
                     pending = pool.submit(fetch, todo[n + 1])

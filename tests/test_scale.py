@@ -109,3 +109,24 @@ def test_nan_and_zero_rows_are_counted_from_the_rows_read(tmp_path):
         st.add(c, a)  # read twice, counted once
         a += c.shape[0]
     assert (st.rows, st.nonfinite, st.zero_rows, st.nonzero) == (40, 1, 1, True)
+
+
+def test_progress_is_a_plain_callable_and_quiet_off_a_terminal(data, monkeypatch, capsys):
+    from hsdiff.cli._options import progress_printer
+
+    monkeypatch.setattr(scoring, "SKETCH_ABOVE", 0)
+    seen: list[tuple[str, int, int]] = []
+    p = data["pair"]
+    compare(p.train, p.infer, layer_ids="1,14,26", progress=lambda what, i, n: seen.append((what, i, n)))
+    steps = {w for w, _, _ in seen}
+    assert {"reading training samples", "sampling pairs", "verifying pairs"} <= steps
+    assert all(any(w == s and i == n for w, i, n in seen) for s in ("sampling pairs", "verifying pairs"))
+    assert progress_printer(None) is None  # stderr is not a terminal under pytest
+    quick = progress_printer(True, after=3600)
+    assert quick is not None
+    quick("sampling pairs", 1, 2)
+    slow = progress_printer(True, after=0)
+    assert slow is not None
+    slow("verifying pairs", 2, 2)
+    err = capsys.readouterr().err
+    assert "sampling" not in err and "hsdiff: verifying pairs 2/2" in err

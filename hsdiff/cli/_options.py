@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -102,13 +103,20 @@ dump_options = _stack(
 )
 
 
-def progress_printer(enabled: bool | None) -> Callable[[str, int, int], None] | None:
+def progress_printer(enabled: bool | None, after: float = 1.0) -> Callable[[str, int, int], None] | None:
+    """A progress callback printing to stderr (by default only when it is a terminal); a step is shown
+    once the run has taken ``after`` seconds, so that quick runs print nothing."""
     if enabled is None:
         enabled = sys.stderr.isatty()
     if not enabled:
         return None
+    start = time.monotonic()
+    shown: set[str] = set()
 
     def show(what: str, i: int, n: int) -> None:
+        if time.monotonic() - start < after and what not in shown:
+            return
+        shown.add(what)
         end = "\n" if i >= n else "\r"
         click.echo(f"hsdiff: {what} {i}/{n}", err=True, nl=False)
         click.echo(end, err=True, nl=False)

@@ -267,7 +267,8 @@ def _verify_shortlist(jobs: list[_Job], sources: dict[int, torch.Tensor | Captur
         # one offset (from the ids, or the value search the sample already ran): verified together
         errs: list[torch.Tensor | None] = [None] * len(one)
         found = align.score_many([(j.train, sources[id(j.capture)], j.result[0]) for j in one],  # type: ignore[misc,index]
-                                 [stats[id(j.capture)] for j in one], errs)
+                                 [stats[id(j.capture)] for j in one], errs,
+                                 None if progress is None else lambda i, n: progress("verifying pairs (chunks)", i, n))
         for j, m, e in zip(one, found, errs):
             j.result, j.verified = (j.result[0], m), True  # type: ignore[index]
             if e is not None:
