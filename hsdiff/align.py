@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from .model import Capture, Metrics
-from .rows import CHUNK_BYTES, RowStats, chunks, extent, gather_columns, read, read_at, source
+from .rows import CHUNK_BYTES, RowStats, chunks, extent, gather_columns, give_back_freed_memory, read, read_at, source
 
 __all__ = [
     "SINK_FACTOR",
@@ -245,6 +245,7 @@ def score_many(pairs: Sequence[tuple[TrainSlot, torch.Tensor | Capture, int]],
                 if side == "y":
                     if ys and next(iter(ys.values()))[0] != a:
                         ys = {}
+                        give_back_freed_memory()
                     ys[key] = (a, got)
                     continue
                 x_norm = got.norm(dim=1)

@@ -220,20 +220,28 @@ def _verify_all(jobs: list[_Job], sources: dict[int, torch.Tensor | Capture | No
 def _sketch(jobs: list[_Job], sources: dict[int, torch.Tensor | Capture | None], stats: dict[int, RowStats],
             progress: Progress | None) -> None:
     """Every pair's metrics on a sample of :data:`SKETCH_TOKENS` ordinary tokens (rows read alone)."""
-    cache: dict[int, dict[int, torch.Tensor]] = defaultdict(dict)
+    cache: dict[int, dict[int, torch.Tensor]] = {}  # rows read of the capture at hand (its jobs are consecutive)
     for i, j in enumerate(jobs):
         if progress:
             progress("sampling pairs", i, len(jobs))
         src = sources[id(j.capture)]
         assert src is not None
+        if id(j.capture) not in cache:
+            _count_sampled(cache, stats)
+            cache = {id(j.capture): {}}
         offsets = j.offsets or [align.search_offset(j.train, src)]
         tried = [(o, align.sketch(j.train, src, o, SKETCH_TOKENS, cache[id(j.capture)])) for o in offsets]
         j.result = min(tried, key=lambda r: (_err(r[1]), abs(r[0])))
+    _count_sampled(cache, stats)
     if progress:
         progress("sampling pairs", len(jobs), len(jobs))
+
+
+def _count_sampled(cache: dict[int, dict[int, torch.Tensor]], stats: dict[int, RowStats]) -> None:
     for key, rows in cache.items():
         pos = sorted(rows)
-        stats[key].add_at(torch.stack([rows[r] for r in pos]), pos)
+        if pos:
+            stats[key].add_at(torch.stack([rows[r] for r in pos]), pos)
 
 
 def _verify_shortlist(jobs: list[_Job], sources: dict[int, torch.Tensor | Capture | None],
