@@ -15,6 +15,7 @@ import torch
 from .. import align
 from ..model import Candidate, Capture, Metrics, NormCheck, PrintedEvidence, Score
 from ..rows import RowStats, chunks, extent
+from ..verify import score_many, sketch
 from . import validate
 from .slots import Slots
 
@@ -230,7 +231,7 @@ def _sketch(jobs: list[_Job], sources: dict[int, torch.Tensor | Capture | None],
             _count_sampled(cache, stats)
             cache = {id(j.capture): {}}
         offsets = j.offsets or [align.search_offset(j.train, src)]
-        tried = [(o, align.sketch(j.train, src, o, SKETCH_TOKENS, cache[id(j.capture)])) for o in offsets]
+        tried = [(o, sketch(j.train, src, o, SKETCH_TOKENS, cache[id(j.capture)])) for o in offsets]
         j.result = min(tried, key=lambda r: (_err(r[1]), abs(r[0])))
     _count_sampled(cache, stats)
     if progress:
@@ -274,7 +275,7 @@ def _verify_shortlist(jobs: list[_Job], sources: dict[int, torch.Tensor | Captur
                 _verify(j, sources, stats)
         # one offset (from the ids, or the value search the sample already ran): verified together
         errs: list[torch.Tensor | None] = [None] * len(one)
-        found = align.score_many([(j.train, sources[id(j.capture)], j.result[0]) for j in one],  # type: ignore[misc,index]
+        found = score_many([(j.train, sources[id(j.capture)], j.result[0]) for j in one],  # type: ignore[misc,index]
                                  [stats[id(j.capture)] for j in one], errs,
                                  None if progress is None else lambda i, n: progress("verifying pairs (chunks)", i, n))
         for j, m, e in zip(one, found, errs):
