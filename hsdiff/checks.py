@@ -22,6 +22,7 @@ from . import conventions as conv
 from .configs import boundaries_read, built_fc_width, config_value, fc_width
 from .errors import HsdiffError, InputError
 from .gate_model import ERROR, INFO, WARNING, Check, IdsSource
+from .serving import as_written, serve
 
 __all__ = ["CHECKS", "CHECK_NAMES", "CheckInput", "static_checks"]
 
@@ -176,7 +177,11 @@ def _sorted(c: CheckInput) -> Finding:
     if c.ids.fallback or not ids or ids == sorted(ids):
         return _ok("the ids are in ascending order")
     title = conv.rule(engine).title
-    b = _safe_reading(ids, engine, c.num_layers, c.family) or []
+    b = _safe_reading(ids, engine, c.num_layers, c.family, c.version) or []
+    if b and as_written(ids, engine, num_layers=c.num_layers, model_family=c.family, version=c.version):
+        return _ok(f"{ids} is written with id {ids[0]} first, as {conv.applied(engine, c.family, c.version).label} "
+                   f"needs for B1 (id 1 first would add 1 to every id); {title} captures "
+                   f"{conv.boundary_list(sorted(set(b)), c.num_layers)} in layer order")
     return _fail(ERROR, f"{ids} is not ascending: {title} captures in layer order, so its slots hold B{sorted(set(b))} while "
                  f"the list names B{b}; a trainer that concatenated in list order fed the draft's fc permuted blocks. "
                  f"Write them ascending ({sorted(ids)}) after checking the training order with hsdiff compare.")
@@ -224,19 +229,15 @@ def _capturable(c: CheckInput) -> Finding:
     title = conv.rule(engine).title
     applied = conv.applied(engine, family, c.version)
     inside = [(i, b) for i, b in zip(ids, reading) if 0 <= b <= L or (applied.names_final and b == L + 1)]
-    bad = [(i, b) for i, b in inside if not conv.capturable(b, engine, L, family, c.version)]
+    served = serve([b for _, b in inside], engine, num_layers=L, model_family=family, version=c.version)
+    lost = {b: o for o in served.obstacles if o.kind == "uncapturable" for b in o.boundaries}
+    bad = [(i, b) for i, b in inside if b in lost]
     if not bad:
         return _ok(f"every boundary is one {title} can capture")
-    last = [(i, b) for i, b in bad if b == L]
-    if last:
-        what = ", ".join(f"id {i} → B{b}" for i, b in last)
-        return _fail(ERROR, f"{what} ({conv.describe_boundary(L, L)}): {title} ({applied.label}) captures before each "
-                     f"layer runs, so nothing captures B{L} and the slot stays empty (the fc concat fails or the draft "
-                     "gets garbage, as in SGLang #32334). Use an engine that captures the last layer (vLLM) or retrain "
-                     f"on capturable layers. Source: {applied.source}")
-    what = ", ".join(f"id {i} → {conv.name_boundary(b, L)}" for i, b in bad)
-    return _fail(ERROR, f"{what}: {title} ({applied.label}) has no id for that tensor, so the slot stays empty or the "
-                 f"engine raises. Source: {applied.source}")
+    what = ", ".join(f"id {i} → B{b}" if b <= L else f"id {i} (the final post-norm state)" for i, b in bad)
+    why = " ".join(dict.fromkeys(lost[b].sentence() for _, b in bad))
+    return _fail(ERROR, f"{what}: the slot stays empty or the engine raises (the fc concat fails or the draft gets "
+                 f"garbage, as in SGLang #32334). {why}")
 
 
 def _embeddings(c: CheckInput) -> Finding:

@@ -24,6 +24,7 @@ from typing import Any, cast
 from . import conventions as conv
 from .errors import ConfigError, InputError
 from .gate_model import IdsSource
+from .serving import serve
 
 __all__ = [
     "read_json",
@@ -237,8 +238,8 @@ def read_ids(
                           f"{r.title} reads {conv.key_name(key)} = [] and captures no layer at all: the draft "
                           "receives no hidden states")
         b = conv.slot_order(boundaries_read(ids, engine, num_layers, family, version), engine, num_layers, version)
-        note = (f"{r.title} {version} reads {conv.key_name(key)} = {ids} from {path}, i.e. captures B{b} "
-                f"(rule: {applied.label})")
+        note = (f"{r.title} {version} reads {conv.key_name(key)} = {ids} from {path}, i.e. captures "
+                f"{_captured(b, engine, num_layers, family, version)} (rule: {applied.label})")
         return source(ids, b, conv.key_name(key), False, note)
     if num_layers is None:
         raise ConfigError(
@@ -253,6 +254,25 @@ def read_ids(
     if engine == "vllm":
         note += " (a silent fallback like this cost vLLM #50170 nearly all acceptance)"
     return source(ids, b, None, True, note)
+
+
+def _captured(b: Sequence[int], engine: str, num_layers: int | None, family: str | None, version: str) -> str:
+    """The boundaries ``engine`` captures, in words; those it cannot (:func:`hsdiff.serving.serve`) are
+    named apart, not listed as captured."""
+    plain = "B[" + ", ".join(map(str, b)) + "]"
+    final = conv.applied(engine, family, version).names_final
+    if num_layers is not None and any(x < 0 or x > num_layers and not (final and x == num_layers + 1) for x in b):
+        return plain  # out of range: the ids-in-range check says so
+    try:
+        served = serve(b, engine, num_layers=num_layers, model_family=family, version=version)
+    except InputError:  # a rule that needs what is not known
+        return plain
+    lost = [x for o in served.obstacles if o.kind == "uncapturable" for x in o.boundaries]
+    kept = [x for x in b if x not in lost]
+    if not lost:
+        return conv.boundary_list(b, num_layers)
+    return (f"{conv.boundary_list(kept, num_layers)} only: it cannot capture "
+            + ", ".join(conv.name_boundary(x, num_layers) for x in dict.fromkeys(lost)))
 
 
 # --------------------------------------------------------------------------- the draft's fc width

@@ -55,7 +55,7 @@ __all__ = [
     "EngineInfo", "Rule", "rule", "applied", "parse_version", "default_version", "version_tuple", "version_for", "versions", "normalize_family",
     "family_from_config", "to_boundary", "from_boundary", "translate", "default_ids", "default_boundaries",
     "final_boundary", "capturable", "max_capturable", "needs_num_layers", "slot_order", "describe_boundary",
-    "name_boundary", "parse_ids", "config_keys", "write_key", "key_name",
+    "name_boundary", "boundary_list", "parse_ids", "config_keys", "write_key", "key_name",
 ]
 
 NESTED_KEY, TOP_KEY = NESTED, TOP
@@ -340,12 +340,18 @@ def from_boundary(
     """The ids to configure on ``engine`` so that it captures ``boundaries``.
 
     An entry is ``None`` where the boundary is unknown or the engine cannot capture it (B = L on
-    SGLang's llama rule, the embeddings on TensorRT-LLM, B = 1 first on SGLang's DeepSeek rule...).
+    SGLang's llama rule, the embeddings on TensorRT-LLM, B1 alone on SGLang's DeepSeek rule...).
+    The ids follow ``boundaries`` one for one, except on SGLang's DeepSeek rule when B1 comes first:
+    id 1 first would add 1 to every id, so the next layer's id is written first instead (the engine
+    captures in layer order either way). Whether the engine can serve the list, order included, is
+    :func:`hsdiff.serving.serve`.
 
     >>> from_boundary([3, 31, 59], "sglang")
     [2, 30, 58]
     >>> from_boundary([2, 15, 30], "sglang", num_layers=30)
     [1, 14, None]
+    >>> from_boundary([1, 24, 44], "sglang", num_layers=61, model_family="deepseek")
+    [24, 1, 44]
     """
     info = rule(engine)
     fam = model_family if info.key in ("sglang", "specforge", "vllm") else None
@@ -353,10 +359,18 @@ def from_boundary(
     known = [b for b in boundaries if b is not None]
     _check_range(known, num_layers)
     ok = [b for b in known if capturable(b, info.key, num_layers, fam, version)]
+    order = list(range(len(boundaries)))
     if r.reading == DEEPSEEK:
         first = ok[0] if ok else None
         if first == 1:
-            return [None for _ in boundaries]  # B 1 first can be written neither way
+            # id 1 first would switch on +1, so another id goes first: the engine captures in layer
+            # order whatever the order of the list (sglang==0.5.23 deepseek_v2.py:3176-3194)
+            other = next((j for j, b in enumerate(boundaries) if b is not None and b != 1
+                          and capturable(b, info.key, num_layers, fam, version)), None)
+            if other is None:
+                return [None for _ in boundaries]  # B1 alone can be written neither way
+            j0 = boundaries.index(1)
+            order[j0], order[other] = order[other], order[j0]
         shift = 1 if first == 2 else 0  # conventional O-index form [1, ...]: ids[0] == 1 triggers +1
     elif r.reading == GPT_OSS:
         L = _needs_layers(num_layers, "SGLang's gpt-oss rule")
@@ -364,7 +378,7 @@ def from_boundary(
     else:
         shift = 1 if r.reading == OUTPUT else 0
     out: list[int | None] = []
-    for b in boundaries:
+    for b in (boundaries[j] for j in order):
         if b is None or not capturable(b, info.key, num_layers, fam, version):
             out.append(None)
         elif num_layers is not None and b == final_boundary(num_layers):
@@ -466,8 +480,17 @@ def name_boundary(b: int | None, num_layers: int | None = None) -> str:
     if num_layers is not None and b == num_layers:
         return f"B{b} (the last layer's output before the final norm)"
     if num_layers is not None and b == final_boundary(num_layers):
-        return f"B{b} (the final hidden state after the norm)"
+        return "the final hidden state after the norm"
     return f"B{b} (the output of layer {b - 1})"
+
+
+def boundary_list(bs: Sequence[int | None], num_layers: int | None = None) -> str:
+    """Boundaries for sentences: ``"B[3, 31]"``; the final post-norm state by name, not by its internal
+    index L + 1: ``"[the final post-norm state, B3, B31]"``."""
+    final = None if num_layers is None else final_boundary(num_layers)
+    if final is None or final not in bs:
+        return "B[" + ", ".join("?" if b is None else str(b) for b in bs) + "]"
+    return "[" + ", ".join("?" if b is None else "the final post-norm state" if b == final else f"B{b}" for b in bs) + "]"
 
 
 def parse_ids(text: str | Sequence[int], *, what: str = "--layer-ids") -> list[int]:

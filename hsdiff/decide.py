@@ -37,6 +37,7 @@ from .model import (
     Verdict,
     pct,
 )
+from .serving import serve
 
 __all__ = [
     "NOISE_TOLERANCE",
@@ -234,10 +235,14 @@ def _against_config(d: SlotDecision, b: int | None, evidence: Evidence, cfg_b: l
     return (Status.AMBIGUOUS if d.status == Status.AMBIGUOUS else Status.UNVERIFIED), note
 
 
-def verdict(results: Sequence[SlotResult], configured: Configured | None) -> Verdict:
+def verdict(results: Sequence[SlotResult], configured: Configured | None,
+            recommended: Recommendation | None = None) -> Verdict:
     """OK only when every slot equals what the engine captures (or, with no configuration, every slot
-    was identified by value); MISMATCH when a slot differs or nothing matched at all."""
+    was identified by value) and the engine can serve the slots (``recommended.unservable`` empty);
+    MISMATCH when a slot differs, the engine cannot serve them, or nothing matched at all."""
     if not any(r.match is not None for r in results):
+        return Verdict.MISMATCH
+    if recommended is not None and recommended.unservable:
         return Verdict.MISMATCH
     if configured is not None:
         if any(r.status == Status.MISMATCH for r in results):
@@ -251,26 +256,17 @@ def verdict(results: Sequence[SlotResult], configured: Configured | None) -> Ver
 def recommend(engine: str, family: str, boundaries: Sequence[int | None],
               num_layers: int | None, version: str | None = None) -> tuple[Recommendation, list[str]]:
     """The ids that make ``engine`` capture ``boundaries``, the same layers on every engine, and
-    warnings for boundaries an engine cannot capture or an order no engine reproduces."""
-    warnings = []
-    ids = conv.from_boundary(list(boundaries), engine, num_layers=num_layers, model_family=family, version=version)
-    for b, i in zip(boundaries, ids):
-        if b is not None and i is None:
-            warnings.append(
-                f"{conv.rule(engine).title} ({family}) cannot capture B{b} ({conv.describe_boundary(b, num_layers)}); "
-                "the draft needs an engine that captures it, or retraining on capturable layers"
-            )
-    known = [b for b in boundaries if b is not None]
-    if known != sorted(known):
-        warnings.append("training slots are not in ascending layer order, but engines concatenate captures ascending")
+    warnings for what stands in the way of serving them (:func:`hsdiff.serving.serve`)."""
+    served = serve(list(boundaries), engine, num_layers=num_layers, model_family=family, version=version)
     by_engine: dict[str, list[int | None]] = {}
     for e in conv.ENGINES:
         try:
-            by_engine[e] = conv.from_boundary(list(boundaries), e, num_layers=num_layers,
-                                              model_family=family if e in ("sglang", "specforge") else None)
+            by_engine[e] = list(serve(list(boundaries), e, num_layers=num_layers,
+                                      model_family=family if e in ("sglang", "specforge") else None).ids)
         except InputError:  # a rule that needs the layer count, which is not known
             by_engine[e] = [None] * len(boundaries)
-    return Recommendation(engine, family, tuple(ids), tuple(boundaries), by_engine), warnings
+    return Recommendation(engine, family, served.ids, tuple(boundaries), by_engine, tuple(served.sentences())), \
+        list(served.notes)
 
 
 def count_warning(configured: Configured | None, k: int) -> list[str]:

@@ -71,6 +71,8 @@ def _cause(verdict: Verdict, results: Sequence[SlotResult], configured: Configur
             "different tensors. Check post-norm vs pre-norm (HF's last hidden state has the final norm applied), "
             "that both ran the same weights, and that the same sample was replayed."
         )
+    if recommended.unservable:  # no id list serves the training slots: that is the cause, whatever is configured
+        return " ".join(recommended.unservable)
     if configured is not None:
         cfg = list(configured.boundary_indices)
         ids = list(configured.ids)

@@ -25,6 +25,7 @@ from typing import Any
 from . import conventions as conv
 from .configs import config_value, parse_json, read_json
 from .errors import ConfigError, InputError
+from .serving import as_written, serve
 
 __all__ = ["FixResult", "fix_config", "ids_from_report", "ReportIds"]
 
@@ -100,14 +101,14 @@ def ids_from_report(path: str | os.PathLike, engine: str, *, model_family: str |
     family = None
     if rule_key(engine) in ("sglang", "specforge"):  # SGLang's family rules (SpecForge captures through SGLang)
         family = model_family or rec.get("model_family") or (report.get("inputs") or {}).get("model_family")
-    out = conv.from_boundary([int(b) for b in bs], engine, num_layers=L, model_family=family, version=version)
-    if any(i is None for i in out):
-        missing = [b for b, i in zip(bs, out) if i is None]
+    served = serve([int(b) for b in bs], engine, num_layers=L, model_family=family, version=version)
+    if not served.ok or any(i is None for i in served.ids):
         raise InputError(
-            f"{conv.rule(engine).title} cannot capture B{missing}, which the draft was trained on", path=p,
-            hint="serve the draft on an engine that captures those layers, or retrain on capturable ones",
+            "no ids make the engine feed the draft what it was trained on: " + " ".join(served.sentences()), path=p,
+            hint="serve the draft where the report says it can be served, or retrain it",
         )
-    return ReportIds(tuple(int(i) for i in out if i is not None), tuple(int(b) for b in bs), L, family, str(verdict))
+    return ReportIds(tuple(int(i) for i in served.ids if i is not None), tuple(int(b) for b in bs), L, family,
+                     str(verdict))
 
 
 def rule_key(engine: str) -> str:
@@ -120,6 +121,8 @@ def fix_config(
     *,
     engine: str = "sglang",
     dry_run: bool = False,
+    model_family: str | None = None,
+    version: str | None = None,
 ) -> FixResult:
     """Write ``ids`` into the draft config at the key ``engine`` reads; keep a byte-exact backup.
 
@@ -134,7 +137,8 @@ def fix_config(
     ids = [int(i) for i in ids]
     if not ids:
         raise InputError("no layer ids to write", hint='give them, e.g. --layer-ids 2,30,58')
-    if ids != sorted(set(ids)):
+    fam = model_family if engine in ("sglang", "specforge") else None
+    if not as_written(ids, engine, model_family=fam, version=version):
         raise InputError(
             f"{ids} is not ascending without repeats; engines capture in layer order and once per layer",
             hint=f"write {sorted(set(ids))} if that is the order the draft was trained in",

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from . import conventions as conv
+from .serving import serve
 
 __all__ = ["Translation", "translate_ids"]
 
@@ -35,14 +36,11 @@ class Translation:
     src_rule: str = ""
     dst_rule: str = ""
     warnings: tuple[str, ...] = ()
+    obstacles: tuple[str, ...] = ()  # why ``dst`` cannot be given these layers in this order (hsdiff.serving)
 
     @property
     def complete(self) -> bool:
-        return all(i is not None for i in self.out)
-
-    def missing(self) -> list[int]:
-        """Boundaries ``dst`` cannot capture (no id of its convention names them)."""
-        return [b for b, i in zip(self.boundaries, self.out) if i is None]
+        return not self.obstacles and all(i is not None for i in self.out)
 
     def line(self) -> str:
         return ",".join("?" if i is None else str(i) for i in self.out)
@@ -58,14 +56,22 @@ class Translation:
         family = self.model_family if self.src in _FAMILY_ENGINES else None
         src_order = conv.to_boundary(self.ids, self.src, num_layers=self.num_layers, model_family=family,
                                      version=self.src_version, keep_order=True)
+        L = self.num_layers
+        dst_family = self.model_family if self.dst in _FAMILY_ENGINES else None
+        written = [i for i in self.out if i is not None]
+        dst_order = conv.to_boundary(written, self.dst, num_layers=L, model_family=dst_family,
+                                     version=self.dst_version, keep_order=True, check_range=False)
+        there_id = dict(zip(dst_order, written))  # the id that names each boundary on dst (the list may be reordered)
         lines = [f"rules: {self.rules()}"]
         for i, b in zip(self.ids, src_order):
-            j = self.out[self.boundaries.index(b)] if b in self.boundaries else None
-            what = conv.describe_boundary(b, self.num_layers)
-            there = f"{d.title} id {j}" if j is not None else f"no {d.title} id (it cannot capture B{b})"
-            lines.append(f"{s.title} id {i} → B{b}: {what} → {there}")
+            j = there_id.get(b)
+            what = conv.describe_boundary(b, L)
+            name = "" if L is not None and b == conv.final_boundary(L) else f"B{b}: "
+            there = f"{d.title} id {j}" if j is not None else f"no {d.title} id"
+            lines.append(f"{s.title} id {i} → {name}{what} → {there}")
         if s.sorts and list(self.ids) != sorted(set(self.ids)):
-            lines.append(f"{s.title} captures in ascending layer order, so its slots hold B{list(self.boundaries)}")
+            lines.append(f"{s.title} captures in ascending layer order, so its slots hold "
+                         f"{conv.boundary_list(self.boundaries, L)}")
         return lines
 
 
@@ -87,12 +93,12 @@ def translate_ids(
     fam_dst = model_family if dst in _FAMILY_ENGINES else None
     family = conv.normalize_family(model_family) if {src, dst} & set(_FAMILY_ENGINES) else None
     b = conv.to_boundary(ids, src, num_layers=num_layers, model_family=fam_src, version=sv)
-    out = conv.from_boundary(b, dst, num_layers=num_layers, model_family=fam_dst, version=dv)
+    served = serve(b, dst, num_layers=num_layers, model_family=fam_dst, version=dv)
     src_rule = conv.applied(src, fam_src, sv)
     warnings = [
         f"{conv.rule(src).title} {sv} could not have captured {conv.name_boundary(x, num_layers)} "
         f"({src_rule.label}): no id of its convention names it, so data said to come from it is suspect"
         for x in b if not conv.capturable(x, src, num_layers, fam_src, sv)
-    ]
-    return Translation(src, dst, tuple(int(i) for i in ids), tuple(b), tuple(out), num_layers, family, sv, dv,
-                       src_rule.label, conv.applied(dst, fam_dst, dv).label, tuple(warnings))
+    ] + list(served.notes)
+    return Translation(src, dst, tuple(int(i) for i in ids), tuple(b), served.ids, num_layers, family, sv, dv,
+                       src_rule.label, served.rule, tuple(warnings), tuple(served.sentences()))

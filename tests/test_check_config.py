@@ -67,6 +67,10 @@ def test_last_layer_cannot_be_captured_on_sglang_llama():
     code, found = checks("last-layer.json")
     assert code == 1 and only_failures(found) == {"ids-capturable"}
     assert "id 60 → B61" in found["ids-capturable"]["message"]
+    assert "vLLM (id 61)" in found["ids-capturable"]["message"]  # what would work
+    # the summary of what the engine captures leaves out what ids-capturable rejects
+    assert "captures B[3, 31] only: it cannot capture B61" in found["ids-source"]["message"]
+    assert "B[3, 31, 61]" not in json.dumps(found)
     # vLLM captures B = L (the last layer, pre-norm): the same boundary is fine there
     cfg = json.loads((CONFIGS / "last-layer.json").read_text())
     assert cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [2, 30, 60]
@@ -202,3 +206,20 @@ def test_specforge_takes_exactly_three_ids(tmp_path):
     assert found["ids-count"]["status"] == "FAIL" and "exactly three" in found["ids-count"]["message"]
     r = CliRunner().invoke(cli, ["check-config", str(four), "--engine", "sglang", "--num-layers", "30", "--json", "-"])
     assert {c["name"]: c for c in json.loads(r.output)["checks"]}["ids-count"]["ok"]
+
+
+def test_deepseek_rule_writing_with_b1_after_another_id(tmp_path):
+    # SGLang's DeepSeek rule adds 1 to every id only when ids[0] == 1 (sglang==0.5.23 deepseek_v2.py:3470-3473) and
+    # captures in layer order (:3176-3194): [30, 1, 58] is how B[1, 30, 58] must be written, not a sorting mistake
+    cfg = json.loads((CONFIGS / "kimi-first-id.json").read_text())
+    cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = [30, 1, 58]
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    kimi = str(CONFIGS / "targets" / "kimi-k25-61.json")
+    r = run("check-config", str(tmp_path / "config.json"), "--target-config", kimi, "--json", "-")
+    found = {c["name"]: c for c in json.loads(r.output)["checks"]}
+    assert found["ids-sorted"]["status"] == "ok" and "B[1, 30, 58]" in found["ids-sorted"]["message"]
+    assert "captures B[1, 30, 58]" in found["ids-source"]["message"]
+    # the same list on a llama target is re-sorted by the engine: still an error
+    r = run("check-config", str(tmp_path / "config.json"), "--target-config", LLAMA61, "--json", "-")
+    found = {c["name"]: c for c in json.loads(r.output)["checks"]}
+    assert found["ids-sorted"]["status"] == "FAIL"

@@ -64,12 +64,16 @@ def test_uncapturable_boundaries_come_back_as_none():
     assert conv.from_boundary([2, 15, 30], "sglang", num_layers=30) == [1, 14, None]
     assert conv.from_boundary([2, 15, 30], "vllm", num_layers=30) == [2, 15, 30]
     assert conv.from_boundary([24, 30, 36], "sglang", num_layers=36, model_family="gpt-oss") == [24, 30, 36]
-    # on SGLang's deepseek rule a first boundary of 1 can be written neither way
-    assert conv.from_boundary([1, 30, 58], "sglang", num_layers=61, model_family="deepseek") == [None, None, None]
+    # on SGLang's deepseek rule id 1 first adds 1 to every id (sglang==0.5.23 deepseek_v2.py:3470-3473), but the
+    # engine captures in layer order whatever the list's order (:3176-3194): B1 is written after another id ...
+    assert conv.from_boundary([1, 30, 58], "sglang", num_layers=61, model_family="deepseek") == [30, 1, 58]
+    assert conv.to_boundary([30, 1, 58], "sglang", num_layers=61, model_family="deepseek") == [1, 30, 58]
+    # ... and only B1 on its own can be written neither way
+    assert conv.from_boundary([1], "sglang", num_layers=61, model_family="deepseek") == [None]
 
 
 def test_deepseek_recommendation_round_trips():
-    for bs in ([2, 31, 59], [3, 31, 59], [0, 3, 31]):
+    for bs in ([2, 31, 59], [3, 31, 59], [0, 3, 31], [1, 31, 59], [1, 2, 3]):
         ids = conv.from_boundary(bs, "sglang", num_layers=61, model_family="kimi_k25")
         assert conv.to_boundary(ids, "sglang", num_layers=61, model_family="kimi_k25") == bs  # type: ignore[arg-type]
 

@@ -114,7 +114,28 @@ def test_refuses_layers_the_engine_cannot_capture(tmp_path, wrong_copy):
     doc["num_hidden_layers"] = 59  # B59 would be the last layer's output: SGLang's llama rule cannot capture it
     path.write_text(json.dumps(doc))
     r = run("fix-config", str(wrong_copy), "--from-report", str(path))
-    assert r.exit_code == 2 and "cannot capture B[59]" in r.output
+    assert r.exit_code == 2 and "cannot capture B59" in r.output
+
+
+def test_refuses_an_order_no_id_list_reproduces(tmp_path, wrong_copy):
+    before = wrong_copy.read_bytes()
+    path, doc = _report(tmp_path)
+    doc["recommended"]["boundary_indices"] = [59, 3, 31]  # trained on B59 first: SGLang captures in layer order
+    for s, b in zip(doc["slots"], [59, 3, 31]):
+        s["boundary_index"] = b
+    path.write_text(json.dumps(doc))
+    r = run("fix-config", str(wrong_copy), "--from-report", str(path))
+    assert r.exit_code == 2 and "no id list reproduces the training order" in r.output and "(1, 2, 0)" in r.output
+    assert wrong_copy.read_bytes() == before
+
+
+def test_deepseek_rule_writing_is_accepted(tmp_path, wrong_copy):
+    # B[1, 30, 58] on SGLang's DeepSeek rule: id 1 must not come first (sglang==0.5.23 deepseek_v2.py:3470-3473)
+    r = run("fix-config", str(wrong_copy), "--layer-ids", "30,1,58", "--model-family", "kimi_k25")
+    assert r.exit_code == 0, r.output
+    assert json.loads(wrong_copy.read_text())["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [30, 1, 58]
+    r = run("fix-config", str(wrong_copy), "--layer-ids", "30,1,58")  # the llama rule re-sorts it: refused
+    assert r.exit_code == 2 and "not ascending" in r.output
 
 
 @pytest.mark.parametrize("args", [(), ("--layer-ids", "2,30,58", "--from-report", "x.json"), ("--layer-ids", "30,2,58"),

@@ -59,8 +59,37 @@ def test_a_layer_the_target_engine_cannot_capture_exits_1():
     r = ids("3,31,61", "--from", "vllm", "--to", "sglang", "--num-layers", "61")
     assert r.exit_code == 1
     assert r.stdout == ""
-    assert "SGLang cannot capture B[61]" in r.stderr
+    assert "cannot capture B61 (the last layer's output before the final norm)" in r.stderr
+    assert "B3" not in r.stderr and "vLLM (id 61)" in r.stderr  # only the uncapturable layer, and what captures it
     assert translate_ids([3, 31, 61], "vllm", "sglang", num_layers=61).line() == "2,30,?"
+
+
+def test_deepseek_rule_writes_b1_after_another_id():
+    # sglang==0.5.23 deepseek_v2.py:3470-3473 (+1 only when ids[0] == 1), :3176-3194 (captured in layer order)
+    r = ids("1,24,44", "--from", "vllm", "--to", "sglang", "--num-layers", "61", "--model-family", "deepseek",
+            "--explain")
+    assert r.exit_code == 0 and r.stdout.strip() == "24,1,44"
+    assert "id 24 first" in r.stderr and "B[2, 25, 45]" in r.stderr  # why not the ascending list
+    assert "vLLM id 1 → B1: output of layer 0 (input of layer 1) → SGLang id 1" in r.stderr
+    back = ids("24,1,44", "--from", "sglang", "--to", "vllm", "--num-layers", "61", "--model-family", "deepseek")
+    assert back.exit_code == 0 and back.stdout.strip() == "1,24,44"
+    alone = ids("1", "--from", "vllm", "--to", "sglang", "--num-layers", "61", "--model-family", "deepseek")
+    assert alone.exit_code == 1 and "B1 (the output of layer 0) cannot be captured on its own" in alone.stderr
+
+
+def test_the_final_post_norm_state_is_named_in_words():
+    r = ids("-1,2,30", "--from", "trtllm", "--to", "vllm", "--num-layers", "61", "--explain")
+    assert r.exit_code == 1
+    assert "B62" not in r.stderr and "final hidden state after the norm" in r.stderr
+    assert "TensorRT-LLM id 2 → B3: output of layer 2 (input of layer 3) → vLLM id 3" in r.stderr
+
+
+def test_an_order_the_target_engine_re_sorts_exits_1():
+    # Hugging Face keeps the list order; TensorRT-LLM's one-model path sorts with the final state (-1) first
+    r = ids("2,30,61", "--from", "hf", "--to", "trtllm", "--num-layers", "61")
+    assert r.exit_code == 1 and r.stdout == ""
+    assert "no id list reproduces the training order" in r.stderr and "(2, 0, 1)" in r.stderr
+    assert "configuring ids [-1, 1, 29]" in r.stderr
 
 
 @pytest.mark.parametrize("args", [

@@ -158,8 +158,6 @@ def test_4b_hook_output_labels_against_the_training_config(tmp_path, train):
 
 
 # ------------------------------------------------------------------------- 5. engines that sort
-@pytest.mark.xfail(strict=True, reason="issue class 5: recommends the unsorted ids [26, 1, 14] (the engine re-sorts "
-                   "them), blames 'shifted by 2 slots', and names no way out (retraining, permuting fc)")
 def test_5_unsorted_training_slots_cannot_be_served(tmp_path, every_layer):
     train = B.specforge(tmp_path / "train", [0, 1, 2], [27, 2, 15])
     r = hsdiff.compare(train, every_layer, layer_ids=list(SGL))
@@ -168,6 +166,33 @@ def test_5_unsorted_training_slots_cannot_be_served(tmp_path, every_layer):
     assert r.recommended.ids != (26, 1, 14)  # SGLang would capture them in layer order
     words = text(r)
     assert re.search(r"(?i)sort|order", words) and re.search(r"(?i)fc|permut|retrain", words)
+    assert "(1, 2, 0)" in r.cause and "[1, 14, 26]" in r.cause  # the fc permutation, then the ids
+
+
+def test_5_fc_permutation_reproduces_the_training_input(tmp_path, every_layer):
+    """The permutation the report names, applied to the fixture draft's real fc, gives on the engine's
+    layer-ordered concatenation exactly what the draft computed in training."""
+    from safetensors.torch import load_file
+
+    train = B.specforge(tmp_path / "train", [0, 1, 2], [27, 2, 15])
+    r = hsdiff.compare(train, every_layer, layer_ids=list(SGL))
+    order = [int(x) for x in re.search(r"per slot, to \(([\d, ]+)\)", r.cause).group(1).split(",")]
+    w = load_file(str(B.FIXTURES / "draft-smollm2" / "model.safetensors"))["fc.weight"].float()
+    h = B.H
+    permuted = torch.cat([w[:, j * h:(j + 1) * h] for j in order], dim=1)
+    trained = B.concat(1, [27, 2, 15]) @ w.T  # what the draft saw in training
+    served = B.concat(1, [2, 15, 27]) @ permuted.T  # what the engine feeds it, through the permuted fc
+    assert torch.allclose(trained, served, rtol=1e-4, atol=1e-3)
+    assert not torch.allclose(trained, B.concat(1, [2, 15, 27]) @ w.T, rtol=1e-2, atol=1e-1)
+
+
+@pytest.mark.parametrize("engine,ids", [("vllm", [2, 15, 27]), ("trtllm", [1, 14, 26])])
+def test_5_sorting_engines(tmp_path, every_layer, engine, ids):
+    train = B.specforge(tmp_path / "train", [0, 1, 2], [15, 2, 27])
+    r = hsdiff.compare(train, every_layer, engine=engine, layer_ids=ids)
+    assert r.verdict == "mismatch" and r.exit_code == 1
+    assert r.recommended.ids == (None, None, None) and r.recommended.by_engine["hf"] == [15, 2, 27]
+    assert "(1, 0, 2)" in r.cause and re.search(r"(?i)no id list reproduces the training order", r.cause)
 
 
 # ------------------------------------------------------------------------- 6. TP ranks that disagree
@@ -305,8 +330,6 @@ def test_12_verified_configuration_is_recommended(tmp_path, train, kind, level):
 
 
 # ------------------------------------------------------------------------- 13. OK while the engine cannot serve it
-@pytest.mark.xfail(strict=True, reason="issue class 13: B30 = B_L on SGLang's llama loop: verdict ok, exit 0, "
-                   "ids [1, 14, None]")
 def test_13a_last_boundary_on_sglang_llama(tmp_path):
     train = B.specforge(tmp_path / "train", [0, 1, 2], [2, 15, 30])
     infer = B.sglang_dump(tmp_path / "infer", 1, list(range(31)), concat_slots=False, tag_layers=True)
@@ -316,15 +339,46 @@ def test_13a_last_boundary_on_sglang_llama(tmp_path):
     assert re.search(r"B ?30\b", text(r)) and re.search(r"(?i)cannot|never", text(r))
 
 
-@pytest.mark.xfail(strict=True, reason="issue class 13: B[1, 15, 27] under SGLang's DeepSeek rule (B1 needs id 1, "
-                   "which shifts every id): verdict ok, exit 0, ids [None, None, None]")
 def test_13b_deepseek_rule_cannot_capture_b1_first(tmp_path):
-    train = B.specforge(tmp_path / "train", [0, 1, 2], [1, 15, 27])
+    # SGLang's DeepSeek rule adds 1 to every id when ids[0] == 1 (sglang==0.5.23 deepseek_v2.py:3470-3473):
+    # B1 on its own needs id 1 first, which names B2. (Beside other layers it is written after them: 13c.)
+    train = B.specforge(tmp_path / "train", [0, 1, 2], [1])
     infer = B.sglang_dump(tmp_path / "infer", 1, list(range(30)), concat_slots=False, tag_layers=True)
     r = hsdiff.compare(train, infer, model_family="deepseek", model_config=str(B.SMOLLM2 / "config.json"))
-    assert [s.boundary_index for s in r.slots] == [1, 15, 27]
+    assert [s.boundary_index for s in r.slots] == [1]
     assert r.verdict != "ok" and r.exit_code == 1
     assert re.search(r"B ?1\b", text(r)) and re.search(r"(?i)cannot|never", text(r))
+    assert r.recommended.ids == (None,) and r.recommended.by_engine["vllm"] == [1]
+    assert re.search(r"(?i)vLLM \(id 1\)", r.cause)  # what would work
+
+
+def test_13c_deepseek_rule_writes_b1_after_another_id(tmp_path, every_layer):
+    # the engine captures in layer order whatever the order of the list (deepseek_v2.py:3176-3194), so
+    # B[1, 15, 27] is served by [15, 1, 27]; the ascending [1, 15, 27] would capture B[2, 16, 28]
+    train = B.specforge(tmp_path / "train", [0, 1, 2], [1, 15, 27])
+    r = hsdiff.compare(train, every_layer, model_family="deepseek", model_config=str(B.SMOLLM2 / "config.json"))
+    assert [s.boundary_index for s in r.slots] == [1, 15, 27]
+    assert r.recommended.ids == (15, 1, 27)
+    assert r.verdict == "ok" and r.exit_code == 0
+    assert any("id 15 first" in w and "B[2, 16, 28]" in w for w in r.warnings)
+    assert hsdiff.to_boundary([15, 1, 27], "sglang", model_family="deepseek") == [1, 15, 27]
+
+
+def test_13d_configured_last_boundary_is_named_not_its_neighbours(tmp_path, every_layer):
+    # the engine is configured with ids it reads as the training slots, one of which it cannot capture:
+    # only that one is named as uncapturable
+    train = B.specforge(tmp_path / "train", [0, 1, 2], [2, 15, 30])
+    r = hsdiff.compare(train, B.sglang_dump(tmp_path / "infer", 1, list(range(31)), concat_slots=False,
+                                            tag_layers=True), layer_ids=[1, 14, 29], engine="vllm",
+                       model_config=str(B.SMOLLM2 / "config.json"))
+    assert r.verdict == "mismatch"  # vLLM reads [1, 14, 29] as B[1, 14, 29]: a mismatch, but a servable one
+    assert r.recommended.ids == (2, 15, 30) and "cannot" not in r.cause
+    r = hsdiff.compare(train, B.sglang_dump(tmp_path / "infer2", 1, list(range(31)), concat_slots=False,
+                                            tag_layers=True), layer_ids=[1, 14, 29],
+                       model_config=str(B.SMOLLM2 / "config.json"))
+    assert r.recommended.ids == (1, 14, None)
+    assert re.findall(r"cannot capture (B\d+)", r.cause) == ["B30"]
+    assert re.search(r"vLLM \(id 30\)", r.cause)
 
 
 # ------------------------------------------------------------------------- 14. small

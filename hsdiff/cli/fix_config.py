@@ -34,12 +34,13 @@ def fix_config_cmd(draft_config, report, layer_ids, engine, model_family, engine
     """Write the layer ids where ENGINE reads them, atomically, keeping a backup; print the diff."""
     if (report is None) == (layer_ids is None):
         raise click.UsageError("give exactly one of --from-report REPORT.json or --layer-ids IDS")
+    version = conv.versions(engine_versions, [engine])[conv.rule(engine).key]
     if report is not None:
-        version = conv.versions(engine_versions, [engine])[conv.rule(engine).key]
-        ids = list(ids_from_report(report, engine, model_family=model_family, version=version).ids)
+        found = ids_from_report(report, engine, model_family=model_family, version=version)
+        ids, model_family = list(found.ids), found.model_family
     else:
         ids = conv.parse_ids(layer_ids)
-    result = fix_config(draft_config, ids, engine=engine, dry_run=dry_run)
+    result = fix_config(draft_config, ids, engine=engine, dry_run=dry_run, model_family=model_family, version=version)
     for w in result.warnings:
         click.echo(f"hsdiff: warning: {w}", err=True)
     if not result.changed:

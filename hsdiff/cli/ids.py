@@ -18,7 +18,8 @@ Examples:
   hsdiff ids 2,30,58 --from sglang --to vllm --model-family kimi_k25 --engine-version sglang==0.5.12
   hsdiff ids -1,2,30 --from trtllm --to hf --num-layers 61     # -1: the final post-norm state
 \b
-Exit status: 0 translated, 1 the target engine cannot capture one of the layers, 2 bad input.
+Exit status: 0 translated, 1 the target engine cannot capture one of the layers (or not in this order),
+2 bad input.
 """
 
 _ENGINE = click.Choice(conv.ENGINES, case_sensitive=False)
@@ -43,7 +44,7 @@ def ids_cmd(ids, src, dst, num_layers, model_family, engine_versions, explain) -
         for line in t.explain():
             click.echo(line, err=True)
     if not t.complete:
-        click.echo(f"hsdiff: {conv.rule(t.dst).title} cannot capture B{t.missing()}: no id of its convention names "
-                   "that tensor", err=True)
+        for why in t.obstacles:
+            click.echo(f"hsdiff: {why}", err=True)
         click.get_current_context().exit(1)
     click.echo(t.line())

@@ -147,7 +147,7 @@ def _pipeline(train: Dump, infer: Dump, opts: Options, family: str, train_path: 
     recommended, w_rec = decide.recommend(opts.engine, family, [r.boundary_index for r in results], num_layers,
                                           opts.engine_version)
     warnings += w_rec
-    verdict = decide.verdict(results, configured)
+    verdict = decide.verdict(results, configured, recommended)
     words = explain.explain(results, verdict, configured, claims, claim_src, resolution.label_offset, recommended,
                             num_layers, printed_evidence=any(c.is_partial for c in infer.captures))
     warnings += decide.count_warning(configured, k)

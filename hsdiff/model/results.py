@@ -269,6 +269,8 @@ class Recommendation:
     ids: tuple[int | None, ...]
     boundary_indices: tuple[int | None, ...]
     by_engine: dict[str, list[int | None]]
+    #: why ``engine`` cannot feed the draft these slots whatever its ids (hsdiff.serving); () when it can
+    unservable: tuple[str, ...] = field(default=(), compare=False)
 
     def to_dict(self) -> dict:
         return {

@@ -1,0 +1,231 @@
+"""Whether an engine can serve a draft: can some id list make it feed the draft exactly the training
+slots, in the training order? One function, :func:`serve`, decides it for every command (compare and
+gate through :func:`hsdiff.decide.recommend`, check-config, ``hsdiff ids``, fix-config).
+
+Three things stand in the way, each read from the engine's source through the convention table:
+
+* a boundary the engine has no id for (B = L on SGLang's llama loop, which captures before each layer
+  runs; the embeddings on TensorRT-LLM; the final post-norm state anywhere but TensorRT-LLM);
+* the order: the engines capture in layer order (SGLang and vLLM test membership inside the layer
+  loop, TensorRT-LLM sorts its set), so training slots that are not in that order cannot be
+  reproduced by any id list — only by retraining or by permuting the blocks of the draft's ``fc``
+  input columns;
+* a layer repeated in the training slots, which an engine captures once.
+
+SGLang's DeepSeek rule (``ids[0] == 1`` adds 1 to every id) needs no obstacle of its own: a list that
+holds B1 is written with another id first (``[24, 1, 44]``), which the engine captures in layer order.
+Only B1 alone cannot be written.
+
+>>> s = serve([27, 2, 15], "sglang", num_layers=30)
+>>> s.ok, s.ids, s.fc_order
+(False, (None, None, None), (1, 2, 0))
+>>> serve([1, 24, 44], "sglang", num_layers=61, model_family="deepseek").ids
+(24, 1, 44)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from . import conventions as conv
+from .convention_rules import DEEPSEEK
+from .errors import InputError
+
+__all__ = ["Obstacle", "Serving", "serve", "as_written", "serving_engines"]
+
+#: The engines that serve a draft (the trainers only capture training data).
+serving_engines: tuple[str, ...] = tuple(k for k, e in conv.ENGINE_INFO.items() if e.kind == "engine")
+
+
+@dataclass(frozen=True)
+class Obstacle:
+    """One reason no id list reproduces the training slots, and what would."""
+
+    kind: str  # "uncapturable", "order" or "repeated"
+    boundaries: tuple[int, ...]
+    reason: str
+    remedy: str
+
+    def sentence(self) -> str:
+        return f"{self.reason} {self.remedy}"
+
+
+@dataclass(frozen=True)
+class Serving:
+    """What ``engine`` can do with the training slots ``boundaries`` (in training slot order)."""
+
+    engine: str
+    boundaries: tuple[int | None, ...]
+    ids: tuple[int | None, ...]  # the list to configure; None where no id serves the slot
+    obstacles: tuple[Obstacle, ...]
+    rule: str  # the convention-table row applied
+    fc_order: tuple[int, ...] | None = None  # for an order obstacle: new fc input block j = old block fc_order[j]
+    notes: tuple[str, ...] = ()  # what to keep in mind when writing ``ids`` (warnings, not obstacles)
+
+    @property
+    def ok(self) -> bool:
+        return not self.obstacles
+
+    def sentences(self) -> list[str]:
+        return [o.sentence() for o in self.obstacles]
+
+
+def _family(engine: str, model_family: str | None) -> str | None:
+    return model_family if conv.rule(engine).key in ("sglang", "specforge", "vllm") else None
+
+
+def serve(
+    boundaries: Sequence[int | None],
+    engine: str,
+    *,
+    num_layers: int | None = None,
+    model_family: str | None = None,
+    version: str | None = None,
+) -> Serving:
+    """Whether ``engine`` can feed the draft the training slots ``boundaries`` in their order, the ids
+    that do it, and otherwise each obstacle with its reason (source cited) and what would work.
+
+    >>> s = serve([2, 15, 30], "sglang", num_layers=30)
+    >>> s.ids, s.obstacles[0].kind
+    ((1, 14, None), 'uncapturable')
+    """
+    key = conv.rule(engine).key
+    fam = _family(key, model_family)
+    ver = conv.parse_version(key, version)
+    r = conv.applied(key, fam, ver)
+    title = conv.rule(key).title
+    L = num_layers
+    bs = list(boundaries)
+    ids = list(conv.from_boundary(bs, key, num_layers=L, model_family=fam, version=ver))
+    known = [b for b in bs if b is not None]
+    obstacles: list[Obstacle] = []
+    bad = [b for b in dict.fromkeys(known) if not conv.capturable(b, key, L, fam, ver)]
+    for b in bad:
+        obstacles.append(Obstacle("uncapturable", (b,), _why(b, key, r, L),
+                                  _instead(b, key, fam, ver, L)))
+    if r.reading == DEEPSEEK and not bad and known and any(i is None for b, i in zip(bs, ids) if b is not None):
+        obstacles.append(Obstacle(
+            "uncapturable", (1,),
+            f"{r.label} adds 1 to every id when the first id is 1, so id 1 alone names "
+            f"{conv.name_boundary(2, L)}: {conv.name_boundary(1, L)} cannot be captured on its own (source: {r.source}).",
+            "What would work: SGLang ≤ 0.5.12 (id 0), vLLM (id 1), or retraining with another layer beside it "
+            "(written first, as in [15, 1]: the engine captures in layer order whatever the order of the list)."))
+    fc_order = None
+    if conv.rule(key).sorts and known:
+        known = [b for b in known if b not in bad]  # the order of what it can capture
+        served = conv.slot_order(list(dict.fromkeys(known)), key, L, ver)
+        if len(set(known)) < len(known):
+            dup = sorted({b for b in known if known.count(b) > 1})
+            obstacles.append(Obstacle(
+                "repeated", tuple(dup),
+                f"The training slots repeat {_listed(dup, L)}, but {title} captures each layer once: it delivers "
+                f"{len(served)} slots where the draft's fc takes {len(known)}.",
+                "What would work: retraining on distinct layers, or summing the draft's fc input blocks of the "
+                "repeated slots into one (exact, since both receive the same tensor) and lowering "
+                "num_aux_hidden_states to match."))
+        elif known != served:
+            order = tuple(known.index(b) for b in served) if len(known) == len(bs) else None
+            fc_order = order
+            fix = conv.from_boundary(served, key, num_layers=L, model_family=fam, version=ver)
+            how = ""
+            if order is not None:
+                perm = "(" + ", ".join(map(str, order)) + ")"
+                how = (f"reordering the draft's fc input columns, one block of H (the hidden size) per slot, to "
+                       f"{perm} — fc.weight = cat([W[:, j*H:(j+1)*H] for j in {perm}], dim=1) — and then "
+                       f"configuring ids {list(fix)}, or ")
+            obstacles.append(Obstacle(
+                "order", tuple(known),
+                f"The training slots hold {_listed(known, L)} in that order, but {title} "
+                f"{_order_words(key, ver, L)}, so it feeds the draft {_listed(served, L)} whatever the order of "
+                f"the ids: no id list reproduces the training order (source: {_order_source(key)}).",
+                f"What would work: {how}retraining the draft on the layers in the order {title} delivers them."))
+    if any(o.kind in ("order", "repeated") for o in obstacles):
+        ids = [None] * len(bs)
+    notes = []
+    if r.reading == DEEPSEEK and not obstacles and 1 in known and ids and ids[0] is not None and ids[0] != 1:
+        plain = conv.to_boundary(sorted(i for i in ids if i is not None), key, num_layers=L, model_family=fam,
+                                 version=ver, check_range=False)
+        notes.append(f"write the ids as {list(ids)}, id {ids[0]} first: {r.label} adds 1 to every id when "
+                     f"the first id is 1, so the ascending {sorted(i for i in ids if i is not None)} would capture "
+                     f"{_listed(plain, L)} instead; it captures in layer order whatever the order of the list "
+                     f"(source: {r.source})")
+    return Serving(key, tuple(bs), tuple(ids), tuple(obstacles), r.label, fc_order, tuple(notes))
+
+
+def as_written(ids: Sequence[int], engine: str, *, num_layers: int | None = None, model_family: str | None = None,
+               version: str | None = None) -> bool:
+    """Whether ``ids`` are written the way :func:`serve` writes the layers the engine captures for them:
+    ascending without repeats, or (SGLang's DeepSeek rule) with another id before 1.
+
+    >>> as_written([24, 1, 44], "sglang", model_family="deepseek"), as_written([30, 2, 58], "sglang")
+    (True, False)
+    """
+    ids = [int(i) for i in ids]
+    if ids == sorted(set(ids)):
+        return True
+    key = conv.rule(engine).key
+    fam = _family(key, model_family)
+    try:
+        captured = conv.to_boundary(ids, key, num_layers=num_layers, model_family=fam, version=version)
+        return len(set(ids)) == len(ids) and conv.from_boundary(
+            captured, key, num_layers=num_layers, model_family=fam, version=version) == ids
+    except InputError:  # out of range: not a writing of anything the engine captures
+        return False
+
+
+def _listed(bs: Sequence[int], L: int | None) -> str:
+    return conv.boundary_list(bs, L)
+
+
+def _order_words(key: str, version: str, L: int | None) -> str:
+    if key == "trtllm":
+        return ("sorts its eagle3_layers_to_capture set" + (", the final post-norm state (-1) first"
+                                                            if version != "two-model" else ""))
+    return "captures in layer order (a membership test inside the layer loop)"
+
+
+def _order_source(key: str) -> str:
+    return {
+        "sglang": "sglang==0.5.23 sglang/srt/models/llama.py:485-494, deepseek_v2.py:3176-3194",
+        "specforge": "sglang==0.5.14 through SpecForge@a6b6b02 capture.py:86-87",
+        "vllm": "vllm==0.33.0 vllm/model_executor/models/interfaces.py:1617 (sorted(set(ids))), llama.py:427-441",
+        "trtllm": "NVIDIA/TensorRT-LLM tensorrt_llm/_torch/speculative/eagle3.py Eagle3OneModelSpecMetadata."
+                  "__post_init__ (sorted); code index, no line numbers",
+    }.get(key, conv.applied(key).source)
+
+
+def _why(b: int, key: str, r: conv.Rule, L: int | None) -> str:
+    what = conv.name_boundary(b, L)
+    if L is not None and b == L:
+        return (f"{r.label} cannot capture {what}: it captures each slot as the input of a layer, and no "
+                f"layer runs after layer {L - 1}, so the id for it is dropped and the draft's fc gets fewer slots "
+                f"than it was trained on (source: {r.source}).")
+    if L is not None and b == conv.final_boundary(L):
+        return (f"{r.label} cannot capture {what}: no id of its convention names it; only TensorRT-LLM "
+                f"(-1) does (source: {r.source}).")
+    return f"{r.label} cannot capture {what}: no id of its convention names it (source: {r.source})."
+
+
+def _instead(b: int, key: str, family: str | None, version: str, L: int | None) -> str:
+    """Engines (or versions of this one) that capture ``b``, with the id, and the retraining way out."""
+    where = []
+    for e in serving_engines:
+        fam = family if e in ("sglang", "vllm") and (e != "vllm" or family in ("deepseek", "deepseek-legacy")) else None
+        if e == key:
+            later = [v for v in conv.VERSIONS[e] if conv.version_tuple(v) > conv.version_tuple(version)
+                     and conv.capturable(b, e, L, fam, v)]
+            if later:
+                i = conv.from_boundary([b], e, num_layers=L, model_family=fam, version=later[0])[0]
+                where.append(f"{conv.rule(e).title} ≥ {later[0]}" + ("" if i is None else f" (id {i})"))
+            continue
+        if conv.capturable(b, e, L, fam):
+            i = conv.from_boundary([b], e, num_layers=L, model_family=fam)[0]
+            where.append(conv.rule(e).title + ("" if i is None else f" (id {i})"))
+    near = ""
+    if L is not None and b >= L:
+        near = f" (e.g. {conv.name_boundary(conv.max_capturable(key, L, family, version), L)})"
+    elif b == 0:
+        near = f" (e.g. {conv.name_boundary(1, L)})"
+    served_by = f"serving on {' or '.join(where)}, or " if where else ""
+    return f"What would work: {served_by}retraining the draft on a layer {conv.rule(key).title} captures{near}."
