@@ -135,15 +135,16 @@ def test_nothing_matched_is_a_mismatch() -> None:
 
 
 def test_recommend_refuses_a_boundary_the_engine_cannot_capture() -> None:
-    rec, warnings = decide.recommend("sglang", "llama", [2, 15, 30], 30)
+    rec, _ = decide.recommend("sglang", "llama", [2, 15, 30], 30)
     assert rec.ids == (1, 14, None)
     assert rec.by_engine["vllm"] == [2, 15, 30]
-    assert any("cannot capture B30" in w for w in warnings)
+    assert any("cannot capture B30" in w for w in rec.unservable)  # the cause, and the verdict a mismatch
 
 
 def test_recommend_says_when_no_engine_reproduces_the_order() -> None:
-    _, warnings = decide.recommend("vllm", "llama", [15, 2, 27], 30)
-    assert any("not in ascending layer order" in w for w in warnings)
+    rec, _ = decide.recommend("vllm", "llama", [15, 2, 27], 30)
+    assert rec.ids == (None, None, None)
+    assert any("no id list reproduces the training order" in w for w in rec.unservable)
 
 
 def test_count_warning() -> None:
