@@ -55,7 +55,7 @@ __all__ = [
     "EngineInfo", "Rule", "rule", "applied", "parse_version", "default_version", "version_tuple", "version_for", "versions", "normalize_family",
     "family_from_config", "to_boundary", "from_boundary", "translate", "default_ids", "default_boundaries",
     "final_boundary", "capturable", "max_capturable", "needs_num_layers", "slot_order", "describe_boundary",
-    "name_boundary", "boundary_list", "parse_ids", "config_keys", "write_key", "key_name",
+    "name_boundary", "boundary_label", "boundary_list", "parse_ids", "config_keys", "write_key", "key_name",
 ]
 
 NESTED_KEY, TOP_KEY = NESTED, TOP
@@ -482,6 +482,14 @@ def name_boundary(b: int | None, num_layers: int | None = None) -> str:
     if num_layers is not None and b == final_boundary(num_layers):
         return "the final hidden state after the norm"
     return f"B{b} (the output of layer {b - 1})"
+
+
+def boundary_label(b: int | None, num_layers: int | None = None) -> str:
+    """A short label for tables: ``"B3"``; the final post-norm state ``"final (post-norm)"``, not its
+    internal index L + 1."""
+    if b is None:
+        return "?"
+    return "final (post-norm)" if num_layers is not None and b == final_boundary(num_layers) else f"B{b}"
 
 
 def boundary_list(bs: Sequence[int | None], num_layers: int | None = None) -> str:

@@ -33,7 +33,8 @@ def explain(
     """The cause and the walk-through of a comparison (``printed_evidence``: the inference side was a
     debug log, so the walk-through ends with what the log lacked)."""
     cause = _cause(verdict, results, configured, num_layers, recommended, label_offset, claim_src)
-    return Words(cause, tuple(_walkthrough(results, configured, claims, claim_src, recommended, printed_evidence)))
+    return Words(cause, tuple(_walkthrough(results, configured, claims, claim_src, recommended, printed_evidence,
+                                           num_layers)))
 
 
 def norm_warnings(results: Sequence[SlotResult]) -> list[str]:
@@ -77,7 +78,7 @@ def _cause(verdict: Verdict, results: Sequence[SlotResult], configured: Configur
         cfg = list(configured.boundary_indices)
         ids = list(configured.ids)
         if verdict == Verdict.OK:
-            return f"The configured ids {ids} make {title} capture B{cfg}, exactly the training slots."
+            return f"The configured ids {ids} make {title} capture {conv.boundary_list(cfg, L)}, exactly the training slots."
         pairs = [(r.slot, r.boundary_index, cfg[r.slot]) for r in results if r.boundary_index is not None and r.slot < len(cfg)]
         diffs = {c - b for _, b, c in pairs}
         if pairs and len(diffs) == 1 and 0 not in diffs:
@@ -90,8 +91,8 @@ def _cause(verdict: Verdict, results: Sequence[SlotResult], configured: Configur
             elif d == -1 and r.index == conv.BOUNDARY:
                 why = f" — the ids were written as layer-output indices, but {title} uses them as boundary indices"
             parts.append(
-                f"Every slot is captured {abs(d)} layer{'s' if abs(d) > 1 else ''} too {word}: {title} takes B{cfg} "
-                f"where training used B{_bl(bs)}{why}."
+                f"Every slot is captured {abs(d)} layer{'s' if abs(d) > 1 else ''} too {word}: {title} takes {conv.boundary_list(cfg, L)} "
+                f"where training used {conv.boundary_list(bs, L)}{why}."
             )
         else:
             shift = _position_shift(pairs, cfg)
@@ -99,15 +100,15 @@ def _cause(verdict: Verdict, results: Sequence[SlotResult], configured: Configur
                 missing = [b for b in bs if b is not None and b not in cfg]
                 parts.append(
                     f"The configured ids {ids} are shifted by {shift} slot{'s' if shift > 1 else ''}: {title} captures "
-                    f"B{cfg}, so slot 0 receives {conv.name_boundary(cfg[0], L)} while training slot 0 was {conv.name_boundary(bs[0], L)}"
-                    + (f", and B{missing} is never captured." if missing else ".")
+                    f"{conv.boundary_list(cfg, L)}, so slot 0 receives {conv.name_boundary(cfg[0], L)} while training slot 0 was {conv.name_boundary(bs[0], L)}"
+                    + (f", and {conv.boundary_list(missing, L)} is never captured." if missing else ".")
                 )
             elif verdict == Verdict.MISMATCH:
                 bad = [r for r in results if r.status == Status.MISMATCH]
                 parts.append(
                     "Training slot" + ("s " if len(bad) > 1 else " ")
                     + ", ".join(f"{r.slot} ({'not identified' if r.boundary_index is None else f'B{r.boundary_index}'})" for r in bad)
-                    + f" {'are' if len(bad) > 1 else 'is'} not what {title} captures with ids {ids} (B{cfg}): "
+                    + f" {'are' if len(bad) > 1 else 'is'} not what {title} captures with ids {ids} ({conv.boundary_list(cfg, L)}): "
                     + bad[0].note.split("; ")[-1] + "."
                 )
     if verdict == Verdict.OK and configured is None:
@@ -139,14 +140,15 @@ def _position_shift(pairs: Sequence[tuple[int, int, int]], cfg: list[int]) -> in
 
 
 def _walkthrough(results: Sequence[SlotResult], configured: Configured | None, claims: Sequence[int | None],
-                 claim_src: str, recommended: Recommendation, printed_evidence: bool) -> list[str]:
+                 claim_src: str, recommended: Recommendation, printed_evidence: bool,
+                 num_layers: int | None = None) -> list[str]:
     lines = []
     if any(c is not None for c in claims):
         lines.append(f"The training side labels its slots B{_bl(claims)} ({claim_src}).")
     if configured is not None:
         lines.append(
             f"The engine is configured with ids {list(configured.ids)} ({configured.engine}, from {configured.source}), "
-            f"which it reads as B{list(configured.boundary_indices)}."
+            f"which it reads as {conv.boundary_list(list(configured.boundary_indices), num_layers)}."
         )
     for r in results:
         head = f"Slot {r.slot}: "

@@ -45,3 +45,19 @@ def test_deepseek_rule_writing_and_its_warning():
     assert as_written([24, 1, 44], "sglang", num_layers=61, model_family="deepseek")
     assert not as_written([1, 24, 44, 1], "sglang", num_layers=61, model_family="deepseek")
     assert not as_written([24, 1, 44], "vllm", num_layers=61)
+
+
+def test_the_final_state_is_named_in_words_in_a_report():
+    from click.testing import CliRunner
+
+    from hsdiff.cli import cli
+
+    from . import builders as B
+
+    r = CliRunner().invoke(cli, ["compare", str(B.SEED / "train"), str(B.SEED / "infer-wrong"), "--engine", "trtllm",
+                                 "--layer-ids=-1,2,30", "--model-config", str(B.SEED / "model" / "config.json")])
+    assert r.exit_code == 1
+    cause = r.output.split("cause:")[1].split("evidence:")[0]
+    assert "B62" not in cause and "[the final post-norm state, B3, B31]" in cause
+    assert "which it reads as [the final post-norm state, B3, B31]" in r.output
+    assert "final (post-norm)" in r.output.splitlines()[2]  # the configured column of slot 0

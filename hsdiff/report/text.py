@@ -3,7 +3,7 @@ sentence, the walk-through of the evidence, and the line to paste into the draft
 
 from __future__ import annotations
 
-from ..conventions import describe_boundary
+from ..conventions import boundary_label, describe_boundary
 from ..model.results import pct
 from ._doc import Doc, _HasDict, as_doc, config_line, rel_err
 
@@ -30,12 +30,12 @@ def render_table(report: Doc | _HasDict) -> str:
         rows.append(
             [
                 str(s["slot"]),
-                "?" if b is None else f"B{b}",
+                boundary_label(b, d.get("num_hidden_layers")),
                 s["evidence"],
                 f"{s['confidence']:.2f}",
                 pct(rel_err(s["matched"]), table=True),
                 pct(rel_err(s["runner_up"]), table=True),
-                "-" if cfg is None else f"B{cfg}",
+                "-" if cfg is None else boundary_label(cfg, d.get("num_hidden_layers")),
                 _STATUS.get(s["status"], s["status"]),
                 "-" if s["matched"] is None else _short(s["matched"]["label"], 40),
             ]
