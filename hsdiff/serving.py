@@ -197,6 +197,9 @@ def _order_source(key: str) -> str:
 
 def _why(b: int, key: str, r: conv.Rule, L: int | None) -> str:
     what = conv.name_boundary(b, L)
+    if L is not None and b == L and key == "hf":
+        return (f"{r.label} cannot capture {what}: its tuple index {L} is the state after the final norm, and the "
+                f"pre-norm one has no index (source: {r.source}).")
     if L is not None and b == L:
         return (f"{r.label} cannot capture {what}: it captures each slot as the input of a layer, and no "
                 f"layer runs after layer {L - 1}, so the id for it is dropped and the draft's fc gets fewer slots "
@@ -214,14 +217,13 @@ def _instead(b: int, key: str, family: str | None, version: str, L: int | None) 
         fam = family if e in ("sglang", "vllm") and (e != "vllm" or family in ("deepseek", "deepseek-legacy")) else None
         if e == key:
             later = [v for v in conv.VERSIONS[e] if conv.version_tuple(v) > conv.version_tuple(version)
-                     and conv.capturable(b, e, L, fam, v)]
+                     and _id_for(b, e, L, fam, v) is not None]
             if later:
-                i = conv.from_boundary([b], e, num_layers=L, model_family=fam, version=later[0])[0]
-                where.append(f"{conv.rule(e).title} ≥ {later[0]}" + ("" if i is None else f" (id {i})"))
+                where.append(f"{conv.rule(e).title} ≥ {later[0]} (id {_id_for(b, e, L, fam, later[0])})")
             continue
-        if conv.capturable(b, e, L, fam):
-            i = conv.from_boundary([b], e, num_layers=L, model_family=fam)[0]
-            where.append(conv.rule(e).title + ("" if i is None else f" (id {i})"))
+        i = _id_for(b, e, L, fam, None)
+        if i is not None:
+            where.append(f"{conv.rule(e).title} (id {i})")
     near = ""
     if L is not None and b >= L:
         near = f" (e.g. {conv.name_boundary(conv.max_capturable(key, L, family, version), L)})"
@@ -229,3 +231,14 @@ def _instead(b: int, key: str, family: str | None, version: str, L: int | None) 
         near = f" (e.g. {conv.name_boundary(1, L)})"
     served_by = f"serving on {' or '.join(where)}, or " if where else ""
     return f"What would work: {served_by}retraining the draft on a layer {conv.rule(key).title} captures{near}."
+
+
+def _id_for(b: int, engine: str, L: int | None, family: str | None, version: str | None) -> int | None:
+    """The id that makes ``engine`` capture ``b`` alone; None where it cannot, or its rule cannot be applied
+    without what is not known."""
+    try:
+        if not conv.capturable(b, engine, L, family, version):
+            return None
+        return conv.from_boundary([b], engine, num_layers=L, model_family=family, version=version)[0]
+    except InputError:
+        return None

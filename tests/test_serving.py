@@ -61,3 +61,11 @@ def test_the_final_state_is_named_in_words_in_a_report():
     assert "B62" not in cause and "[the final post-norm state, B3, B31]" in cause
     assert "which it reads as [the final post-norm state, B3, B31]" in r.output
     assert "final (post-norm)" in r.output.splitlines()[2]  # the configured column of slot 0
+
+
+def test_what_would_work_names_a_later_version_and_survives_rules_that_cannot_apply():
+    s = serve([2, 15, 30], "sglang", num_layers=30, model_family="gpt-oss", version="0.5.16")
+    assert "SGLang ≥ 0.5.17 (id 30)" in s.sentences()[0]  # sglang==0.5.17 gpt_oss.py:1328-1343 captures B = L
+    s = serve([2, 15, 30], "sglang", num_layers=30, model_family="minimax_m3", version="0.5.18")
+    assert "SGLang ≥ 0.5.23 (id 29)" in s.sentences()[0]  # ≤ 0.5.17 has no capture at all: skipped, not raised
+    assert "the state after the final norm" in serve([2, 15, 30], "hf", num_layers=30).sentences()[0]
