@@ -22,7 +22,7 @@ from . import conventions as conv
 from .configs import boundaries_read, built_fc_width, config_value, fc_width
 from .errors import HsdiffError, InputError
 from .gate_model import ERROR, INFO, WARNING, Check, IdsSource
-from .serving import as_written, serve
+from .serving import as_written, boundary_list, serve
 
 __all__ = ["CHECKS", "CHECK_NAMES", "CheckInput", "static_checks"]
 
@@ -181,7 +181,7 @@ def _sorted(c: CheckInput) -> Finding:
     if b and as_written(ids, engine, num_layers=c.num_layers, model_family=c.family, version=c.version):
         return _ok(f"{ids} is written with id {ids[0]} first, as {conv.applied(engine, c.family, c.version).label} "
                    f"needs for B1 (id 1 first would add 1 to every id); {title} captures "
-                   f"{conv.boundary_list(sorted(set(b)), c.num_layers)} in layer order")
+                   f"{boundary_list(sorted(set(b)), c.num_layers)} in layer order")
     return _fail(ERROR, f"{ids} is not ascending: {title} captures in layer order, so its slots hold B{sorted(set(b))} while "
                  f"the list names B{b}; a trainer that concatenated in list order fed the draft's fc permuted blocks. "
                  f"Write them ascending ({sorted(ids)}) after checking the training order with hsdiff compare.")

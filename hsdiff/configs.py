@@ -24,7 +24,7 @@ from typing import Any, cast
 from . import conventions as conv
 from .errors import ConfigError, InputError
 from .gate_model import IdsSource
-from .serving import serve
+from .serving import boundary_list, serve
 
 __all__ = [
     "read_json",
@@ -270,8 +270,8 @@ def _captured(b: Sequence[int], engine: str, num_layers: int | None, family: str
     lost = [x for o in served.obstacles if o.kind == "uncapturable" for x in o.boundaries]
     kept = [x for x in b if x not in lost]
     if not lost:
-        return conv.boundary_list(b, num_layers)
-    return (f"{conv.boundary_list(kept, num_layers)} only: it cannot capture "
+        return boundary_list(b, num_layers)
+    return (f"{boundary_list(kept, num_layers)} only: it cannot capture "
             + ", ".join(conv.name_boundary(x, num_layers) for x in dict.fromkeys(lost)))
 
 

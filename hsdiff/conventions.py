@@ -54,8 +54,8 @@ __all__ = [
     "BOUNDARY", "OUTPUT", "ENGINES", "MODEL_FAMILIES", "VLLM_RUNNERS", "DEFAULT_RUNNER", "NESTED_KEY", "TOP_KEY",
     "EngineInfo", "Rule", "rule", "applied", "parse_version", "default_version", "version_tuple", "version_for", "versions", "normalize_family",
     "family_from_config", "to_boundary", "from_boundary", "translate", "default_ids", "default_boundaries",
-    "final_boundary", "capturable", "max_capturable", "needs_num_layers", "slot_order", "describe_boundary",
-    "name_boundary", "boundary_label", "boundary_list", "parse_ids", "config_keys", "write_key", "key_name",
+    "final_boundary", "capturable", "needs_num_layers", "slot_order", "describe_boundary",
+    "name_boundary", "parse_ids", "config_keys", "write_key", "key_name",
 ]
 
 NESTED_KEY, TOP_KEY = NESTED, TOP
@@ -323,12 +323,6 @@ def capturable(b: int, engine: str, num_layers: int | None, model_family: str | 
     return b < num_layers or (b == num_layers and r.captures_last)
 
 
-def max_capturable(engine: str, num_layers: int, model_family: str | None = None, version: str | None = None) -> int:
-    """The largest boundary before the final norm ``engine`` can capture (L-1 where nothing runs after
-    the last layer)."""
-    return num_layers if capturable(num_layers, engine, num_layers, model_family, version) else num_layers - 1
-
-
 def from_boundary(
     boundaries: Sequence[int | None],
     engine: str,
@@ -340,18 +334,13 @@ def from_boundary(
     """The ids to configure on ``engine`` so that it captures ``boundaries``.
 
     An entry is ``None`` where the boundary is unknown or the engine cannot capture it (B = L on
-    SGLang's llama rule, the embeddings on TensorRT-LLM, B1 alone on SGLang's DeepSeek rule...).
-    The ids follow ``boundaries`` one for one, except on SGLang's DeepSeek rule when B1 comes first:
-    id 1 first would add 1 to every id, so the next layer's id is written first instead (the engine
-    captures in layer order either way). Whether the engine can serve the list, order included, is
-    :func:`hsdiff.serving.serve`.
+    SGLang's llama rule, the embeddings on TensorRT-LLM, B1 alone on SGLang's DeepSeek rule, which writes
+    B1 after another id...). Whether the engine delivers them in this order: :func:`hsdiff.serving.serve`.
 
     >>> from_boundary([3, 31, 59], "sglang")
     [2, 30, 58]
     >>> from_boundary([2, 15, 30], "sglang", num_layers=30)
     [1, 14, None]
-    >>> from_boundary([1, 24, 44], "sglang", num_layers=61, model_family="deepseek")
-    [24, 1, 44]
     """
     info = rule(engine)
     fam = model_family if info.key in ("sglang", "specforge", "vllm") else None
@@ -359,18 +348,14 @@ def from_boundary(
     known = [b for b in boundaries if b is not None]
     _check_range(known, num_layers)
     ok = [b for b in known if capturable(b, info.key, num_layers, fam, version)]
-    order = list(range(len(boundaries)))
     if r.reading == DEEPSEEK:
         first = ok[0] if ok else None
-        if first == 1:
-            # id 1 first would switch on +1, so another id goes first: the engine captures in layer
-            # order whatever the order of the list (sglang==0.5.23 deepseek_v2.py:3176-3194)
-            other = next((j for j, b in enumerate(boundaries) if b is not None and b != 1
-                          and capturable(b, info.key, num_layers, fam, version)), None)
-            if other is None:
+        if first == 1:  # id 1 first adds 1 to every id: another goes first (deepseek_v2.py:3176-3194 captures in order)
+            j = next((j for j, b in enumerate(boundaries) if b not in (None, 1) and b in ok), None)
+            if j is None:
                 return [None for _ in boundaries]  # B1 alone can be written neither way
-            j0 = boundaries.index(1)
-            order[j0], order[other] = order[other], order[j0]
+            i = list(boundaries).index(1)
+            boundaries = [boundaries[j] if k == i else boundaries[i] if k == j else b for k, b in enumerate(boundaries)]
         shift = 1 if first == 2 else 0  # conventional O-index form [1, ...]: ids[0] == 1 triggers +1
     elif r.reading == GPT_OSS:
         L = _needs_layers(num_layers, "SGLang's gpt-oss rule")
@@ -378,7 +363,7 @@ def from_boundary(
     else:
         shift = 1 if r.reading == OUTPUT else 0
     out: list[int | None] = []
-    for b in (boundaries[j] for j in order):
+    for b in boundaries:
         if b is None or not capturable(b, info.key, num_layers, fam, version):
             out.append(None)
         elif num_layers is not None and b == final_boundary(num_layers):
@@ -482,23 +467,6 @@ def name_boundary(b: int | None, num_layers: int | None = None) -> str:
     if num_layers is not None and b == final_boundary(num_layers):
         return "the final hidden state after the norm"
     return f"B{b} (the output of layer {b - 1})"
-
-
-def boundary_label(b: int | None, num_layers: int | None = None) -> str:
-    """A short label for tables: ``"B3"``; the final post-norm state ``"final (post-norm)"``, not its
-    internal index L + 1."""
-    if b is None:
-        return "?"
-    return "final (post-norm)" if num_layers is not None and b == final_boundary(num_layers) else f"B{b}"
-
-
-def boundary_list(bs: Sequence[int | None], num_layers: int | None = None) -> str:
-    """Boundaries for sentences: ``"B[3, 31]"``; the final post-norm state by name, not by its internal
-    index L + 1: ``"[the final post-norm state, B3, B31]"``."""
-    final = None if num_layers is None else final_boundary(num_layers)
-    if final is None or final not in bs:
-        return "B[" + ", ".join("?" if b is None else str(b) for b in bs) + "]"
-    return "[" + ", ".join("?" if b is None else "the final post-norm state" if b == final else f"B{b}" for b in bs) + "]"
 
 
 def parse_ids(text: str | Sequence[int], *, what: str = "--layer-ids") -> list[int]:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from . import conventions as conv
 from .model import Configured, Evidence, Recommendation, SlotResult, Status, Verdict, pct
+from .serving import boundary_list
 
 __all__ = ["Words", "explain", "norm_warnings"]
 
@@ -78,7 +79,7 @@ def _cause(verdict: Verdict, results: Sequence[SlotResult], configured: Configur
         cfg = list(configured.boundary_indices)
         ids = list(configured.ids)
         if verdict == Verdict.OK:
-            return f"The configured ids {ids} make {title} capture {conv.boundary_list(cfg, L)}, exactly the training slots."
+            return f"The configured ids {ids} make {title} capture {boundary_list(cfg, L)}, exactly the training slots."
         pairs = [(r.slot, r.boundary_index, cfg[r.slot]) for r in results if r.boundary_index is not None and r.slot < len(cfg)]
         diffs = {c - b for _, b, c in pairs}
         if pairs and len(diffs) == 1 and 0 not in diffs:
@@ -91,8 +92,8 @@ def _cause(verdict: Verdict, results: Sequence[SlotResult], configured: Configur
             elif d == -1 and r.index == conv.BOUNDARY:
                 why = f" — the ids were written as layer-output indices, but {title} uses them as boundary indices"
             parts.append(
-                f"Every slot is captured {abs(d)} layer{'s' if abs(d) > 1 else ''} too {word}: {title} takes {conv.boundary_list(cfg, L)} "
-                f"where training used {conv.boundary_list(bs, L)}{why}."
+                f"Every slot is captured {abs(d)} layer{'s' if abs(d) > 1 else ''} too {word}: {title} takes {boundary_list(cfg, L)} "
+                f"where training used {boundary_list(bs, L)}{why}."
             )
         else:
             shift = _position_shift(pairs, cfg)
@@ -100,15 +101,15 @@ def _cause(verdict: Verdict, results: Sequence[SlotResult], configured: Configur
                 missing = [b for b in bs if b is not None and b not in cfg]
                 parts.append(
                     f"The configured ids {ids} are shifted by {shift} slot{'s' if shift > 1 else ''}: {title} captures "
-                    f"{conv.boundary_list(cfg, L)}, so slot 0 receives {conv.name_boundary(cfg[0], L)} while training slot 0 was {conv.name_boundary(bs[0], L)}"
-                    + (f", and {conv.boundary_list(missing, L)} is never captured." if missing else ".")
+                    f"{boundary_list(cfg, L)}, so slot 0 receives {conv.name_boundary(cfg[0], L)} while training slot 0 was {conv.name_boundary(bs[0], L)}"
+                    + (f", and {boundary_list(missing, L)} is never captured." if missing else ".")
                 )
             elif verdict == Verdict.MISMATCH:
                 bad = [r for r in results if r.status == Status.MISMATCH]
                 parts.append(
                     "Training slot" + ("s " if len(bad) > 1 else " ")
                     + ", ".join(f"{r.slot} ({'not identified' if r.boundary_index is None else f'B{r.boundary_index}'})" for r in bad)
-                    + f" {'are' if len(bad) > 1 else 'is'} not what {title} captures with ids {ids} ({conv.boundary_list(cfg, L)}): "
+                    + f" {'are' if len(bad) > 1 else 'is'} not what {title} captures with ids {ids} ({boundary_list(cfg, L)}): "
                     + bad[0].note.split("; ")[-1] + "."
                 )
     if verdict == Verdict.OK and configured is None:
@@ -148,7 +149,7 @@ def _walkthrough(results: Sequence[SlotResult], configured: Configured | None, c
     if configured is not None:
         lines.append(
             f"The engine is configured with ids {list(configured.ids)} ({configured.engine}, from {configured.source}), "
-            f"which it reads as {conv.boundary_list(list(configured.boundary_indices), num_layers)}."
+            f"which it reads as {boundary_list(list(configured.boundary_indices), num_layers)}."
         )
     for r in results:
         head = f"Slot {r.slot}: "

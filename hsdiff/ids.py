@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from . import conventions as conv
-from .serving import serve
+from .serving import boundary_list, serve
 
 __all__ = ["Translation", "translate_ids"]
 
@@ -71,7 +71,7 @@ class Translation:
             lines.append(f"{s.title} id {i} → {name}{what} → {there}")
         if s.sorts and list(self.ids) != sorted(set(self.ids)):
             lines.append(f"{s.title} captures in ascending layer order, so its slots hold "
-                         f"{conv.boundary_list(self.boundaries, L)}")
+                         f"{boundary_list(self.boundaries, L)}")
         return lines
 
 

@@ -32,7 +32,8 @@ from . import conventions as conv
 from .convention_rules import DEEPSEEK
 from .errors import InputError
 
-__all__ = ["Obstacle", "Serving", "serve", "as_written", "serving_engines"]
+__all__ = ["Obstacle", "Serving", "serve", "as_written", "serving_engines", "boundary_label", "boundary_list",
+           "max_capturable"]
 
 #: The engines that serve a draft (the trainers only capture training data).
 serving_engines: tuple[str, ...] = tuple(k for k, e in conv.ENGINE_INFO.items() if e.kind == "engine")
@@ -153,6 +154,12 @@ def serve(
     return Serving(key, tuple(bs), tuple(ids), tuple(obstacles), r.label, fc_order, tuple(notes))
 
 
+def max_capturable(engine: str, num_layers: int, model_family: str | None = None, version: str | None = None) -> int:
+    """The largest boundary before the final norm ``engine`` can capture (L-1 where nothing runs after
+    the last layer)."""
+    return num_layers if conv.capturable(num_layers, engine, num_layers, model_family, version) else num_layers - 1
+
+
 def as_written(ids: Sequence[int], engine: str, *, num_layers: int | None = None, model_family: str | None = None,
                version: str | None = None) -> bool:
     """Whether ``ids`` are written the way :func:`serve` writes the layers the engine captures for them:
@@ -174,8 +181,25 @@ def as_written(ids: Sequence[int], engine: str, *, num_layers: int | None = None
         return False
 
 
+def boundary_label(b: int | None, num_layers: int | None = None) -> str:
+    """A short label for tables: ``"B3"``; the final post-norm state ``"final (post-norm)"``, not its
+    internal index L + 1."""
+    if b is None:
+        return "?"
+    return "final (post-norm)" if num_layers is not None and b == conv.final_boundary(num_layers) else f"B{b}"
+
+
+def boundary_list(bs: Sequence[int | None], num_layers: int | None = None) -> str:
+    """Boundaries for sentences: ``"B[3, 31]"``; the final post-norm state by name, not by its internal
+    index L + 1: ``"[the final post-norm state, B3, B31]"``."""
+    final = None if num_layers is None else conv.final_boundary(num_layers)
+    if final is None or final not in bs:
+        return "B[" + ", ".join("?" if b is None else str(b) for b in bs) + "]"
+    return "[" + ", ".join("?" if b is None else "the final post-norm state" if b == final else f"B{b}" for b in bs) + "]"
+
+
 def _listed(bs: Sequence[int], L: int | None) -> str:
-    return conv.boundary_list(bs, L)
+    return boundary_list(bs, L)
 
 
 def _order_words(key: str, version: str, L: int | None) -> str:
@@ -226,7 +250,7 @@ def _instead(b: int, key: str, family: str | None, version: str, L: int | None) 
             where.append(f"{conv.rule(e).title} (id {i})")
     near = ""
     if L is not None and b >= L:
-        near = f" (e.g. {conv.name_boundary(conv.max_capturable(key, L, family, version), L)})"
+        near = f" (e.g. {conv.name_boundary(max_capturable(key, L, family, version), L)})"
     elif b == 0:
         near = f" (e.g. {conv.name_boundary(1, L)})"
     served_by = f"serving on {' or '.join(where)}, or " if where else ""

@@ -15,6 +15,7 @@ from hsdiff import conventions as conv
 from hsdiff.configs import read_ids
 from hsdiff.convention_rules import FAMILIES, RULES, VERSIONS
 from hsdiff.errors import InputError
+from hsdiff.serving import max_capturable
 
 NESTED_ONLY = {"eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 30, 58]}}
 
@@ -96,7 +97,7 @@ def test_deepseek_rule_from_sglang_0_5_13(version, expected):
 def test_gpt_oss_max_rule_from_sglang_0_5_17():
     # sglang==0.5.16 gpt_oss.py:1284-1296 (+1, loop :689-692 never captures B=L); 0.5.17 gpt_oss.py:1328-1343
     assert conv.to_boundary([24, 30, 35], "sglang", num_layers=36, model_family="gpt-oss", version="0.5.16") == [25, 31, 36]
-    assert conv.max_capturable("sglang", 36, "gpt-oss", "0.5.16") == 35
+    assert max_capturable("sglang", 36, "gpt-oss", "0.5.16") == 35
     assert conv.to_boundary([24, 30, 36], "sglang", num_layers=36, model_family="gpt-oss", version="0.5.17") == [24, 30, 36]
     assert conv.from_boundary([24, 30, 36], "sglang", num_layers=36, model_family="gpt-oss", version="0.5.16") == [23, 29, None]
 
@@ -139,8 +140,8 @@ def test_unsorted_ids_on_the_deepseek_rule_capture_in_layer_order():
 
 def test_minimax_m3_rows():
     # sglang==0.5.23 minimax_m3.py:2056-2075 (B=L through final_norm); 0.5.18 minimax_m3.py:1616-1636 (not)
-    assert conv.max_capturable("sglang", 62, "minimax_m3") == 62
-    assert conv.max_capturable("sglang", 62, "minimax_m3", "0.5.20") == 61
+    assert max_capturable("sglang", 62, "minimax_m3") == 62
+    assert max_capturable("sglang", 62, "minimax_m3", "0.5.20") == 61
     with pytest.raises(InputError, match="no aux hidden state"):
         conv.to_boundary([2, 30], "sglang", num_layers=62, model_family="minimax_m3", version="0.5.16")
     # sglang==0.5.23 minimax_m3_vl.py:246-270: +1 on the default too

@@ -3,8 +3,9 @@ sentence, the walk-through of the evidence, and the line to paste into the draft
 
 from __future__ import annotations
 
-from ..conventions import boundary_label, describe_boundary
+from ..conventions import describe_boundary
 from ..model.results import pct
+from ..serving import boundary_label
 from ._doc import Doc, _HasDict, as_doc, config_line, rel_err
 
 _STATUS = {
