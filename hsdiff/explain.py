@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from . import conventions as conv
-from .model import Configured, Evidence, Recommendation, SlotResult, Status, Verdict, pct
+from .model import Configured, Evidence, Recommendation, SlotResult, Status, Verdict, layers_in_words, pct
 from .serving import boundary_list
 
 __all__ = ["Words", "explain", "norm_warnings"]
@@ -65,9 +65,19 @@ def _cause(verdict: Verdict, results: Sequence[SlotResult], configured: Configur
     title = conv.rule(engine).title
     bs = [r.boundary_index for r in results]
     parts: list[str] = []
-    if not any(r.match is not None for r in results):
+    nothing = not any(r.match is not None for r in results)
+    if nothing:
         closest = [r.runner_up for r in results if r.runner_up is not None]
         best = min((c.metrics.rel_err for c in closest), default=float("inf"))
+        shift = _label_shift(results, configured)
+        if shift:
+            cfg = list(configured.boundary_indices)  # type: ignore[union-attr]
+            return (
+                f"Every slot is captured {layers_in_words(shift)} too {'deep' if shift > 0 else 'shallow'}: the "
+                f"configured ids {list(configured.ids)} make {title} capture B{cfg}, but the training labels "  # type: ignore[union-attr]
+                f"({claim_src}) say B{_bl(bs)}. No capture equals a training slot by value (closest error "
+                f"{pct(best)}, what neighbouring layers differ by), so the recommendation follows the training labels."
+            )
         return (
             f"No inference capture equals any training slot (closest error {pct(best)}): the two sides hold "
             "different tensors. Check post-norm vs pre-norm (HF's last hidden state has the final norm applied), "
@@ -79,7 +89,7 @@ def _cause(verdict: Verdict, results: Sequence[SlotResult], configured: Configur
         cfg = list(configured.boundary_indices)
         ids = list(configured.ids)
         if verdict == Verdict.OK:
-            return f"The configured ids {ids} make {title} capture {boundary_list(cfg, L)}, exactly the training slots."
+            return f"The configured ids {ids} make {title} capture {boundary_list(cfg, L)}, exactly the training slots." + _consistent(results)
         pairs = [(r.slot, r.boundary_index, cfg[r.slot]) for r in results if r.boundary_index is not None and r.slot < len(cfg)]
         diffs = {c - b for _, b, c in pairs}
         if pairs and len(diffs) == 1 and 0 not in diffs:
@@ -92,7 +102,7 @@ def _cause(verdict: Verdict, results: Sequence[SlotResult], configured: Configur
             elif d == -1 and r.index == conv.BOUNDARY:
                 why = f" — the ids were written as layer-output indices, but {title} uses them as boundary indices"
             parts.append(
-                f"Every slot is captured {abs(d)} layer{'s' if abs(d) > 1 else ''} too {word}: {title} takes {boundary_list(cfg, L)} "
+                f"Every slot is captured {layers_in_words(d)} too {word}: {title} takes {boundary_list(cfg, L)} "
                 f"where training used {boundary_list(bs, L)}{why}."
             )
         else:
@@ -117,18 +127,56 @@ def _cause(verdict: Verdict, results: Sequence[SlotResult], configured: Configur
     if verdict == Verdict.INCONCLUSIVE or (
         verdict == Verdict.MISMATCH and (not parts or any(r.status == Status.AMBIGUOUS for r in results))
     ):
-        open_ = [r for r in results if r.boundary_index is None or r.status in (Status.UNVERIFIED, Status.AMBIGUOUS)]
+        open_ = [r for r in results if r.evidence != Evidence.CONSISTENT and (
+            r.boundary_index is None or r.status in (Status.UNVERIFIED, Status.AMBIGUOUS))]
+        parts.append(_consistent(results).strip())
+        inferred = [r for r in results if r.evidence == Evidence.INFERRED]
+        if inferred and configured is None:
+            many = len(inferred) > 1
+            parts.append(
+                f"Slot{'s' if many else ''} {', '.join(str(r.slot) for r in inferred)} {'rest' if many else 'rests'} on "
+                f"the training labels alone (B{_bl([r.boundary_index for r in inferred])}, {claim_src}): no capture "
+                f"identified {'them' if many else 'it'} by value; pass --layer-ids (the ids the engine ran with) to "
+                "label the captures."
+            )
         if open_:
             parts.append(
                 "The evidence does not settle slot" + ("s " if len(open_) > 1 else " ")
                 + ", ".join(str(r.slot) for r in open_) + ": " + "; ".join(r.note for r in open_[:2]) + "."
             )
     if label_offset:
+        r0 = next((r for r in results if r.evidence == Evidence.OBSERVED and r.claimed_boundary is not None), results[0])
         parts.append(
-            f"The training side's own labels ({claim_src}) are {abs(label_offset)} off: what they call "
-            f"B{results[0].claimed_boundary} holds B{results[0].boundary_index}."
+            f"The training side's own labels ({claim_src}) are {layers_in_words(label_offset)} off the values: what "
+            f"they call B{r0.claimed_boundary} matches the capture labelled B{r0.boundary_index}."
         )
+    parts = [p for p in parts if p]
     return " ".join(parts) if parts else "See the per-slot notes."
+
+
+def _consistent(results: Sequence[SlotResult]) -> str:
+    """A sentence for the slots whose answer rests on labels the values only agree with."""
+    cons = [r for r in results if r.evidence == Evidence.CONSISTENT]
+    if not cons:
+        return ""
+    sink = [r for r in cons if r.match is not None and r.match.metrics.sink_only]
+    many = len(cons) > 1
+    text = (f" Slot{'s' if many else ''} {', '.join(str(r.slot) for r in cons)} "
+            f"{'rest' if many else 'rests'} on the labels (B{_bl([r.boundary_index for r in cons])}): the values "
+            f"equal {'them' if many else 'it'} within noise but do not rule out a neighbouring layer")
+    if sink:
+        text += (f" (slot{'s' if len(sink) > 1 else ''} {', '.join(str(r.slot) for r in sink)}: attention-sink "
+                 "tokens only, on which a gate does not pass)")
+    return text + "."
+
+
+def _label_shift(results: Sequence[SlotResult], configured: Configured | None) -> int:
+    """The one offset between the configured layers and the layers inferred from the training labels."""
+    if configured is None or not results or any(r.boundary_index is None or r.configured_boundary is None
+                                                for r in results):
+        return 0
+    diffs = {r.configured_boundary - r.boundary_index for r in results}  # type: ignore[operator]
+    return diffs.pop() if len(diffs) == 1 else 0
 
 
 def _position_shift(pairs: Sequence[tuple[int, int, int]], cfg: list[int]) -> int:

@@ -84,7 +84,7 @@ def ids_from_report(path: str | os.PathLike, engine: str, *, model_family: str |
         problems.append(f"verdict {verdict!r}")
     slots = report.get("slots") or []
     for s in slots:
-        if s.get("boundary_index") is None or s.get("status") in _UNSETTLED or s.get("evidence") not in ("observed", "inferred"):
+        if s.get("boundary_index") is None or s.get("status") in _UNSETTLED or s.get("evidence") not in ("observed", "consistent", "inferred"):
             problems.append(f"slot {s.get('slot')} {s.get('status') or 'unidentified'}")
     if not any(s.get("evidence") == "observed" for s in slots):
         problems.append("no slot was observed")

@@ -44,7 +44,7 @@ def test_off_by_one_late(train, all_layers):
     assert r.verdict == "mismatch" and r.exit_code == 1
     assert r.recommended.ids == (1, 14, 26)
     assert r.recommended.by_engine["vllm"] == [2, 15, 27]
-    assert "1 layer too late" in r.cause and "adds 1" in r.cause
+    assert "one layer too late" in r.cause and "adds 1" in r.cause
     assert [s.configured_boundary for s in r.slots] == [3, 16, 28]
 
 
@@ -52,7 +52,7 @@ def test_off_by_one_early(train, all_layers):
     r = compare(train, all_layers, layer_ids=[0, 13, 25])
     assert r.verdict == "mismatch"
     assert r.recommended.ids == (1, 14, 26)
-    assert "1 layer too early" in r.cause
+    assert "one layer too early" in r.cause
 
 
 def test_vllm_convention(train, all_layers):

@@ -43,7 +43,8 @@ def test_seed_story_recommends_the_fix_and_explains_it(tmp_path):
     assert [s["slot"] for s in slots] == [0, 1, 2]
     assert [s["boundary_index"] for s in slots] == [3, 31, 59]
     assert [s["layer_id"] for s in slots] == [2, 30, 58]
-    assert [s["evidence"] for s in slots] == ["observed", "observed", "inferred"]
+    # B31 matches at 2.3 % but its uncaptured neighbours on this 61-layer target may be as close as ~3 %
+    assert [s["evidence"] for s in slots] == ["observed", "consistent", "inferred"]
     for s in slots:
         assert 0 <= s["confidence"] <= 1
         assert {"margin", "metrics", "matched"} <= set(s)
@@ -59,7 +60,7 @@ def test_fixed_configuration_exits_0(tmp_path):
     assert r.exit_code == 0, r.output
     doc = json.loads(r.output)
     assert doc["verdict"] == "ok"
-    assert [s["evidence"] for s in doc["slots"]] == ["observed"] * 3
+    assert [s["evidence"] for s in doc["slots"]] == ["observed", "consistent", "consistent"]
 
 
 def test_vllm_engine_convention_on_the_seed_fix():

@@ -135,8 +135,6 @@ def every_layer(tmp_path_factory) -> Path:
     return B.sglang_dump(tmp_path_factory.mktemp("all"), 1, list(range(30)), concat_slots=False, tag_layers=True)
 
 
-@pytest.mark.xfail(strict=True, reason="issue class 4: a training config one layer off against the values is "
-                   "silent: verdict ok, no warning")
 def test_4a_training_labels_off_by_one_are_a_warning(tmp_path, every_layer):
     train = B.specforge(tmp_path / "train", [0, 1, 2], TRAIN_B)
     B.draft_config(train / "config.json", [2, 15, 27])  # claims B 3, 16, 28
@@ -145,8 +143,6 @@ def test_4a_training_labels_off_by_one_are_a_warning(tmp_path, every_layer):
     assert any(re.search(r"(?i)label", w) and re.search(r"(?i)\b(1|one) layer", w) for w in r.warnings)
 
 
-@pytest.mark.xfail(strict=True, reason="issue class 4: 'output of model.layers.i' is read as boundary i: ids "
-                   "[0, 13, 25] with exit 0 although the training config says [1, 14, 26]")
 def test_4b_hook_output_labels_against_the_training_config(tmp_path, train):
     # hooks on the layer outputs: 'output of model.layers.i' prints B i+1
     lines = [f"[2026-12-01 00:00:05 TP0] output of model.layers.{b - 1}: h[4:8, :8]="
@@ -243,8 +239,6 @@ def test_8_runs_in_one_dumper_directory_are_kept_apart(tmp_path, train):
 
 
 # ------------------------------------------------------------------------- 9. label-consistent answers
-@pytest.mark.xfail(strict=True, reason="issue class 9: slot 0 is 'observed' from the sink token alone, slots 1 and "
-                   "2 'inferred': no answer says it is only consistent with the labels")
 def test_9a_sink_token_print_with_agreeing_labels_is_consistent(tmp_path, train):
     lines = [f"[2026-12-01 00:00:05 TP0] aux_hidden_states[{j}] layer={b} h[0, :5]={flist(noisy(1, b)[0, :5])}"
              for j, b in enumerate(TRAIN_B)]
@@ -255,8 +249,6 @@ def test_9a_sink_token_print_with_agreeing_labels_is_consistent(tmp_path, train)
     assert r.verdict != "ok" and r.exit_code == 1  # a gate passes only on ordinary tokens
 
 
-@pytest.mark.xfail(strict=True, reason="issue class 9: slot 0 matches at 3.1% over 36 values but is left null by "
-                   "the fixed 8% neighbour prior: ids [None, 14, 26] with verdict ok")
 def test_9b_thirty_six_values_at_three_percent_answer(tmp_path):
     train = B.specforge(tmp_path / "train", [0, 1, 2], TRAIN_B)  # no training labels: the values must answer
     lines = [f"[2026-12-01 00:00:05 TP0] aux_hidden_states[{j}] h[6:10, :9]="
@@ -306,8 +298,6 @@ def test_10_layer_numbers_in_capture_names_are_labels(tmp_path, train, style):
 
 
 # ------------------------------------------------------------------------- 11. plain shifts in words
-@pytest.mark.xfail(strict=True, reason="issue class 11: only the neighbours captured: ids [None, None, None] and the "
-                   "cause 'the two sides hold different tensors. Check post-norm...' instead of the shift")
 def test_11_captured_neighbours_only_say_the_shift(tmp_path, train):
     infer = concat_dump(tmp_path, 1, [3, 16, 28])  # ids [2, 15, 27]: every slot one layer too deep
     r = hsdiff.compare(train, infer, layer_ids=[2, 15, 27])
@@ -318,8 +308,7 @@ def test_11_captured_neighbours_only_say_the_shift(tmp_path, train):
 
 # ------------------------------------------------------------------------- 12. no null after OK
 @pytest.mark.parametrize("kind,level", [
-    pytest.param("fp32", 0.04, id="gauss-4pct", marks=pytest.mark.xfail(
-        strict=True, reason="issue class 12: 4% noise (the documented same-layer range): verdict ok, ids [None, None, None]")),
+    pytest.param("fp32", 0.04, id="gauss-4pct"),
     pytest.param("fp8", 0.0, id="fp8-e4m3"),
 ])
 def test_12_verified_configuration_is_recommended(tmp_path, train, kind, level):

@@ -136,7 +136,7 @@ def _pipeline(train: Dump, infer: Dump, opts: Options, family: str, train_path: 
     with threads(1):
         scores = scoring.score_all(train_slots, usable, opts.tolerance, opts.progress, verify=named)
     warnings += scores.warnings
-    decisions = [decide.decide_slot(s, scores.candidates.get(s, []), opts.tolerance) for s in range(k)]
+    decisions = [decide.decide_slot(s, scores.candidates.get(s, []), opts.tolerance, num_layers) for s in range(k)]
     warnings += validate.training_set(train_slots, train)
 
     resolution = decide.resolve(decisions, claims, claim_src, configured, scores.candidates, opts.tolerance,

@@ -25,6 +25,7 @@ from .results import (
     SlotResult,
     Status,
     Verdict,
+    layers_in_words,
     pct,
 )
 
@@ -50,4 +51,5 @@ __all__ = [
     "Configured",
     "Report",
     "pct",
+    "layers_in_words",
 ]

@@ -35,6 +35,7 @@ __all__ = [
     "Configured",
     "Report",
     "pct",
+    "layers_in_words",
 ]
 
 
@@ -52,6 +53,9 @@ class Evidence(_StrEnum):
     """What a slot's answer rests on."""
 
     OBSERVED = "observed"  #: the values match one capture and rule out its neighbours
+    #: the values match the labelled layer within noise but cannot rule out a neighbour (sink tokens
+    #: only, a few printed values, neighbours not captured): the answer is the labels', confidence capped
+    CONSISTENT = "consistent"
     INFERRED = "inferred"  #: no value evidence: the training labels and the offset seen on other slots
     NONE = "none"  #: nothing determines it
 
@@ -88,6 +92,12 @@ def pct(x: float | None, *, table: bool = False) -> str:
     if x >= 0.1:
         return f"{x * 100:.0f}%"
     return f"{x * 100:.2f}%" if table else f"{x * 100:.2g}%"
+
+
+def layers_in_words(n: int) -> str:
+    """A layer offset in words, sign dropped: ``1`` -> "one layer", ``-2`` -> "two layers", ``5`` -> "5 layers"."""
+    n = abs(n)
+    return f"{ {1: 'one', 2: 'two', 3: 'three'}.get(n, str(n)) } layer{'s' if n != 1 else ''}"
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hsdiff import decide
+from hsdiff import decide, separation
 from hsdiff.model import (
     Candidate,
     Capture,
@@ -50,11 +50,31 @@ def test_captured_neighbours_ruled_out_give_full_confidence() -> None:
     assert d.runner_up is not None and d.runner_up.boundary == 4
 
 
-def test_uncaptured_neighbours_fall_back_to_the_adjacent_prior() -> None:
-    d = decide.decide_slot(0, [cand(5, 0.02), cand(20, 0.9)], TOL)
+def test_uncaptured_neighbours_are_bounded_by_a_farther_capture() -> None:
+    # B20 differs by 90 %: over 15 layers the neighbours of B5 are on average at least 6 % apart
+    d = decide.decide_slot(0, [cand(5, 0.01), cand(20, 0.9)], TOL)
     assert d.status == Status.IDENTIFIED and d.boundary == 5
-    assert abs(d.confidence - 0.602) < 1e-3  # log10(0.08 / 0.02); the far capture alone would give 1.0
-    assert "adjacent-layer prior" in d.note
+    assert abs(d.confidence - 0.778) < 1e-3  # log10(0.06 / 0.01); the far capture's own error would give 1.0
+    assert "B20, 15 layers away: at least 6% a layer" in d.note
+
+
+def test_a_far_capture_with_a_larger_norm_bounds_against_that_norm() -> None:
+    far = cand(20, 0.9)
+    far = Candidate(far.capture, "s0", 0, Metrics(0.9, 0.5, 0.9, 3.0, 8, 128))  # 3x the norm
+    sep = separation.neighbour_separation(cand(5, 0.01), [cand(5, 0.01), far], 30)
+    assert abs(sep.value - 0.9 / 3 / 15) < 1e-9 and not sep.measured
+
+
+def test_one_captured_neighbour_speaks_for_the_other_side_only_divided_by_the_spread() -> None:
+    sep = separation.neighbour_separation(cand(5, 0.01), [cand(5, 0.01), cand(4, 0.4)], 30)
+    assert abs(sep.value - 0.4 / separation.SIDE_SPREAD) < 1e-9
+
+
+def test_with_no_other_capture_the_model_depth_sets_the_separation() -> None:
+    top = cand(31, 0.02)
+    assert abs(separation.neighbour_separation(top, [top], 61).value - separation.DEPTH_SPAN / 61) < 1e-9
+    d = decide.decide_slot(0, [top], TOL, 61)  # 3.6 % against 2 %: cannot rule out a neighbour
+    assert d.status == Status.AMBIGUOUS and d.candidate_boundary == 31 and "model depth (61 layers)" in d.note
 
 
 def test_close_runner_up_is_ambiguous_and_keeps_the_candidate() -> None:
@@ -81,9 +101,15 @@ def test_a_sink_only_match_of_another_layer_keeps_an_ordinary_match_open() -> No
 
 
 def test_printed_values_cap_the_confidence_by_their_number() -> None:
+    d = decide.decide_slot(0, [cand(5, 0.005, printed=20), cand(4, 0.3), cand(6, 0.3)], TOL)
+    assert d.status == Status.IDENTIFIED and d.confidence == decide.evidence_cap(20)
+    assert "only 20 printed values" in d.note
+
+
+def test_too_few_printed_values_do_not_rule_out_a_neighbour() -> None:
     d = decide.decide_slot(0, [cand(5, 0.005, printed=5), cand(4, 0.3), cand(6, 0.3)], TOL)
-    assert d.status == Status.IDENTIFIED and d.confidence == decide.evidence_cap(5) < 0.5
-    assert "only 5 printed values" in d.note
+    assert d.status == Status.AMBIGUOUS and d.candidate_boundary == 5 and d.confidence == decide.evidence_cap(5)
+    assert "too few" in d.note
 
 
 def test_unlabelled_capture_is_matched_but_not_identified() -> None:
@@ -104,6 +130,43 @@ def test_resolve_infers_an_unobserved_slot_from_labels_shifted_like_the_observed
     assert [r.evidence for r in res.slots] == [Evidence.OBSERVED, Evidence.OBSERVED, Evidence.INFERRED]
     assert res.slots[2].confidence < min(res.slots[0].confidence, res.slots[1].confidence)
     assert "labels shifted by +1" in res.slots[2].note
+    # the capture tags and the training labels disagree by one layer: said, capped, and no pass
+    assert any("one layer" in w and "labels" in w for w in res.warnings)
+    assert max(r.confidence for r in res.slots) <= decide.CONFLICT_CONFIDENCE
+    assert decide.verdict(res.slots, None) == Verdict.INCONCLUSIVE
+
+
+def test_labels_agreeing_with_a_match_that_cannot_rule_out_a_neighbour_are_consistent() -> None:
+    cands = {0: [cand(15, 0.03), cand(2, 0.7)]}  # neighbours of B15 not captured
+    ds = [decide.decide_slot(0, cands[0], TOL, 30)]
+    assert ds[0].status == Status.AMBIGUOUS
+    res = decide.resolve(ds, [15], "config.json", None, cands, TOL, "sglang", "llama", 30)
+    r = res.slots[0]
+    assert r.boundary_index == 15 and r.evidence == Evidence.CONSISTENT
+    assert r.confidence == decide.CONSISTENT_CONFIDENCE < 0.9 and "comes from the labels" in r.note
+    assert decide.verdict(res.slots, None) == Verdict.INCONCLUSIVE  # no configuration: consistent is not a pass
+    res = decide.resolve(ds, [16], "config.json", None, cands, TOL, "sglang", "llama", 30)
+    assert res.slots[0].evidence == Evidence.INFERRED and res.slots[0].boundary_index == 16  # labels disagree
+
+
+def test_consistent_on_sink_tokens_never_passes_a_gate() -> None:
+    cands = {0: [cand(15, 0.003, sink_only=True)]}
+    ds = [decide.decide_slot(0, cands[0], TOL, 30)]
+    cfg = Configured("sglang", (14,), (15,))
+    res = decide.resolve(ds, [15], "config.json", cfg, cands, TOL, "sglang", "llama", 30)
+    assert res.slots[0].evidence == Evidence.CONSISTENT and res.slots[0].status == Status.UNVERIFIED
+    assert res.slots[0].confidence <= decide.SINK_CONFIDENCE
+    assert decide.verdict(res.slots, cfg) == Verdict.INCONCLUSIVE
+
+
+def test_nothing_matched_infers_every_slot_from_the_training_labels() -> None:
+    cands = {s: [cand(b + 1, 0.25)] for s, b in enumerate((2, 15, 27))}
+    ds = [decide.decide_slot(s, cands[s], TOL, 30) for s in range(3)]
+    cfg = Configured("sglang", (2, 15, 27), (3, 16, 28))
+    res = decide.resolve(ds, [2, 15, 27], "config.json", cfg, cands, TOL, "sglang", "llama", 30)
+    assert [r.boundary_index for r in res.slots] == [2, 15, 27]
+    assert all(r.evidence == Evidence.INFERRED and r.confidence == decide.LABELS_ONLY_CONFIDENCE for r in res.slots)
+    assert decide.verdict(res.slots, cfg) == Verdict.MISMATCH
 
 
 def test_resolve_judges_slots_against_the_configuration() -> None:
