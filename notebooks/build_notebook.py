@@ -176,8 +176,9 @@ report.slots_frame()[["boundary_index", "evidence", "status", "configured_bounda
     ("code", """fig = heatmap(report)"""),
     ("md", """Nothing matches: every cell of the heatmap is dark, the closest pair is 26% apart — far above
 the bf16 noise (under 3%) and about what separates neighbouring layers on this model. The engine's
-capture is the wrong layers, and it alone cannot say which layers training used: hsdiff leaves the
-ids open rather than guess.
+capture is the wrong layers, and it alone cannot say which layers training used: the values say
+nothing, so hsdiff answers from the training side's labels (`config.json`), says so (`evidence`
+"inferred", confidence 0.4), and names the shift between them and the configured ids.
 
 The ground truth is one `hsdiff capture` away: the bf16 capture of every boundary. Against it the
 heatmap becomes a 3 × 31 grid with one bright cell per row."""),

@@ -69,7 +69,7 @@ def test_smollm2_notebook_executes(tmp_path):
     assert "labelled B[2, 15, 27] by config.json" in text
     assert "the server captures ['B3', 'B16', 'B28']" in text
     assert "2 ranks, replicated" in text
-    assert "mismatch — No inference capture equals any training slot" in text
+    assert "mismatch — Every slot is captured one layer too deep" in text and "post-norm" not in text
     assert "['slot 0 = B2 " in text and "'slot 1 = B15 " in text and "'slot 2 = B27 " in text
     assert '"eagle_aux_hidden_state_layer_ids": [1, 14, 26]' in text
     assert "('ok', (1, 14, 26), ['B2', 'B15', 'B27'])" in text
