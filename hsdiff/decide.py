@@ -40,8 +40,8 @@ from .model import (
     layers_in_words,
     pct,
 )
-from .serving import serve
 from .separation import Separation, neighbour_separation
+from .serving import serve
 
 __all__ = [
     "NOISE_TOLERANCE",
