@@ -1,7 +1,7 @@
 """Matching by value: token alignment, per-token errors, attention-sink handling.
 
-The metric is the *per-token* relative error ``||x_t - y_t|| / ||y_t||``, summarised by its median
-over the compared tokens. Real LLMs put massive activations on the first token (the attention
+The metric is the *per-token* relative error ``||x_t - y_t|| / ||y_t||``, summarised by its upper
+median over the compared tokens (a strict majority of the tokens lies at or below it). Real LLMs put massive activations on the first token (the attention
 sink): a whole-tensor error is dominated by that one token, whose value barely changes across
 middle layers, so whole-tensor errors cannot tell neighbouring layers apart. Sink tokens are
 therefore left out whenever ordinary tokens are available, and a comparison that saw only sink
@@ -159,14 +159,21 @@ def _summarise(err: torch.Tensor, cos: torch.Tensor, ratio: torch.Tensor, sinks:
         return Metrics.empty(sink_only)
     e = err[use]
     return Metrics(
-        rel_err=float(e.median()),
-        cosine=float(cos[use].median()),
+        rel_err=upper_median(e),
+        cosine=-upper_median(-cos[use]),
         p90_err=float(torch.quantile(e, 0.9)) if e.numel() > 1 else float(e[0]),
         norm_ratio=float(ratio[use].median()),
         tokens=int(use.sum()),
         values=int(use.sum()) * values_per_token,
         sink_only=sink_only,
     )
+
+
+def upper_median(v: torch.Tensor) -> float:
+    """The middle value, the upper one of an even count: more than half the values are at or below it,
+    so a minority of tokens cannot carry it (``torch.median`` takes the lower one: with two tokens,
+    one match and one miss would read as a match)."""
+    return float(v.sort().values[v.numel() // 2])
 
 
 def score(train: TrainSlot, infer: torch.Tensor | Capture, offset: int, stats: RowStats | None = None) -> Metrics:

@@ -32,6 +32,7 @@ from .model import (
     Candidate,
     Configured,
     Evidence,
+    Metrics,
     Recommendation,
     SlotDecision,
     SlotResult,
@@ -48,6 +49,7 @@ __all__ = [
     "AMBIGUOUS_RATIO",
     "SINK_CONFIDENCE",
     "CONSISTENT_CONFIDENCE",
+    "coherent",
     "decide_slot",
     "evidence_cap",
     "Resolution",
@@ -63,6 +65,8 @@ NOISE_TOLERANCE = 0.10
 AMBIGUOUS_RATIO = 3.0
 #: Highest confidence a comparison of attention-sink tokens alone can carry.
 SINK_CONFIDENCE = 0.25
+#: How far a summary's cosine may fall below what its error allows (statistics over a few tokens).
+COHERENCE_SLACK = 0.005
 #: Highest confidence of an ambiguous match.
 AMBIGUOUS_CONFIDENCE = 0.4
 #: Confidence of a slot whose values agree with its labelled layer within noise but cannot rule out
@@ -86,23 +90,33 @@ def evidence_cap(values: int) -> float:
     return values / (values + 10.0) if values > 0 else 0.0
 
 
+def coherent(m: Metrics) -> bool:
+    """Whether a comparison's cosine is possible at its error: a relative error e forces every token's
+    cosine to at least sqrt(1 - e^2); a summary breaking that mixes tokens that disagree."""
+    return not (m.rel_err < 1 and m.cosine < math.sqrt(1 - m.rel_err**2) - COHERENCE_SLACK)
+
+
 def decide_slot(slot: int, cands: Sequence[Candidate], tolerance: float,
                 num_layers: int | None = None) -> SlotDecision:
     """What the values say training slot ``slot`` is, from its candidates (best first)."""
     if not cands:
         return SlotDecision(slot, Status.UNOBSERVED, None, 0.0, None, None, None,
                             "no inference capture could be compared with this slot")
-    ordinary = [c for c in cands if not c.metrics.sink_only and c.metrics.rel_err <= tolerance]
+    first = next((c for c in cands if coherent(c.metrics)), None)
+    if first is not None and first is not cands[0]:  # an incoherent summary cannot be the match, only a runner-up
+        cands = [first] + [c for c in cands if c is not first]
+    ordinary = [c for c in cands if not c.metrics.sink_only and c.metrics.rel_err <= tolerance and coherent(c.metrics)]
     if cands[0].metrics.sink_only and ordinary:  # ordinary tokens separate layers, sinks cannot
         cands = ordinary + [c for c in cands if all(c is not o for o in ordinary)]
     top = cands[0]
     m = top.metrics
     runner = next((c for c in cands[1:] if c.boundary != top.boundary or top.boundary is None), None)
     margin = None if runner is None else runner.metrics.rel_err - m.rel_err
-    if not m.rel_err <= tolerance:
+    if not m.rel_err <= tolerance or not coherent(m):
+        why = "" if coherent(m) else f", but cosine {m.cosine:.3f}, which that error rules out: the tokens disagree"
         return SlotDecision(slot, Status.UNMATCHED, None, 0.0, margin, None, top,
                             f"no inference capture equals this slot (closest: {top.capture.label()}, "
-                            f"error {pct(m.rel_err)})")
+                            f"error {pct(m.rel_err)}{why})")
     b = top.boundary
     sep = neighbour_separation(top, cands, num_layers)
     if runner is not None and runner.metrics.sink_only and runner.metrics.rel_err <= tolerance and b is not None:

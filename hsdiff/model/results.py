@@ -104,9 +104,9 @@ def layers_in_words(n: int) -> str:
 class Metrics:
     """How close one inference capture is to one training slot, at a token alignment.
 
-    ``rel_err``: median over compared tokens of ||infer - train|| / ||train|| (per token, on the
-    compared columns; attention-sink tokens left out when ordinary tokens are present).
-    ``cosine``: median per-token cosine similarity. ``p90_err``: 90th percentile of the per-token
+    ``rel_err``: upper median over compared tokens of ||infer - train|| / ||train|| (per token, on
+    the compared columns; attention-sink tokens left out when ordinary tokens are present), so that
+    a minority of tokens cannot carry a match. ``cosine``: lower median per-token cosine similarity. ``p90_err``: 90th percentile of the per-token
     error. ``norm_ratio``: median per-token norm ratio infer/train. ``sink_only``: only
     attention-sink tokens were compared, which cannot separate neighbouring layers.
     """
