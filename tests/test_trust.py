@@ -66,8 +66,6 @@ def flist(v: torch.Tensor) -> str:
 
 
 # ------------------------------------------------------------------------- 1. shape guessing
-@pytest.mark.xfail(strict=True, reason="issue class 1: [24, 3, 576] without token_ids is read as an [L+1, T, H] "
-                   "all-layer stack of a 23-layer model, and ids [2, 15, 27] are refused as out of range")
 def test_1_connector_without_token_ids_is_not_an_all_layer_stack(tmp_path, train):
     # vLLM's connector layout [T=24, k=3, H]; token_ids left out by whoever copied the file
     hs = torch.stack([noisy(1, b) for b in TRAIN_B], dim=1).contiguous()
@@ -99,16 +97,12 @@ def test_2_one_match_one_miss_over_two_ordinary_tokens_is_not_a_match(tmp_path, 
 
 
 # ------------------------------------------------------------------------- 3. hidden size
-@pytest.mark.xfail(strict=True, reason="issue class 3: --hidden-size 192 (a third of 576) is accepted and splits the "
-                   "training side into 9 slots")
 def test_3a_a_hidden_size_that_cannot_fit_is_a_user_error(tmp_path, train):
     infer = concat_dump(tmp_path, 1, TRAIN_B)
     with pytest.raises(hsdiff.HsdiffError, match=r"(?i)hidden.size"):
         hsdiff.compare(train, infer, layer_ids=list(SGL), hidden_size=192)
 
 
-@pytest.mark.xfail(strict=True, reason="issue class 3: a 4-slot draft served with 2 ids: H is taken from the inference "
-                   "width (1152) and every slot is left null")
 def test_3b_four_slot_draft_served_with_two_ids(tmp_path):
     train4 = B.specforge(tmp_path / "train", [0, 1, 2], [2, 9, 15, 27])
     infer = concat_dump(tmp_path / "infer", 1, [2, 15])
@@ -370,7 +364,6 @@ def test_13d_configured_last_boundary_is_named_not_its_neighbours(tmp_path, ever
 
 
 # ------------------------------------------------------------------------- 14. small
-@pytest.mark.xfail(strict=True, reason="issue class 14: the hint says 'pass --format', an option compare does not have")
 def test_14a_format_hint_names_the_real_options(tmp_path, train):
     (tmp_path / "notes.txt").write_text("nothing here\n")
     with pytest.raises(hsdiff.HsdiffError) as e:

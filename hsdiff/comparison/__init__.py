@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import numbers
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -76,10 +77,11 @@ def compare(
     opts = _options(options, kwargs)
     family = conv.normalize_family(opts.model_family) if opts.engine == "sglang" else (opts.model_family or "llama")
     train_dump = train if isinstance(train, Dump) else scan(
-        train, TRAIN, fmt=opts.train_format, index=opts.train_index, progress=_reading(opts, "training"))
+        train, TRAIN, fmt=opts.train_format, index=opts.train_index, progress=_reading(opts, "training"),
+        format_option="--train-format")
     infer_dump = infer if isinstance(infer, Dump) else scan(
         infer, INFER, fmt=opts.infer_format, index=opts.infer_index, progress=_reading(opts, "inference"),
-        log_pattern=opts.log_pattern)
+        log_pattern=opts.log_pattern, format_option="--infer-format")
     return _pipeline(train_dump, infer_dump, opts, family, str(train), str(infer))
 
 
@@ -92,12 +94,31 @@ def _options(options: Options | None, kwargs: dict[str, Any]) -> Options:
     for k in ("layer_ids", "train_layer_ids"):
         if isinstance(kwargs.get(k), str):
             kwargs[k] = conv.parse_ids(kwargs[k], what=k)
+        elif kwargs.get(k) is not None:
+            kwargs[k] = _int_list(kwargs[k], k)
     opts = dataclasses.replace(opts, **kwargs)
     conv.rule(opts.engine)
     for name, value in (("--infer-index", opts.infer_index), ("--train-index", opts.train_index)):
         if value not in (conv.BOUNDARY, conv.OUTPUT):
             raise InputError(f"{name} must be 'boundary' or 'output', not {value!r}")
     return opts
+
+
+def _int_list(value: Any, name: str) -> list[int]:
+    """``value`` as a list of ints; a TypeError naming ``name`` and the accepted types otherwise."""
+    items = list(value) if isinstance(value, Sequence) else None
+    if items is None or not all(isinstance(i, numbers.Integral) and not isinstance(i, bool) for i in items):
+        raise TypeError(f"{name} must be a list of ints or a string such as \"1,14,26\", not {value!r}")
+    return [int(i) for i in items]
+
+
+def _reread_connector(root: str, rel: str) -> Dump | None:
+    """One inference file read again in vLLM's connector layout (None if it is not on disk)."""
+    base = Path(root)
+    path = base / rel if base.is_dir() else base
+    if not path.is_file():
+        return None
+    return scan(path, INFER, fmt="vllm", format_option="--infer-format")
 
 
 def _reading(opts: Options, side: str) -> Callable[[int, int, Path], None] | None:
@@ -108,11 +129,13 @@ def _reading(opts: Options, side: str) -> Callable[[int, int, Path], None] | Non
 
 
 def _pipeline(train: Dump, infer: Dump, opts: Options, family: str, train_path: str, infer_path: str) -> Report:
+    model_cfg = load_config(opts.model_config) if opts.model_config else None
+    infer = shape.layout(infer, train, opts.num_layers, model_cfg, opts.layer_ids, opts.infer_format is not None,
+                         lambda rel: _reread_connector(infer_path, rel))
     warnings = list(train.warnings) + list(infer.warnings)
     train, w_train = validate.with_values(train, "training", train_path)
     infer, w_infer = validate.with_values(infer, "inference", infer_path)
     warnings += w_train + w_infer
-    model_cfg = load_config(opts.model_config) if opts.model_config else None
 
     num_layers = shape.num_layers(opts.num_layers, model_cfg, train, infer)
     hidden = shape.hidden_size(opts.hidden_size, model_cfg, train, infer, opts.layer_ids)

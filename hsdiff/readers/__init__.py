@@ -127,12 +127,14 @@ def scan(
     progress: Callable[[int, int, Path], None] | None = None,
     log_pattern: str | None = None,
     keep_ranks: bool = False,
+    format_option: str = "--format",
 ) -> Dump:
     """Read every capture under ``path`` (a file or a directory, scanned recursively).
 
     ``log_pattern`` is a regular expression with a named group ``values`` for debug logs in an
     unusual format (see :mod:`hsdiff.readers.debuglog`). ``keep_ranks`` leaves the captures of
     each tensor-parallel rank apart (by default replicas collapse into one, loading them to check).
+``format_option`` is the option that forces a format where the caller reads it (named in hints).
 
     >>> dump = scan("fixtures/seed/train", "train")          # doctest: +SKIP
     >>> dump.captures[0].shape
@@ -149,7 +151,7 @@ def scan(
             raise InputError("symbolic link that leads nowhere (broken, or a loop)", path=root, hint="check the link target")
         raise InputError("no such file or directory", path=root, hint="check the path")
     if fmt is not None and fmt not in FORMATS:
-        raise InputError(f"unknown format {fmt!r}", hint=f"choose one of: {', '.join(FORMATS)}")
+        raise InputError(f"unknown format {fmt!r} for {format_option}", hint=f"choose one of: {', '.join(FORMATS)}")
     ctx = ReadContext(side=side, index=index, root=root if root.is_dir() else root.parent, log_pattern=log_pattern)
     if root.is_dir():
         files = [p for p in _walk(root) if p.suffix.lower() not in _SKIP_SUFFIXES or p.name == "config.json"]
@@ -202,7 +204,7 @@ def scan(
         raise FormatError(
             f"no hidden states found in this {where}{why[:400]}",
             path=root,
-            hint=f"hsdiff reads {', '.join(FORMATS)}; point it at the dump itself or pass --format",
+            hint=f"hsdiff reads {', '.join(FORMATS)}; point it at the dump itself or pass {format_option} FORMAT",
         )
     return Dump(tuple(captures), tuple(configs), tuple(ctx.warnings), files=len(files))
 

@@ -18,6 +18,12 @@ def sniff(table: Table) -> bool:
     return hs is not None and "token_ids" in table.entries and len(hs.shape) in (2, 3)
 
 
+def accepts(table: Table) -> bool:
+    """``--infer-format vllm``: a ``hidden_states`` [T, k, H] or [T, k*H] whose ``token_ids`` were left out."""
+    hs = table.entries.get("hidden_states")
+    return hs is not None and len(hs.shape) in (2, 3)
+
+
 def read(table: Table, ctx: ReadContext) -> list[Capture]:
     entry = table.entries["hidden_states"]
     ids = token_ids_of(table)
