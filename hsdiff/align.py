@@ -30,6 +30,8 @@ __all__ = [
     "TrainSlot",
     "sink_mask",
     "id_offsets",
+    "shared_prefix",
+    "upper_median",
     "score",
     "best_alignment",
     "search_offset",
@@ -42,6 +44,8 @@ SINK_FACTOR = 8.0
 #: Placing printed rows: a placement that compared only attention-sink tokens ranks as if its error
 #: were this much larger, so one that compared ordinary tokens at a similar error wins.
 SINK_PENALTY = 1.5
+#: Fewest shared leading tokens that make a different prompt's prefix worth comparing.
+MIN_PREFIX = 3
 _COLS_FOR_SEARCH = 64
 _EPS = 1e-12
 
@@ -133,6 +137,26 @@ def id_offsets(infer_ids: Sequence[int], train_ids: Sequence[int]) -> list[int]:
         if np.array_equal(a[i0:i1], b[i0 + o : i1 + o]):
             out.append(o)
     return out
+
+
+def shared_prefix(infer_ids: Sequence[int], train_ids: Sequence[int]) -> tuple[int, int] | None:
+    """``(o, n)``: the inference's first ``n`` tokens equal training tokens ``o .. o+n-1``, the longest
+    such run (ties: ``o`` nearest 0); None when no run of :data:`MIN_PREFIX` tokens exists.
+
+    A different prompt that shares a system prompt or chat template with a training sample: in a
+    causal model identical token prefixes give identical hidden states, so that prefix (and only
+    it) is evidence.
+    """
+    a = np.asarray(infer_ids, dtype=np.int64)
+    b = np.asarray(train_ids, dtype=np.int64)
+    best: tuple[int, int] | None = None
+    for o in np.flatnonzero(b == a[0]).tolist() if a.size else []:
+        m = min(a.size, b.size - o)
+        diff = np.flatnonzero(a[:m] != b[o : o + m])
+        n = int(diff[0]) if diff.size else m
+        if best is None or n > best[1]:
+            best = (o, n)
+    return best if best is not None and best[1] >= MIN_PREFIX else None
 
 
 def _per_token(x: torch.Tensor, y: torch.Tensor, nx: torch.Tensor | None = None, ny: torch.Tensor | None = None

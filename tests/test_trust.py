@@ -203,8 +203,6 @@ def test_6_disagreeing_tensor_parallel_ranks_are_a_mismatch(tmp_path, train):
 
 
 # ------------------------------------------------------------------------- 7. shared prefixes
-@pytest.mark.xfail(strict=True, reason="issue class 7: a different prompt sharing its first 11 tokens: slot 0 ok, "
-                   "slots 1 and 2 a mismatch at 12% over all tokens, ids [1, None, None], exit 1")
 def test_7_shared_prefix_is_evidence(tmp_path):
     train0 = B.specforge(tmp_path / "train", [0], TRAIN_B)  # training saw sample 0 only
     infer = concat_dump(tmp_path / "infer", 1, TRAIN_B)  # sample 1: the first 11 tokens are the same

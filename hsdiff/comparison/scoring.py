@@ -14,7 +14,7 @@ import torch
 
 from .. import align
 from ..model import Candidate, Capture, Metrics, NormCheck, PrintedEvidence, Score
-from ..rows import RowStats, chunks, extent
+from ..rows import RowStats, chunks, extent, read
 from ..verify import score_many, sketch
 from . import validate
 from .slots import Slots
@@ -57,6 +57,8 @@ class _Job:
     capture: Capture
     offsets: list[int] | None
     order: int = 0
+    #: the inference rows compared when only a prefix shared with the training sample is evidence
+    source: torch.Tensor | None = None
     result: tuple[int, Metrics] | None = None
     verified: bool = False
 
@@ -83,7 +85,7 @@ def score_all(slots: Slots, infer: list[Capture], tolerance: float, progress: Pr
             continue
         sources[id(c)] = align.source(c)
         stats[id(c)] = RowStats(extent(sources[id(c)])[0])  # type: ignore[arg-type]
-    jobs, partial, ids_failed, homes, train_warn = _plan(slots, infer, sources, progress)
+    jobs, partial, ids_failed, homes, prefixes, train_warn = _plan(slots, infer, sources, progress)
     warnings += train_warn
     work = sum(_work(j, sources) for j in jobs)
     errors: dict[tuple[int, int, int], torch.Tensor] = {}
@@ -114,7 +116,14 @@ def score_all(slots: Slots, infer: list[Capture], tolerance: float, progress: Pr
         label_source = None if c.layer is None else c.layer.source
         rows.append(Score(s, j.sample, c.label(), c.boundary, label_source, off, m))
     for g in sorted(x for x in ids_failed if x is not None):
-        if not homes.get(g):
+        if homes.get(g):
+            continue
+        if g in prefixes:
+            warnings.append(
+                f"{g}: a different prompt from every training sample; only its first {prefixes[g]} tokens, a prefix it "
+                "shares with a training sample, were compared (identical tokens give identical hidden states in a "
+                "causal model)")
+        else:
             warnings.append(f"{g}: its token ids appear in no training sample; tokens were aligned by value instead")
     out: dict[int, list[Candidate]] = defaultdict(list)
     for (s, _), cands in best.items():
@@ -134,15 +143,19 @@ def score_all(slots: Slots, infer: list[Capture], tolerance: float, progress: Pr
 
 
 def _plan(slots: Slots, infer: list[Capture], sources: dict[int, torch.Tensor | Capture | None],
-          progress: Progress | None) -> tuple[list[_Job], list[_Job], set, dict, list[str]]:
+          progress: Progress | None) -> tuple[list[_Job], list[_Job], set, dict, dict[str | None, int], list[str]]:
     """Every pair to score, in report order (printed values scored at once); training slots are read
-    here (their norms, sinks and data-quality warnings, in one pass each)."""
+    here (their norms, sinks and data-quality warnings, in one pass each). A capture whose token ids
+    place it in no training sample but which shares its first tokens with one (a system prompt, a chat
+    template) is compared on that prefix alone: identical token prefixes give identical hidden states
+    in a causal model, the tokens after it are a different prompt."""
     warnings: list[str] = []
     samples: dict[str | None, dict[int, Capture]] = defaultdict(dict)
     for s, caps in slots.items():
         for c in caps:
             samples[c.group][s] = c
     ids_failed = set()
+    prefixes: dict[str | None, int] = {}  # inference group -> longest prefix shared with a training sample
     n = len(samples)
     sample_ids = {g: next((c.token_ids for c in caps.values() if c.token_ids), None) for g, caps in samples.items()}
     homes: dict[str | None, set] = {}  # inference group -> training samples whose ids contain its ids
@@ -159,6 +172,7 @@ def _plan(slots: Slots, infer: list[Capture], sources: dict[int, torch.Tensor | 
         known: dict[tuple[int, ...], list[int]] = {}  # captures of one forward pass share their ids
         for c in infer:
             offsets = None
+            prefix = None
             if c.token_ids and train_ids:
                 if c.token_ids not in known:
                     known[c.token_ids] = align.id_offsets(c.token_ids, train_ids)
@@ -167,20 +181,25 @@ def _plan(slots: Slots, infer: list[Capture], sources: dict[int, torch.Tensor | 
                     ids_failed.add(c.group)
                     if homes.get(c.group):
                         continue  # another training sample holds these tokens
-            plan.append((c, offsets))
+                    prefix = align.shared_prefix(c.token_ids, train_ids)
+            plan.append((c, offsets, prefix))
         if not plan:
             continue  # token ids rule this sample out: its tensors are never loaded
         loaded = {s: align.TrainSlot.load(c) for s, c in slot_caps.items()}
         for s, ts in loaded.items():
             warnings += validate.training_rows(ts.capture, s, ts.stats, ts.tokens)
-        for c, offsets in plan:
+        for c, offsets, prefix in plan:
             src = sources.get(id(c))
             if c.observation is None and src is None:
                 continue
+            head = None
+            if prefix is not None and src is not None:  # a different prompt: only the shared prefix is evidence
+                head, offsets = read(src, 0, min(prefix[1], extent(src)[0])), [prefix[0]]
+                prefixes[c.group] = max(prefixes.get(c.group, 0), prefix[1])
             for s, ts in loaded.items():
                 if src is not None and extent(src)[1] != ts.width:
                     continue
-                job = _Job(sample, s, ts, c, offsets, len(jobs) + len(partial))
+                job = _Job(sample, s, ts, c, offsets, len(jobs) + len(partial), head)
                 if c.observation is not None:
                     job.result = align.best_alignment(ts, c, None, offsets)
                     partial.append(job)
@@ -188,11 +207,17 @@ def _plan(slots: Slots, infer: list[Capture], sources: dict[int, torch.Tensor | 
                     jobs.append(job)
     if progress:
         progress("reading training samples", n, n)
-    return jobs, partial, ids_failed, homes, warnings
+    return jobs, partial, ids_failed, homes, prefixes, warnings
+
+
+def _src(j: _Job, sources: dict[int, torch.Tensor | Capture | None]) -> torch.Tensor | Capture:
+    src = j.source if j.source is not None else sources[id(j.capture)]
+    assert src is not None
+    return src
 
 
 def _work(j: _Job, sources: dict[int, torch.Tensor | Capture | None]) -> int:
-    ti, width = extent(sources[id(j.capture)])  # type: ignore[arg-type]
+    ti, width = extent(_src(j, sources))
     return 8 * min(ti, j.train.tokens) * width
 
 
@@ -204,7 +229,7 @@ def _chunked(src: torch.Tensor | Capture) -> Iterator[tuple[int, torch.Tensor]]:
 
 
 def _verify(j: _Job, sources: dict[int, torch.Tensor | Capture | None], stats: dict[int, RowStats]) -> None:
-    j.result = align.best_alignment(j.train, j.capture, sources[id(j.capture)], j.offsets, stats[id(j.capture)])
+    j.result = align.best_alignment(j.train, j.capture, _src(j, sources), j.offsets, stats[id(j.capture)])
     j.verified = True
 
 
@@ -225,7 +250,7 @@ def _sketch(jobs: list[_Job], sources: dict[int, torch.Tensor | Capture | None],
     for i, j in enumerate(jobs):
         if progress:
             progress("sampling pairs", i, len(jobs))
-        src = sources[id(j.capture)]
+        src = _src(j, sources)
         assert src is not None
         if id(j.capture) not in cache:
             _count_sampled(cache, stats)
@@ -275,7 +300,7 @@ def _verify_shortlist(jobs: list[_Job], sources: dict[int, torch.Tensor | Captur
                 _verify(j, sources, stats)
         # one offset (from the ids, or the value search the sample already ran): verified together
         errs: list[torch.Tensor | None] = [None] * len(one)
-        found = score_many([(j.train, sources[id(j.capture)], j.result[0]) for j in one],  # type: ignore[misc,index]
+        found = score_many([(j.train, _src(j, sources), j.result[0]) for j in one],  # type: ignore[misc,index]
                                  [stats[id(j.capture)] for j in one], errs,
                                  None if progress is None else lambda i, n: progress("verifying pairs (chunks)", i, n))
         for j, m, e in zip(one, found, errs):
