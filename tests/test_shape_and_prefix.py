@@ -112,6 +112,17 @@ def test_four_slot_draft_served_with_two_ids_says_the_count(tmp_path):
     assert any("2 ids are configured but the training side has 4 slots" in w for w in r.warnings)
 
 
+def test_printed_values_tagged_with_a_layer_are_one_layer_wide(tmp_path, train):
+    # no config: the ids count slots of an untagged capture, never of printed rows labelled with a layer
+    lines = [f"[2026-12-01 00:00:05 TP0] aux_hidden_states[{j}] layer={b} shape=torch.Size([1, 576]) h[:, :16]="
+             + "[" + ", ".join(f"{float(v):.4g}" for v in B.states(1)["bf16"][b][5, :16]) + "]"
+             for j, b in enumerate(TRAIN_B)]
+    log = tmp_path / "server.log"
+    log.write_text("\n".join(lines) + "\n")
+    r = hsdiff.compare(train, log, engine="vllm", layer_ids=[3, 16, 28])
+    assert r.hidden_size == B.H and len(r.slots) == 3
+
+
 # ------------------------------------------------------------------------- shared prompt prefixes
 def test_shared_prefix_shows_wrong_layers_too(tmp_path):
     train0 = B.specforge(tmp_path / "train", [0], TRAIN_B)

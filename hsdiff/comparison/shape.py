@@ -62,7 +62,8 @@ def hidden_size(given: int | None, model_cfg: dict | None, train: Dump, infer: D
         if train_widths and all(tw % w == 0 for tw in train_widths):
             return w
     k = len(set(layer_ids)) if layer_ids else 0
-    for w, _ in infer_widths.most_common():  # an untagged capture of the k configured slots side by side
+    untagged = Counter(c.width for c in infer.captures if c.width and c.layer is None and c.slot is None)
+    for w, _ in untagged.most_common():  # an untagged capture of the k configured slots side by side
         if k and w % k == 0 and train_widths and all(tw % (w // k) == 0 for tw in train_widths):
             return w // k
     for w, _ in infer_widths.most_common():
