@@ -120,6 +120,7 @@ def _check_fits(h: int, stated: tuple[int, str] | None, train: Dump, infer: Dump
         hint="drop --hidden-size (hsdiff reads it from the configs and widths) or pass the target's hidden size",
     )
 
+
 def layout(infer: Dump, train: Dump, given_layers: int | None, model_cfg: dict | None,
            layer_ids: Sequence[int] | None, forced: bool, reread: Callable[[str], Dump | None]) -> Dump:
     """Settle each 3-D ``hidden_states`` [A, B, H] read as an all-layer stack [L+1, T, H] against
@@ -134,14 +135,14 @@ def layout(infer: Dump, train: Dump, given_layers: int | None, model_cfg: dict |
             stacks[c.origin.path].append(c)
     if not stacks:
         return infer
-    n_layers = num_layers(given_layers, model_cfg, train, Dump(()))
+    n_layers = num_layers(given_layers, model_cfg, train, Dump((), infer.configs))  # not the stacks in question
     k = len(set(layer_ids)) if layer_ids else None
     train_tokens = {c.tokens for c in train.captures if c.tokens}
     captures = list(infer.captures)
     for path, caps in stacks.items():
         if not caps[-1].post_norm:  # written with ``index: boundary`` (hsdiff capture): a stack for sure
             continue
-        if _connector_layout(path, len(caps), caps[0].shape[0], n_layers, k, train_tokens):  # type: ignore[index]
+        if _connector_layout(path, (len(caps), *(caps[0].shape or ())), n_layers, k, train_tokens):
             again = reread(path)
             if again is None:
                 continue
@@ -149,8 +150,10 @@ def layout(infer: Dump, train: Dump, given_layers: int | None, model_cfg: dict |
     return dataclasses.replace(infer, captures=tuple(captures))
 
 
-def _connector_layout(path: str, a: int, b: int, n_layers: int | None, k: int | None, tokens: set[int]) -> bool:
+def _connector_layout(path: str, shape: tuple[int, ...], n_layers: int | None, k: int | None,
+                      tokens: set[int]) -> bool:
     """Whether ``hidden_states`` [a, b, H] is vLLM's [T, k, H] rather than an all-layer stack [L+1, T, H]."""
+    a, b = shape[0], shape[1]
     stack_fits = n_layers is None or a == n_layers + 1
     connector_fits = k is None or b == k
     for_connector = (k is not None and b == k) + (a in tokens and b not in tokens)
@@ -164,10 +167,10 @@ def _connector_layout(path: str, a: int, b: int, n_layers: int | None, k: int | 
         return connector_fits
     what = [f"an all-layer stack [L+1, T, H] of a {a - 1}-layer model with {b} tokens",
             f"vLLM's connector layout [T, k, H] with {a} tokens and {b} aux slots"]
-    known = [f"{n_layers} layers" if n_layers else "", f"{k} configured ids" if k else ""]
+    known = [f"a {n_layers}-layer model" if n_layers else "", f"{k} configured ids" if k else ""]
     raise InputError(
-        f"hidden_states {a}x{b}x... reads as {what[0]} or as {what[1]}"
-        + (f", and fits neither {' and '.join(x for x in known if x)}" if not (stack_fits or connector_fits) else ""),
+        f"hidden_states {list(shape)} without token_ids reads as {what[0]} or as {what[1]}"
+        + (f", but neither fits {' and '.join(x for x in known if x)}" if not (stack_fits or connector_fits) else ""),
         path=path,
         hint="pass --infer-format vllm or --infer-format hf (or --num-layers / --layer-ids to settle it)",
     )
