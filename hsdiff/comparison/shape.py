@@ -105,8 +105,10 @@ def _check_fits(h: int, stated: tuple[int, str] | None, train: Dump, infer: Dump
     infer_widths = sorted({c.width for c in infer.captures if c.width and not c.is_partial})
     k = len(set(layer_ids)) if layer_ids else None
     why = ""
-    if any(w % h for w in train_widths):
-        why = f"the training width {train_widths} is not a multiple of it"
+    path = None
+    odd = next((c for c in train.captures if c.width and not c.is_partial and c.width % h), None)
+    if odd is not None:
+        why, path = f"the training tensor width {odd.width} is not a multiple of it", odd.origin.path
     elif infer_widths and all(w % h for w in infer_widths):
         why = f"no inference width {infer_widths} is a multiple of it"
     elif k is not None and h not in infer_widths and k not in {w // h for w in train_widths + infer_widths}:
@@ -116,7 +118,7 @@ def _check_fits(h: int, stated: tuple[int, str] | None, train: Dump, infer: Dump
         return
     says = f"; {stated[1]} says {stated[0]}" if stated is not None and stated[0] != h else ""
     raise InputError(
-        f"--hidden-size {h} cannot fit the data: {why}{says}",
+        f"--hidden-size {h} cannot fit the data: {why}{says}", path=path,
         hint="drop --hidden-size (hsdiff reads it from the configs and widths) or pass the target's hidden size",
     )
 

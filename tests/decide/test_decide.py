@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from hsdiff import decide, separation
 from hsdiff.model import (
     Candidate,
@@ -30,7 +32,8 @@ def cand(b: int | None, err: float, *, sink_only: bool = False, printed: int | N
     layer = None if b is None else Layer(b, "boundary", source)
     cap = Capture("infer", Origin(f"b{b}.pt"), (8, 16), "bfloat16", 16, layer=layer, observation=obs)
     values = printed if printed is not None else 8 * 16
-    return Candidate(cap, "s0", 0, Metrics(err, 0.99, err * 2, 1.0, 8, values, sink_only))
+    cosine = math.sqrt(1 - err * err) if err < 1 else 0.0  # the cosine a per-token error allows
+    return Candidate(cap, "s0", 0, Metrics(err, cosine, err * 2, 1.0, 8, values, sink_only))
 
 
 def test_no_candidate_is_unobserved() -> None:
