@@ -23,6 +23,7 @@ import torch
 
 from .model import Capture, Metrics
 from .rows import RowStats, chunks, extent, gather_columns, read, read_at, source
+from .token_ids import id_offsets, shared_prefix
 
 __all__ = [
     "SINK_FACTOR",
@@ -44,8 +45,6 @@ SINK_FACTOR = 8.0
 #: Placing printed rows: a placement that compared only attention-sink tokens ranks as if its error
 #: were this much larger, so one that compared ordinary tokens at a similar error wins.
 SINK_PENALTY = 1.5
-#: Fewest shared leading tokens that make a different prompt's prefix worth comparing.
-MIN_PREFIX = 3
 _COLS_FOR_SEARCH = 64
 _EPS = 1e-12
 
@@ -116,47 +115,6 @@ def sink_mask(norms: torch.Tensor) -> torch.Tensor:
         return torch.zeros_like(norms, dtype=torch.bool)
     med = finite.median()
     return norms > SINK_FACTOR * med.clamp_min(_EPS)
-
-
-def id_offsets(infer_ids: Sequence[int], train_ids: Sequence[int]) -> list[int]:
-    """Offsets ``o`` with ``infer_ids[i] == train_ids[i + o]`` over their whole overlap.
-
-    The overlap must cover all of the shorter sequence (a prefill of the same prompt, a prompt
-    that skipped its first token, a few decode tokens from the middle).
-    """
-    a = np.asarray(infer_ids, dtype=np.int64)
-    b = np.asarray(train_ids, dtype=np.int64)
-    if a.size == 0 or b.size == 0:
-        return []
-    out = []
-    n = min(a.size, b.size)
-    for o in range(min(0, b.size - a.size), max(0, b.size - a.size) + 1):  # the offsets whose overlap is n long
-        i0, i1 = max(0, -o), min(a.size, b.size - o)
-        if i1 - i0 < n:
-            continue
-        if np.array_equal(a[i0:i1], b[i0 + o : i1 + o]):
-            out.append(o)
-    return out
-
-
-def shared_prefix(infer_ids: Sequence[int], train_ids: Sequence[int]) -> tuple[int, int] | None:
-    """``(o, n)``: the inference's first ``n`` tokens equal training tokens ``o .. o+n-1``, the longest
-    such run (ties: ``o`` nearest 0); None when no run of :data:`MIN_PREFIX` tokens exists.
-
-    A different prompt that shares a system prompt or chat template with a training sample: in a
-    causal model identical token prefixes give identical hidden states, so that prefix (and only
-    it) is evidence.
-    """
-    a = np.asarray(infer_ids, dtype=np.int64)
-    b = np.asarray(train_ids, dtype=np.int64)
-    best: tuple[int, int] | None = None
-    for o in np.flatnonzero(b == a[0]).tolist() if a.size else []:
-        m = min(a.size, b.size - o)
-        diff = np.flatnonzero(a[:m] != b[o : o + m])
-        n = int(diff[0]) if diff.size else m
-        if best is None or n > best[1]:
-            best = (o, n)
-    return best if best is not None and best[1] >= MIN_PREFIX else None
 
 
 def _per_token(x: torch.Tensor, y: torch.Tensor, nx: torch.Tensor | None = None, ny: torch.Tensor | None = None
