@@ -57,6 +57,7 @@ __all__ = [
     "verdict",
     "recommend",
     "count_warning",
+    "rank_conflict",
 ]
 
 #: Largest median per-token relative error still read as "the same tensor" (bf16/fp16/fp8 noise).
@@ -428,3 +429,15 @@ def count_warning(configured: Configured | None, k: int) -> list[str]:
     if configured is not None and len(configured.boundary_indices) != k:
         return [f"{len(configured.boundary_indices)} ids are configured but the training side has {k} slots"]
     return []
+
+
+def rank_conflict(verdict: Verdict, cause: str, conflicts: Sequence[str]) -> tuple[Verdict, str]:
+    """Tensor-parallel ranks that hold different values for one tensor make the verdict a mismatch:
+    one rank is wrong, and the draft on that rank is fed wrong states whatever the compared rank shows."""
+    if not conflicts:
+        return verdict, cause
+    more = f" (and {len(conflicts) - 1} more tensor(s))" if len(conflicts) > 1 else ""
+    return Verdict.MISMATCH, (
+        f"Tensor-parallel ranks disagree: {conflicts[0]}{more}. Replicated ranks must hold the same hidden states; "
+        f"check the all-reduce and that every rank runs the same configuration. On the first rank: {cause}"
+    )

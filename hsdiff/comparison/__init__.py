@@ -132,6 +132,23 @@ def _pipeline(train: Dump, infer: Dump, opts: Options, family: str, train_path: 
     model_cfg = load_config(opts.model_config) if opts.model_config else None
     infer = shape.layout(infer, train, opts.num_layers, model_cfg, opts.layer_ids, opts.infer_format is not None,
                          lambda rel: _reread_connector(infer_path, rel))
+    by_run = slots.runs(infer)
+    if not by_run:
+        return _compare(train, infer, opts, family, train_path, infer_path)
+    reports: dict[str, Report] = {}
+    failed: list[AlignmentError] = []
+    for run, dump in by_run.items():
+        try:
+            reports[run] = _compare(train, dump, opts, family, train_path, infer_path)
+        except AlignmentError as e:  # a run without usable captures: the others may have them
+            failed.append(e)
+    if not reports:
+        raise failed[0]
+    run, warning = slots.pick_run(reports)
+    return dataclasses.replace(reports[run], warnings=(warning, *reports[run].warnings))
+
+
+def _compare(train: Dump, infer: Dump, opts: Options, family: str, train_path: str, infer_path: str) -> Report:
     warnings = list(train.warnings) + list(infer.warnings)
     train, w_train = validate.with_values(train, "training", train_path)
     infer, w_infer = validate.with_values(infer, "inference", infer_path)
@@ -174,8 +191,9 @@ def _pipeline(train: Dump, infer: Dump, opts: Options, family: str, train_path: 
     words = explain.explain(results, verdict, configured, claims, claim_src, resolution.label_offset, recommended,
                             num_layers, printed_evidence=any(c.is_partial for c in infer.captures))
     warnings += decide.count_warning(configured, k)
+    verdict, cause = decide.rank_conflict(verdict, words.cause, train.rank_conflicts + infer.rank_conflicts)
     report = Report(
-        verdict=verdict, cause=words.cause, slots=results, recommended=recommended, configured=configured,
+        verdict=verdict, cause=cause, slots=results, recommended=recommended, configured=configured,
         num_layers=num_layers, hidden_size=hidden, explanation=words.walkthrough,
         warnings=tuple(dict.fromkeys(warnings)), scores=scores.rows,
         inputs={"train": train_path, "infer": infer_path, "engine": opts.engine, "model_family": family},

@@ -1,16 +1,20 @@
 """Slot splitting and labelling: training tensors cut into slots, inference captures labelled (their
-own tags, or the configured ids in slot order), and the layers the training side claims."""
+own tags, or the configured ids in slot order), the layers the training side claims, and the runs of
+an inference dumper directory kept apart."""
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from .. import conventions as conv
 from ..configs import draft_ids
 from ..errors import AlignmentError, InputError
-from ..model import Capture, Configured, Dump, Layer
+from ..model import Capture, Configured, Dump, Evidence, Layer, Report, Status
+from ..readers.sglang_dumper import run_of
 
 #: training slot -> its captures (one per training sample)
 Slots = dict[int, list[Capture]]
@@ -141,3 +145,36 @@ def claims(k: int, slots: Slots, train: Dump, train_layer_ids: Sequence[int] | N
 def _pad(b: list[int], k: int) -> list[int | None]:
     out: list[int | None] = list(b[:k])
     return out + [None] * (k - len(out))
+
+
+def runs(infer: Dump) -> dict[str, Dump]:
+    """The inference side cut into its dumper runs (experiment directories: ``dump_{time}``, or any
+    folder of dumper files), when it holds several; ``{}`` when it holds one or none. A slot must be
+    matched within one run: a restart may have changed the ids, so another run's captures carry
+    other layers under the same names. Captures no dumper wrote belong to every run."""
+    names = sorted({r for c in infer.captures if (r := run_of(c.group)) is not None})
+    if len(names) < 2:
+        return {}
+    return {n: dataclasses.replace(infer, captures=tuple(c for c in infer.captures if run_of(c.group) in (n, None)))
+            for n in names}
+
+
+def pick_run(reports: Mapping[str, Report]) -> tuple[str, str]:
+    """The run whose captures explain the training side best (most slots as configured, then most slots
+    observed by value, then the smallest error; on a tie the last run), and a warning naming it and
+    the others with their verdicts."""
+    def standing(name: str) -> tuple:
+        r = reports[name]
+        errs = [s.match.metrics.rel_err for s in r.slots if s.match is not None and math.isfinite(s.match.metrics.rel_err)]
+        return (sum(s.status == Status.OK for s in r.slots), sum(s.evidence == Evidence.OBSERVED for s in r.slots),
+                -(sum(errs) / len(errs)) if errs else -math.inf, name)
+
+    best = max(reports, key=standing)
+    k = len(reports[best].slots)
+    observed = standing(best)[1]
+    others = "; ".join(f"{n}: {reports[n].verdict}" for n in reports if n != best)
+    return best, (
+        f"the inference side holds {len(reports)} dumper runs ({', '.join(reports)}); slots are matched within one run, "
+        f"and this report is on run {best} ({observed} of {k} slots observed by value). The other runs alone: {others}. "
+        "Point INFER at one run's directory to check it on its own"
+    )

@@ -219,12 +219,17 @@ def _local_col(col: int, h: int, width: int) -> int:
 
 @dataclass(frozen=True, eq=False)
 class Dump:
-    """What reading one side gave: captures, configs found beside them, and warnings."""
+    """What reading one side gave: captures, configs found beside them, and warnings.
+
+    ``rank_conflicts`` says, one sentence each, where tensor-parallel ranks hold different values
+    for one tensor: one of them is wrong, whichever was compared.
+    """
 
     captures: tuple[Capture, ...]
     configs: tuple[tuple[str, dict], ...] = ()
     warnings: tuple[str, ...] = ()
     files: int = 0
+    rank_conflicts: tuple[str, ...] = ()
 
     def __repr__(self) -> str:
         return f"<Dump {len(self.captures)} captures from {self.files} files>"

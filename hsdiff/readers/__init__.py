@@ -23,6 +23,7 @@ import logging
 import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import FormatError, HsdiffError, InputError
 from ..model import Capture, Dump
@@ -37,6 +38,9 @@ from ._container import (
     sniff_container,
 )
 from .registry import BY_KEY, DETECTION, FORMATS, LOG_SUFFIXES, TEXT_READER, accepts
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
 
 __all__ = ["FORMATS", "ReadContext", "scan", "read_file", "read_safetensors_header"]
 
@@ -197,7 +201,7 @@ def scan(
         )
     captures = _attach_token_ids(captures, ctx.warnings)
     if not keep_ranks:
-        captures = _collapse_ranks(captures, ctx.warnings)
+        captures = _collapse_ranks(captures, ctx.warnings, ctx.rank_conflicts)
     if not captures:
         where = "directory" if root.is_dir() else "file"
         why = f" ({ctx.warnings[0] if len(ctx.warnings) == 1 else '; '.join(ctx.warnings[:2])})" if ctx.warnings else ""
@@ -206,7 +210,8 @@ def scan(
             path=root,
             hint=f"hsdiff reads {', '.join(FORMATS)}; point it at the dump itself or pass {format_option} FORMAT",
         )
-    return Dump(tuple(captures), tuple(configs), tuple(ctx.warnings), files=len(files))
+    return Dump(tuple(captures), tuple(configs), tuple(ctx.warnings), files=len(files),
+                rank_conflicts=tuple(ctx.rank_conflicts))
 
 
 def _read_json(p: Path) -> dict:
@@ -239,15 +244,32 @@ def _attach_token_ids(captures: list[Capture], warnings: list[str]) -> list[Capt
     return out
 
 
-def _collapse_ranks(captures: list[Capture], warnings: list[str]) -> list[Capture]:
-    """Replicas of one tensor from several TP ranks become one capture; disagreement is reported."""
+#: A token whose norm is over this many times the median is an attention sink (as the aligner says).
+_SINK_FACTOR = 8.0
+#: Replicas of one tensor agree when no ordinary token differs by more than this (relative to its norm):
+#: tensor-parallel ranks hold the same all-reduced residual stream, bit for bit or within rounding.
+_REPLICA_TOLERANCE = 1e-2
+
+
+def _collapse_ranks(captures: list[Capture], warnings: list[str], conflicts: list[str]) -> list[Capture]:
+    """Replicas of one tensor from several TP ranks become one capture; disagreement is reported.
+
+    Replicas are the captures of one tensor (forward pass, key, slot, layer) from different ranks;
+    the same tensor dumped twice by one rank (a later ``dump_index``) is another tensor, not a rank.
+    Ranks are compared token by token on ordinary tokens: an attention sink's norm would hide a
+    broken rank in a whole-tensor error. Disagreements go to ``conflicts`` (one sentence each).
+    """
     by_key: dict[tuple, list[Capture]] = {}
     order: list[tuple] = []
+    seen: dict[tuple, int] = {}
     for c in captures:
         if c.rank is None:
             key: tuple = ("single", id(c))
         else:
-            key = (c.group, c.origin.key, c.slot, c.boundary)
+            tensor = (c.group, c.origin.key, c.slot, c.boundary)
+            repeat = seen.get((tensor, c.rank), 0)  # files come in dump_index order within a rank
+            seen[(tensor, c.rank)] = repeat + 1
+            key = (*tensor, repeat)
         if key not in by_key:
             order.append(key)
         by_key.setdefault(key, []).append(c)
@@ -263,18 +285,16 @@ def _collapse_ranks(captures: list[Capture], warnings: list[str]) -> list[Captur
         try:
             ref = base.load().float()
             for other in group[1:]:
-                t = other.load().float()
-                if t.shape != ref.shape:
-                    disagree.append(f"rank {other.rank} has shape {tuple(t.shape)} (rank {base.rank}: {tuple(ref.shape)})")
-                    continue
-                err = float((t - ref).norm() / ref.norm().clamp_min(1e-12))
-                if not err <= 1e-3:
-                    disagree.append(f"rank {other.rank} differs from rank {base.rank} by {err:.3g} relative")
+                why = _replica_difference(ref, other.load().float())
+                if why:
+                    disagree.append(f"rank {other.rank} {why} rank {base.rank}")
         except HsdiffError:
             raise
         except (RuntimeError, ValueError) as e:  # pragma: no cover - damaged member already reported
             disagree.append(str(e))
         if disagree:
+            name = base.origin.key or base.origin.path
+            conflicts.append(f"{'; '.join(disagree)} on {name} ({base.origin.path})")
             warnings.append(
                 f"{base.origin.path} [{base.origin.key}]: tensor-parallel ranks disagree ({'; '.join(disagree)}); "
                 f"using rank {base.rank}"
@@ -283,3 +303,21 @@ def _collapse_ranks(captures: list[Capture], warnings: list[str]) -> list[Captur
     return out
 
 
+def _replica_difference(ref: torch.Tensor, t: torch.Tensor) -> str | None:
+    """How replica ``t`` differs from ``ref`` (words), or None when they agree."""
+    if t.shape != ref.shape:
+        return f"has shape {tuple(t.shape)}, against {tuple(ref.shape)} on"
+    norms = ref.norm(dim=-1)
+    finite = norms.isfinite()
+    err = (t - ref).norm(dim=-1) / norms.clamp_min(1e-12)
+    med = norms[finite].median() if int(finite.sum()) >= 3 else None
+    ordinary = finite & (norms <= _SINK_FACTOR * med) if med is not None else finite
+    used = err[ordinary] if bool(ordinary.any()) else err
+    bad = ~used.isfinite() | (used > _REPLICA_TOLERANCE)
+    if not bool(bad.any()):
+        return None
+    what = "ordinary tokens" if bool(ordinary.any()) and not bool(ordinary.all()) else "tokens"
+    finite_err = used[used.isfinite()]
+    median = f"{float(finite_err.median()):.1%}" if finite_err.numel() else "non-finite values"
+    return (f"differs by {median} (median over {used.numel()} {what}; {int(bad.sum())} beyond "
+            f"{_REPLICA_TOLERANCE:.0%}) from")

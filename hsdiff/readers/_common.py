@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..conventions import BOUNDARY, OUTPUT
 from ..model import Capture, Layer, Origin
 from ._container import Entry, Table
 
@@ -20,6 +21,7 @@ class ReadContext:
     root: Path | None = None
     warnings: list[str] = field(default_factory=list)
     log_pattern: str | None = None  # --log-pattern: a regex with a named group "values" for debug logs
+    rank_conflicts: list[str] = field(default_factory=list)  # tensor-parallel ranks that disagree, in words
 
     def rel(self, path: Path) -> str:
         if self.root is not None:
@@ -31,12 +33,18 @@ class ReadContext:
         return str(path)
 
 
-# A layer number in a key or a file name: hidden_states.layer_3, layers.31, h59, layer_id=12, blk.7 ...
+# A layer number in a key or a file name: hidden_states.layer_3, layers.31, h59, layer_id=12, blk.7, blocks.3 ...
 # (at most 9 digits: no model has a billion layers, and int() refuses strings of over 4300 digits)
 _LAYER_RE = re.compile(
-    r"(?:^|[^a-z])(?:layer_id|layer_idx|layers?|hidden_states?|hs|h|blk|block|capture|aux)[._\-=\[:]?(-?\d{1,9})\]?(?![\d])",
+    r"(?:^|[^a-z])(?:layer_id|layer_idx|layers?|hidden_states?|hs|h|blk|blocks?|capture|aux)[._\-=\[:]?(-?\d{1,9})\]?(?![\d])",
     re.IGNORECASE,
 )
+# Which side of a layer a numbered name means: its input (``model.layers.3.input``, ``layer3_residual_in``,
+# SGLang's hook names ``model.layers.3.inputs.0``) or its output (``model.layers.3.output``, ``layer3_out``).
+# ``in``/``out`` count only when joined to the name (``_in``, ``.out``), not as words of a sentence;
+# ``output_hidden_states`` is Hugging Face's flag, whose tuple index is a boundary.
+_INPUT_RE = re.compile(r"(?<![a-z])inputs?(?![a-z])|(?<=[._\-])in(?![a-z])", re.IGNORECASE)
+_OUTPUT_RE = re.compile(r"(?<![a-z])outputs?(?![a-z]|_hidden)|(?<=[._\-])out(?![a-z])", re.IGNORECASE)
 TOKEN_KEYS = ("input_ids", "token_ids", "tokens", "ids", "prompt_token_ids")
 
 
@@ -44,6 +52,25 @@ def layer_from_name(name: str) -> int | None:
     """The layer number a key or file name carries, or None (``hidden_states.layer_3`` -> 3)."""
     found = _LAYER_RE.findall(name)
     return int(found[-1]) if found else None
+
+
+def layer_side(name: str) -> str | None:
+    """What a numbered name counts: :data:`~hsdiff.conventions.BOUNDARY` when it names a layer's input,
+    :data:`~hsdiff.conventions.OUTPUT` when it names its output, None when it does not say.
+
+    >>> layer_side("model.layers.3.output"), layer_side("layer3_residual_in"), layer_side("blocks.3")
+    ('output', 'boundary', None)
+    """
+    said_in, said_out = bool(_INPUT_RE.search(name)), bool(_OUTPUT_RE.search(name))
+    if said_in == said_out:
+        return None
+    return OUTPUT if said_out else BOUNDARY
+
+
+def layer_label(n: int, name: str, ctx: ReadContext, source: str) -> Layer:
+    """Layer ``n`` found in ``name``: counted as the name says (input of layer 3 is B3, its output B4),
+    else as the side's index convention (``--infer-index`` / ``--train-index``)."""
+    return Layer(n, layer_side(name) or ctx.index, source)
 
 
 def token_ids_of(table: Table) -> tuple[int, ...] | None:

@@ -6,8 +6,12 @@
   raw tensor.
 
 Tags are read from the file name and from ``meta``. ``layer_id`` (or ``layer``) is a layer label,
-counted as ``--infer-index`` says (boundary by default: the dumper is usually called where SGLang
-captures, at the input of layer i). A tensor named ``input_ids`` gives the token ids of its forward
+and so is a layer number in the tensor's name (``model.layers.3.input``, ``layer3_residual_in``,
+``blocks.3``) when no tag gives one. It counts as the name says (input of layer 3: boundary 3;
+output of layer 3: boundary 4; SGLang's own hook dumper names them ``model.layers.3.inputs.0`` and
+``model.layers.3.output``, python/sglang/srt/debug_utils/dumper.py, ``_NonIntrusiveDumper``), else as
+``--infer-index`` says (boundary by default: the dumper is usually called where SGLang captures, at
+the input of layer i). A tensor named ``input_ids`` gives the token ids of its forward
 pass. Replicas of one tensor from several tensor-parallel ranks collapse into one capture.
 
 The grammar (:func:`parse_tags`, :func:`read_tags`, :meth:`DumperTags.group`) is shared with the
@@ -22,8 +26,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ..model import Capture, Layer
-from ._common import ReadContext, make_capture
+from ..model import Capture
+from ._common import ReadContext, layer_from_name, layer_label, make_capture
 from ._container import Table
 
 KEY = "sglang_dumper"
@@ -35,6 +39,11 @@ _LAYER_TAGS = ("layer_id", "layer", "layer_idx", "layer_index")
 _SLOT_TAGS = ("slot", "aux_idx", "aux_index")
 #: Tags that say where or when a tensor was dumped, not which tensor it is.
 _NOT_IDENTITY = ("step", "forward_pass_id", "rank", "dump_index", "world_rank", "world_size", "recompute_status")
+
+
+#: The older dumper's directory, one per rank: ``sglang_dump_{time}_{rank}`` (python/sglang/srt/debug_utils.py,
+#: ``_Dumper.dump``, SGLang 0.4).
+_OLD_RUN_DIR = re.compile(r"(sglang_dump_.+)_(\d{1,6})")
 
 
 def parse_tags(filename: str) -> dict[str, str] | None:
@@ -61,10 +70,22 @@ class DumperTags:
     slot: int | None
     rank: int | None  # None for a single-rank run (world_size=1): nothing to collapse
     dump_index: str | None
+    named: bool = False  # the layer number comes from the name, not a layer tag
 
     def group(self, where: str) -> str:
         """The forward pass this tensor belongs to: ``{where}:step={step}``."""
         return f"{where}:step={self.step}"
+
+
+def run_of(group: str | None) -> str | None:
+    """The dumper run (its experiment directory) of a forward pass named by :meth:`DumperTags.group`;
+    None for a capture that no dumper wrote.
+
+    >>> run_of("dump_20261201_000000_000001:step=3")
+    'dump_20261201_000000_000001'
+    """
+    run, sep, _ = (group or "").rpartition(":step=")
+    return run if sep else None
 
 
 def _tag_int(v: object, signed: bool = True) -> int | None:
@@ -81,6 +102,7 @@ def read_tags(tags: Mapping[str, object]) -> DumperTags:
     layer = next((v for v in (_tag_int(tags[t]) for t in _LAYER_TAGS if t in tags) if v is not None), None)
     slot = next((v for v in (_tag_int(tags[t], signed=False) for t in _SLOT_TAGS if t in tags) if v is not None), None)
     name = str(tags["name"]) if "name" in tags else None
+    named = layer is None and name is not None and (layer := layer_from_name(name)) is not None
     extra = {k: v for k, v in tags.items() if k not in _NOT_IDENTITY and k != "name"}
     key = "name=" + (name if name is not None else "?") + "".join(f" {k}={v}" for k, v in sorted(extra.items()))
     rank = _tag_int(tags.get("rank"))
@@ -90,6 +112,7 @@ def read_tags(tags: Mapping[str, object]) -> DumperTags:
     return DumperTags(
         step=str(tags.get("step", tags.get("forward_pass_id", "0"))), name=name, key=key, layer=layer, slot=slot,
         rank=rank, dump_index=None if dump_index is None else str(dump_index),
+        named=named,
     )
 
 
@@ -115,10 +138,15 @@ def read(table: Table, ctx: ReadContext) -> list[Capture]:
         entry = next(iter(table.entries.values()))
     else:
         return []
+    where = ctx.rel(table.path.parent)
+    old_dir = _OLD_RUN_DIR.fullmatch(table.path.parent.name)
+    if old_dir and "rank" not in tags:  # the older dumper: one directory per rank of a run
+        tags["rank"] = old_dir.group(2)
+        where = where[: len(where) - len(old_dir.group(2)) - 1]
     t = read_tags(tags)
     cap = make_capture(
-        table, entry, ctx, fmt=KEY, group=t.group(ctx.rel(table.path.parent)), rank=t.rank, key=t.key,
-        layer=None if t.layer is None else Layer(t.layer, ctx.index, "tag"),
+        table, entry, ctx, fmt=KEY, group=t.group(where), rank=t.rank, key=t.key,
+        layer=None if t.layer is None else layer_label(t.layer, t.name or "", ctx, "key" if t.named else "tag"),
     )
     return [cap.replace(slot=t.slot)]
 

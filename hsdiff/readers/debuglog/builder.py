@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...model import Capture, Layer, Observation, Origin
-from .._common import ReadContext
+from ...model import Capture, Observation, Origin
+from .._common import ReadContext, layer_label
 from .dumper import DumperSample, dumper_path, read_record
 from .labels import (
     HEAD_RE,
@@ -281,6 +281,8 @@ class Builder:
                     f"{self.rel}:{rec.line}: [{sample.key}] printed by another rank with different values; "
                     "the first one is used"
                 )
+                self.ctx.rank_conflicts.append(
+                    f"two ranks printed different values for {sample.key} ({self.rel}:{prev.line} and line {rec.line})")
             return
         cap = Cap(
             line=sample.line, key=sample.key, pattern=sample.pattern, values=sample.values, rows=sample.rows,
@@ -314,7 +316,7 @@ class Builder:
                     width=width,
                     group=c.group,
                     slot=c.slot,
-                    layer=None if c.layer is None else Layer(c.layer, self.ctx.index, "log"),
+                    layer=None if c.layer is None else layer_label(c.layer, c.key, self.ctx, "log"),
                     norm=c.norm,
                     observation=obs,
                 )
