@@ -24,7 +24,7 @@ from typing import Any
 from . import conventions as conv
 from .errors import InputError
 from .model import Capture, Dump
-from .readers import scan
+from .readers import replica_difference, replica_groups, scan
 
 __all__ = ["inspect", "Inspection", "SAMPLE_ROWS", "SCHEMA_VERSION"]
 
@@ -34,7 +34,6 @@ SCHEMA_VERSION = 1
 #: Rows (tokens) of each tensor read for the norm statistics: the first 4, then evenly spaced.
 SAMPLE_ROWS = 256
 _SINK_FACTOR = 8.0  # as the aligner: a token whose norm is over 8x the median is an attention sink
-_REPLICA_TOL = 1e-3
 
 #: Why each format was detected: the rule its reader applies (hsdiff/readers/<format>.py).
 WHY = {
@@ -224,17 +223,13 @@ def _capture_info(c: Capture, hidden: int | None, sample_rows: int) -> dict:
 
 def _ranks(captures: tuple[Capture, ...], sample_rows: int) -> dict:
     """TP ranks found and whether the replicas of each tensor agree (on sampled rows)."""
-    by_key: dict[tuple, list[Capture]] = defaultdict(list)
-    for c in captures:
-        if c.rank is not None:
-            by_key[(c.group, c.origin.key, c.slot, c.boundary)].append(c)
+    groups = replica_groups(c for c in captures if c.rank is not None)
     ranks = sorted({c.rank for c in captures if c.rank is not None})
     if len(ranks) < 2:
-        return {"ranks": ranks, "state": "single" if ranks else "none", "tensors": len(by_key), "detail": []}
+        return {"ranks": ranks, "state": "single" if ranks else "none", "tensors": len(groups), "detail": []}
     detail: list[dict] = []
     states: set[str] = set()
-    for key, group in by_key.items():
-        group.sort(key=lambda c: c.rank or 0)
+    for group in groups:
         base = group[0]
         ref = _sample(base, sample_rows)
         for other in group[1:]:
@@ -242,20 +237,20 @@ def _ranks(captures: tuple[Capture, ...], sample_rows: int) -> dict:
             if ref is None or got is None:
                 state, why = "unreadable", "not a float tensor"
             elif got[0].shape == ref[0].shape:
-                err = float((got[0] - ref[0]).norm() / ref[0].norm().clamp_min(1e-12))
-                state = "replicated" if err <= _REPLICA_TOL else "differ"
-                why = f"relative difference {err:.3g} on {len(ref[1])} sampled rows"
+                diff = replica_difference(ref[0], got[0])  # per ordinary token, as compare does
+                state = "replicated" if diff is None else "differ"
+                why = f"{diff or 'agrees with'} rank {base.rank}, on {len(ref[1])} sampled rows"
             elif base.width and other.width and base.width == other.width * len(group):
                 state, why = "sharded", f"each rank holds {other.width} of the columns"
             else:
                 state, why = "differ", f"shape {other.shape} vs {base.shape}"
             states.add(state)
             if state != "replicated" or len(detail) < 8:
-                detail.append({"tensor": str(base.origin.key or base.origin.path), "group": key[0],
+                detail.append({"tensor": str(base.origin.key or base.origin.path), "group": base.group,
                                "rank": other.rank, "against": base.rank, "state": state, "why": why})
     state = states.pop() if len(states) == 1 else ("mixed" if states else "single")
-    missing = [k for k, g in by_key.items() if len(g) < len(ranks)]
-    return {"ranks": ranks, "state": state, "tensors": len(by_key), "missing_on_some_ranks": len(missing),
+    missing = [g for g in groups if len(g) < len(ranks)]
+    return {"ranks": ranks, "state": state, "tensors": len(groups), "missing_on_some_ranks": len(missing),
             "detail": detail}
 
 

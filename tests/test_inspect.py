@@ -45,7 +45,7 @@ def test_ranks_that_disagree_are_reported(tmp_path):
     info = inspect(root)
     assert info.ranks["state"] == "differ"
     assert "2 ranks, differ" in info.summary[0]
-    assert "relative difference 0.5" in info.ranks["detail"][0]["why"]
+    assert "differs by 50% (median over" in info.ranks["detail"][0]["why"]
 
 
 def test_specforge_folder_names_its_slots_and_their_labels():

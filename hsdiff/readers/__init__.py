@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import FormatError, HsdiffError, InputError
-from ..model import Capture, Dump
+from ..model import Capture, Dump, pct
 from . import sglang_dumper
 from ._common import ReadContext
 from ._container import (
@@ -42,7 +42,7 @@ from .registry import BY_KEY, DETECTION, FORMATS, LOG_SUFFIXES, TEXT_READER, acc
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-__all__ = ["FORMATS", "ReadContext", "scan", "read_file", "read_safetensors_header"]
+__all__ = ["FORMATS", "ReadContext", "scan", "read_file", "read_safetensors_header", "replica_groups", "replica_difference"]
 
 log = logging.getLogger("hsdiff.readers")
 
@@ -251,16 +251,11 @@ _SINK_FACTOR = 8.0
 _REPLICA_TOLERANCE = 1e-2
 
 
-def _collapse_ranks(captures: list[Capture], warnings: list[str], conflicts: list[str]) -> list[Capture]:
-    """Replicas of one tensor from several TP ranks become one capture; disagreement is reported.
-
-    Replicas are the captures of one tensor (forward pass, key, slot, layer) from different ranks;
-    the same tensor dumped twice by one rank (a later ``dump_index``) is another tensor, not a rank.
-    Ranks are compared token by token on ordinary tokens: an attention sink's norm would hide a
-    broken rank in a whole-tensor error. Disagreements go to ``conflicts`` (one sentence each).
-    """
+def replica_groups(captures: Iterable[Capture]) -> list[list[Capture]]:
+    """The captures of one tensor (forward pass, key, slot, layer) from different TP ranks, lowest rank
+    first; a capture with no rank is a group of its own. The same tensor dumped twice by one rank (a
+    later ``dump_index``) is another tensor, not another rank."""
     by_key: dict[tuple, list[Capture]] = {}
-    order: list[tuple] = []
     seen: dict[tuple, int] = {}
     for c in captures:
         if c.rank is None:
@@ -270,22 +265,28 @@ def _collapse_ranks(captures: list[Capture], warnings: list[str], conflicts: lis
             repeat = seen.get((tensor, c.rank), 0)  # files come in dump_index order within a rank
             seen[(tensor, c.rank)] = repeat + 1
             key = (*tensor, repeat)
-        if key not in by_key:
-            order.append(key)
         by_key.setdefault(key, []).append(c)
+    return [sorted(g, key=lambda c: c.rank or 0) for g in by_key.values()]
+
+
+def _collapse_ranks(captures: list[Capture], warnings: list[str], conflicts: list[str]) -> list[Capture]:
+    """Replicas of one tensor from several TP ranks become one capture; disagreement is reported.
+
+    Ranks are compared token by token on ordinary tokens (:func:`replica_difference`): an attention
+    sink's norm would hide a broken rank in a whole-tensor error. Disagreements go to ``conflicts``
+    (one sentence each).
+    """
     out = []
-    for key in order:
-        group = by_key[key]
+    for group in replica_groups(captures):
         if len(group) == 1:
             out.append(group[0])
             continue
-        group.sort(key=lambda c: c.rank or 0)
         base = group[0]
         disagree = []
         try:
             ref = base.load().float()
             for other in group[1:]:
-                why = _replica_difference(ref, other.load().float())
+                why = replica_difference(ref, other.load().float())
                 if why:
                     disagree.append(f"rank {other.rank} {why} rank {base.rank}")
         except HsdiffError:
@@ -303,8 +304,10 @@ def _collapse_ranks(captures: list[Capture], warnings: list[str], conflicts: lis
     return out
 
 
-def _replica_difference(ref: torch.Tensor, t: torch.Tensor) -> str | None:
-    """How replica ``t`` differs from ``ref`` (words), or None when they agree."""
+def replica_difference(ref: torch.Tensor, t: torch.Tensor) -> str | None:
+    """How replica ``t`` (``[tokens, width]``) differs from ``ref``, in words ending before the rank it is
+    compared with (``"differs by 37% (median over 23 ordinary tokens; 23 beyond 1%) from"``), or None
+    when every ordinary token agrees within :data:`_REPLICA_TOLERANCE`."""
     if t.shape != ref.shape:
         return f"has shape {tuple(t.shape)}, against {tuple(ref.shape)} on"
     norms = ref.norm(dim=-1)
@@ -318,6 +321,6 @@ def _replica_difference(ref: torch.Tensor, t: torch.Tensor) -> str | None:
         return None
     what = "ordinary tokens" if bool(ordinary.any()) and not bool(ordinary.all()) else "tokens"
     finite_err = used[used.isfinite()]
-    median = f"{float(finite_err.median()):.1%}" if finite_err.numel() else "non-finite values"
+    median = pct(float(finite_err.median())) if finite_err.numel() else "non-finite values"
     return (f"differs by {median} (median over {used.numel()} {what}; {int(bad.sum())} beyond "
             f"{_REPLICA_TOLERANCE:.0%}) from")
