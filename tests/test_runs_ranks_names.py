@@ -124,9 +124,26 @@ def test_the_run_that_matches_is_reported_and_the_broken_one_named(tmp_path, tra
     dumper_records(tmp_path / "dump_20261201_090000_000002", [("input_ids", ids1, {}), ("aux_hidden_states", aux(1, [1, 15, 27]), {})])
     r = hsdiff.compare(train, tmp_path, layer_ids=list(SGL))
     assert {Path(s.match.capture.origin.path).parent.name for s in r.slots} == {"dump_20261201_000000_000001"}
-    assert r.recommended.ids == SGL and r.verdict == "ok"
+    assert r.recommended.ids == SGL  # the training config and the values agree on every slot
+    assert r.verdict == "inconclusive" and r.exit_code == 1  # which run did the ids configure? the runs disagree
+    assert re.search(r"(?i)runs .*disagree", r.cause) and "dump_20261201_090000_000002: mismatch" in r.cause
     (w,) = [w for w in r.warnings if "dumper runs" in w]
-    assert "run dump_20261201_000000_000001" in w and "dump_20261201_090000_000002: mismatch" in w
+    assert "run dump_20261201_000000_000001" in w
+
+
+def test_a_run_labelled_only_by_the_configured_ids_is_not_trusted_when_runs_disagree(tmp_path):
+    # no training labels; the configured ids [1, 14, 26] fit the first run, the second (after a restart)
+    # captured one layer shallower: its values equal the training slots of a B 3, 16, 28 draft
+    train = B.specforge(tmp_path / "train", [0, 1, 2], [3, 16, 28])
+    ids1 = B.states(1)["input_ids"]
+    infer = tmp_path / "infer"
+    dumper_records(infer / "dump_20261201_000000_000001", [("input_ids", ids1, {}), ("aux_hidden_states", aux(1, [2, 15, 27]), {})])
+    dumper_records(infer / "dump_20261201_090000_000002", [("input_ids", ids1, {}), ("aux_hidden_states", aux(1, [3, 16, 28]), {})])
+    r = hsdiff.compare(train, infer, layer_ids=list(SGL))
+    # the second run matches every slot under the first run's ids: B 2, 15, 27 would be wrong at confidence 1
+    assert all(s.boundary_index in (None, b) for s, b in zip(r.slots, [3, 16, 28]))
+    assert all(s.confidence < 0.9 for s in r.slots if s.boundary_index is None)
+    assert r.verdict != "ok" and r.exit_code == 1
 
 
 def test_one_run_with_several_steps_is_one_run(tmp_path, train):

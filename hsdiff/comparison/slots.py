@@ -171,10 +171,30 @@ def pick_run(reports: Mapping[str, Report]) -> tuple[str, str]:
 
     best = max(reports, key=standing)
     k = len(reports[best].slots)
-    observed = standing(best)[1]
     others = "; ".join(f"{n}: {reports[n].verdict}" for n in reports if n != best)
     return best, (
         f"the inference side holds {len(reports)} dumper runs ({', '.join(reports)}); slots are matched within one run, "
-        f"and this report is on run {best} ({observed} of {k} slots observed by value). The other runs alone: {others}. "
-        "Point INFER at one run's directory to check it on its own"
+        f"and this report is on run {best} ({standing(best)[1]} of {k} slots observed by value). The other runs alone: "
+        f"{others}. Point INFER at one run's directory to check it on its own"
     )
+
+
+def unsettled_by_runs(reports: Mapping[str, Report], best: str) -> list[int]:
+    """Slots of run ``best`` whose answer the other runs put in doubt.
+
+    The configured ids describe one deployment, and a restart between runs may have changed them:
+    when the runs disagree (another verdict, or another layer for a slot), a slot whose layer rests
+    on the configured ids alone (not on a capture's own label, nor on the training side's) could be
+    another run's layer under this run's name."""
+    r = reports[best]
+    others = [o for n, o in reports.items() if n != best and len(o.slots) == len(r.slots)]
+    if all(o.verdict == r.verdict and [s.boundary_index for s in o.slots] == [s.boundary_index for s in r.slots]
+           for o in others):
+        return []
+    out = []
+    for i, s in enumerate(r.slots):
+        disputed = any(o.slots[i].boundary_index not in (None, s.boundary_index) for o in others)
+        own_label = s.match is not None and s.match.capture.layer is not None and s.match.capture.layer.source != "configured"
+        if s.boundary_index is not None and (disputed or not own_label) and s.claimed_boundary != s.boundary_index:
+            out.append(i)
+    return out
