@@ -78,14 +78,15 @@ class DumperTags:
 
 
 def run_of(group: str | None) -> str | None:
-    """The dumper run (its experiment directory) of a forward pass named by :meth:`DumperTags.group`;
+    """The dumper run of a forward pass named by :meth:`DumperTags.group`: its experiment directory's
+    name, whether the tensor was read from its file or from the record the dumper printed in a log;
     None for a capture that no dumper wrote.
 
-    >>> run_of("dump_20261201_000000_000001:step=3")
-    'dump_20261201_000000_000001'
+    >>> run_of("dumps/dump_20261201_000000_000001:step=3"), run_of("server.log:dump_20261201_000000_000001:step=3")
+    ('dump_20261201_000000_000001', 'dump_20261201_000000_000001')
     """
-    run, sep, _ = (group or "").rpartition(":step=")
-    return run if sep else None
+    where, sep, _ = (group or "").rpartition(":step=")
+    return where.replace(":", "/").rsplit("/", 1)[-1] or None if sep else None
 
 
 def _tag_int(v: object, signed: bool = True) -> int | None:
