@@ -52,14 +52,18 @@ def broken(x: torch.Tensor, level: float, rows: slice = slice(1, None)) -> torch
     return y.to(x.dtype)
 
 
+def two_ranks(root: Path, values: tuple[torch.Tensor, torch.Tensor]) -> Path:
+    """A TP2 dumper run of sample 1 whose ranks hold ``values``."""
+    for rank, v in enumerate(values):
+        dumper_records(root / "dump_20261201_000000_000001",
+                       [("input_ids", B.states(1)["input_ids"], {}), ("aux_hidden_states", v, {})], rank=rank, ranks=2)
+    return root
+
+
 # ------------------------------------------------------------------------- tensor-parallel ranks
 def test_ranks_are_compared_on_ordinary_tokens_not_the_sink(tmp_path):
     good = aux(1, TRAIN_B)
-    exp = tmp_path / "dump_20261201_000000_000001"
-    for rank, v in ((0, good), (1, broken(good, 0.37))):
-        dumper_records(exp, [("input_ids", B.states(1)["input_ids"], {}), ("aux_hidden_states", v, {})],
-                       rank=rank, ranks=2)
-    dump = scan(tmp_path, "infer")
+    dump = scan(two_ranks(tmp_path, (good, broken(good, 0.37))), "infer")
     (conflict,) = dump.rank_conflicts
     assert conflict.startswith("rank 1 differs by") and "rank 0" in conflict and "ordinary tokens" in conflict
     assert float(re.search(r"by ([\d.]+)%", conflict).group(1)) > 30  # the whole tensor would say ~5%
@@ -67,11 +71,7 @@ def test_ranks_are_compared_on_ordinary_tokens_not_the_sink(tmp_path):
 
 def test_replicas_within_rounding_agree(tmp_path):
     good = aux(1, TRAIN_B)
-    exp = tmp_path / "dump_20261201_000000_000001"
-    for rank, v in ((0, good), (1, broken(good, 0.002))):
-        dumper_records(exp, [("input_ids", B.states(1)["input_ids"], {}), ("aux_hidden_states", v, {})],
-                       rank=rank, ranks=2)
-    dump = scan(tmp_path, "infer")
+    dump = scan(two_ranks(tmp_path, (good, broken(good, 0.002))), "infer")
     assert dump.rank_conflicts == () and len(dump.captures) == 1 and dump.captures[0].rank is None
 
 
@@ -81,11 +81,8 @@ def test_disagreeing_ranks_fail_the_cli_gate(tmp_path, train):
     from hsdiff.cli import cli
 
     good = aux(1, TRAIN_B)
-    exp = tmp_path / "infer" / "dump_20261201_000000_000001"
-    for rank, v in ((0, broken(good, 0.4)), (1, good)):  # the first rank is the broken one
-        dumper_records(exp, [("input_ids", B.states(1)["input_ids"], {}), ("aux_hidden_states", v, {})],
-                       rank=rank, ranks=2)
-    res = CliRunner().invoke(cli, ["compare", str(train), str(tmp_path / "infer"), "--layer-ids", "1,14,26",
+    infer = two_ranks(tmp_path / "infer", (broken(good, 0.4), good))  # the first rank is the broken one
+    res = CliRunner().invoke(cli, ["compare", str(train), str(infer), "--layer-ids", "1,14,26",
                                     "--json", str(tmp_path / "r.json")])
     assert res.exit_code == 1, res.output
     report = json.loads((tmp_path / "r.json").read_text())
@@ -187,3 +184,12 @@ def test_output_names_are_one_boundary_deeper(tmp_path, train, kind):
     assert [s.boundary_index for s in r.slots] == TRAIN_B
     assert r.recommended.ids == SGL and r.verdict == "ok" and r.exit_code == 0
     assert all(s.match.capture.layer.index == "output" for s in r.slots)
+
+
+def test_slot_numbers_in_dumper_names_are_not_layers(tmp_path, train):
+    # aux_0, aux_1, aux_2: the draft's input slots, labelled by the configured ids in slot order
+    dumper_records(tmp_path / "dump", [("input_ids", B.states(1)["input_ids"], {})]
+                   + [(f"aux_{j}", noisy(1, b), {}) for j, b in enumerate(TRAIN_B)])
+    r = hsdiff.compare(train, tmp_path, layer_ids=list(SGL))
+    assert r.recommended.ids == SGL and r.verdict == "ok"
+    assert all(s.match.capture.layer.source == "configured" for s in r.slots)

@@ -35,10 +35,11 @@ class ReadContext:
 
 # A layer number in a key or a file name: hidden_states.layer_3, layers.31, h59, layer_id=12, blk.7, blocks.3 ...
 # (at most 9 digits: no model has a billion layers, and int() refuses strings of over 4300 digits)
+_LAYER_WORDS = r"layer_id|layer_idx|layers?|h|blk|blocks?"
 _LAYER_RE = re.compile(
-    r"(?:^|[^a-z])(?:layer_id|layer_idx|layers?|hidden_states?|hs|h|blk|blocks?|capture|aux)[._\-=\[:]?(-?\d{1,9})\]?(?![\d])",
-    re.IGNORECASE,
-)
+    rf"(?:^|[^a-z])(?:{_LAYER_WORDS}|hidden_states?|hs|capture|aux)[._\-=\[:]?(-?\d{{1,9}})\]?(?![\d])", re.IGNORECASE)
+# A tensor's name (SGLang dumper): aux_0, capture_1, hidden_states_2 there are slots more often than layers.
+_NAME_LAYER_RE = re.compile(rf"(?:^|[^a-z])(?:{_LAYER_WORDS})[._\-=\[:]?(-?\d{{1,9}})\]?(?![\d])", re.IGNORECASE)
 # Which side of a layer a numbered name means: its input (``model.layers.3.input``, ``layer3_residual_in``,
 # SGLang's hook names ``model.layers.3.inputs.0``) or its output (``model.layers.3.output``, ``layer3_out``).
 # ``in``/``out`` count only when joined to the name (``_in``, ``.out``), not as words of a sentence;
@@ -48,9 +49,13 @@ _OUTPUT_RE = re.compile(r"(?<![a-z])outputs?(?![a-z]|_hidden)|(?<=[._\-])out(?![
 TOKEN_KEYS = ("input_ids", "token_ids", "tokens", "ids", "prompt_token_ids")
 
 
-def layer_from_name(name: str) -> int | None:
-    """The layer number a key or file name carries, or None (``hidden_states.layer_3`` -> 3)."""
-    found = _LAYER_RE.findall(name)
+def layer_from_name(name: str, *, tensor_name: bool = False) -> int | None:
+    """The layer number a key or file name carries, or None (``hidden_states.layer_3`` -> 3).
+
+    ``tensor_name``: a name the user gave a tensor (the dumper's ``name=``), where only the layer
+    words count (``model.layers.3.input``, ``layer3_residual_in``, ``blocks.3``), not ``aux_0``.
+    """
+    found = (_NAME_LAYER_RE if tensor_name else _LAYER_RE).findall(name)
     return int(found[-1]) if found else None
 
 

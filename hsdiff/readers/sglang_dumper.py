@@ -103,7 +103,7 @@ def read_tags(tags: Mapping[str, object]) -> DumperTags:
     layer = next((v for v in (_tag_int(tags[t]) for t in _LAYER_TAGS if t in tags) if v is not None), None)
     slot = next((v for v in (_tag_int(tags[t], signed=False) for t in _SLOT_TAGS if t in tags) if v is not None), None)
     name = str(tags["name"]) if "name" in tags else None
-    named = layer is None and name is not None and (layer := layer_from_name(name)) is not None
+    named = layer is None and name is not None and (layer := layer_from_name(name, tensor_name=True)) is not None
     extra = {k: v for k, v in tags.items() if k not in _NOT_IDENTITY and k != "name"}
     key = "name=" + (name if name is not None else "?") + "".join(f" {k}={v}" for k, v in sorted(extra.items()))
     rank = _tag_int(tags.get("rank"))
