@@ -134,12 +134,12 @@ def _pipeline(train: Dump, infer: Dump, opts: Options, family: str, train_path: 
                          lambda rel: _reread_connector(infer_path, rel))
     by_run = slots.runs(infer)
     if not by_run:
-        return _compare(train, infer, opts, family, train_path, infer_path)
+        return _compare(train, infer, opts, family, train_path, infer_path, model_cfg)
     reports: dict[str, Report] = {}
     failed: list[AlignmentError] = []
     for run, dump in by_run.items():
         try:
-            reports[run] = _compare(train, dump, opts, family, train_path, infer_path)
+            reports[run] = _compare(train, dump, opts, family, train_path, infer_path, model_cfg)
         except AlignmentError as e:  # a run without usable captures: the others may have them
             failed.append(e)
     if not reports:
@@ -161,7 +161,8 @@ def _pipeline(train: Dump, infer: Dump, opts: Options, family: str, train_path: 
     return dataclasses.replace(report, verdict=verdict, cause=cause, slots=results, recommended=recommended)
 
 
-def _compare(train: Dump, infer: Dump, opts: Options, family: str, train_path: str, infer_path: str) -> Report:
+def _compare(train: Dump, infer: Dump, opts: Options, family: str, train_path: str, infer_path: str,
+             model_cfg: dict | None) -> Report:
     warnings = list(train.warnings) + list(infer.warnings)
     train, w_train = validate.with_values(train, "training", train_path)
     infer, w_infer = validate.with_values(infer, "inference", infer_path)
