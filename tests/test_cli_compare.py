@@ -86,7 +86,7 @@ def test_output_index_labels(tmp_path):
     [
         (["compare", "nope/", str(SEED / "infer-fixed")], "nope: no such file or directory"),
         (["compare", str(SEED / "train"), str(SEED / "infer-fixed"), "--layer-ids", "2,x"], "not a list of integers"),
-        (["compare", str(SEED / "train"), str(SEED / "infer-fixed"), "--hidden-size", "500"], "not a multiple of the hidden size 500"),
+        (["compare", str(SEED / "train"), str(SEED / "infer-fixed"), "--hidden-size", "500"], "--hidden-size 500 cannot fit the data"),
         (["compare", str(SEED / "train"), str(SEED / "infer-fixed"), "--model-config", "missing.json"], "no such config file"),
         (["compare", str(SEED / "train"), str(SEED / "infer-fixed"), "--model-family", "mamba"], "unknown model family"),
     ],

@@ -53,14 +53,15 @@ def _ids(sc: Scenario, sample: int | None = None) -> torch.Tensor:
     return _window(sc, B.states(sc.infer_sample if sample is None else sample)["input_ids"]).clone()
 
 
-def _corrupt(x: torch.Tensor, sample: int, gen: torch.Generator) -> torch.Tensor:
-    """A rank whose ordinary tokens went wrong (a broken all-reduce): 40% noise off the sinks."""
+def _corrupt(x: torch.Tensor, sample: int, start: int, gen: torch.Generator) -> torch.Tensor:
+    """A rank whose ordinary tokens went wrong (a broken all-reduce): 40% noise off the sinks; ``x`` is
+    the capture's token window, which begins at token ``start`` of the sample."""
     from .noise import gaussian, sink_tokens
 
     y = gaussian(x.float(), 0.4, gen)
     for t in sink_tokens(sample):
-        if t < x.shape[0]:
-            y[t] = x[t].float()
+        if 0 <= t - start < x.shape[0]:
+            y[t - start] = x[t - start].float()
     return y.to(x.dtype)
 
 
@@ -78,7 +79,7 @@ def _dumper(sc: Scenario, root: Path, gen: torch.Generator) -> None:
             g = torch.Generator().manual_seed(sc.seed * 7 + step)  # replicas hold the same values
             vals = {b: _values(sc, b, g, sample) for b in sorted(set(cap_b) | set(sc.extra_b))}
             if r == 1 and sc.corrupt_rank:
-                vals = {b: _corrupt(v, sample, gen) for b, v in vals.items()}
+                vals = {b: _corrupt(v, sample, sc.tokens[0], gen) for b, v in vals.items()}
             if sc.infer_format == "dumper-concat":
                 records.append(("aux_hidden_states", torch.cat([vals[b] for b in cap_b], dim=-1), {}))
             else:
