@@ -147,3 +147,23 @@ def test_layer_ids_of_another_type_is_a_type_error_naming_it(tmp_path, train, id
     infer = concat_dump(tmp_path, 1, TRAIN_B)
     with pytest.raises(TypeError, match="layer_ids"):
         hsdiff.compare(train, infer, layer_ids=ids)
+
+
+# ------------------------------------------------------------------------- the training file's final state
+def test_the_final_state_beside_the_aux_slots_gives_the_hidden_size(tmp_path, train):
+    """No config, no ids, both sides concatenated (1728 wide): SpecForge's own post-norm
+    ``hidden_state`` [1, T, 576] says the hidden size, so the three slots are compared instead of a
+    question; with the ids the engine ran, they are verified."""
+    infer = concat_dump(tmp_path / "infer", 1, TRAIN_B)
+    slots = hsdiff.compare(train, infer).to_dict()["slots"]
+    assert len(slots) == 3 and all(s["matched"] is not None and s["metrics"]["rel_err"] < 0.05 for s in slots)
+    r = hsdiff.compare(train, infer, layer_ids=SGL)
+    assert [s["boundary_index"] for s in r.to_dict()["slots"]] == TRAIN_B
+    assert r.verdict == "ok" and r.exit_code == 0
+    bare = B.specforge(tmp_path / "bare", [1], TRAIN_B)
+    for f in (bare / "rows_0-2000").glob("*.ckpt"):  # the same file without its final state
+        obj = torch.load(f, weights_only=True)
+        del obj["hidden_state"]
+        torch.save(obj, f)
+    with pytest.raises(hsdiff.HsdiffError, match="cannot tell the hidden size"):
+        hsdiff.compare(bare, infer)

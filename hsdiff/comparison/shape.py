@@ -44,7 +44,8 @@ def num_layers(given: int | None, model_cfg: dict | None, train: Dump, infer: Du
 def hidden_size(given: int | None, model_cfg: dict | None, train: Dump, infer: Dump,
                 layer_ids: Sequence[int] | None) -> int:
     """The target's hidden size: the option (refused when it cannot fit the data), the configs, then
-    what the tensor widths and the number of configured ids imply."""
+    what the tensor widths (a training file's final post-norm state is one hidden size wide) and the
+    number of configured ids imply."""
     stated = _stated_hidden_size(model_cfg, train, infer)
     if given:
         _check_fits(int(given), stated, train, infer, layer_ids)
@@ -55,6 +56,10 @@ def hidden_size(given: int | None, model_cfg: dict | None, train: Dump, infer: D
     plain_train = Counter(c.width for c in train.captures if not c.concat and c.width)
     if plain_train:
         return plain_train.most_common(1)[0][0]
+    final = Counter(c.final_width for c in train.captures if c.final_width)  # the training file's final state
+    for w, _ in final.most_common():
+        if train_widths and all(tw % w == 0 for tw in train_widths):
+            return w
     infer_widths = Counter(c.width for c in infer.captures if c.width)  # printed captures: their claimed shape
     one_layer = Counter(c.width for c in infer.captures  # tagged with a layer or slot: one layer each
                         if c.width and not c.is_partial and not c.concat and (c.layer is not None or c.slot is not None))

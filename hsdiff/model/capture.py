@@ -119,6 +119,9 @@ class Capture:
     col_start: int = 0
     col_stop: int | None = None
     rows: Callable[..., torch.Tensor] | None = field(default=None, repr=False)  # (i0, i1, c0, c1) -> float32
+    #: the target's hidden size as the file shows it apart from this tensor (a training file's final
+    #: post-norm ``hidden_state`` beside a concatenated ``aux_hidden_state``), or None
+    final_width: int | None = None
 
     @property
     def boundary(self) -> int | None:

@@ -87,6 +87,13 @@ def token_ids_of(table: Table) -> tuple[int, ...] | None:
     return None
 
 
+def final_width(table: Table, name: str) -> int | None:
+    """The last dimension of a training file's final post-norm state ``name`` (the target's hidden
+    size: SpecForge's ``hidden_state``, ModelOpt's ``hidden_states``), when the file holds one."""
+    entry = table.entries.get(name)
+    return int(entry.shape[-1]) if entry is not None and entry.shape and len(entry.shape) >= 2 else None
+
+
 def make_capture(
     table: Table,
     entry: Entry,
@@ -103,6 +110,7 @@ def make_capture(
     loader: Any = None,
     shape: tuple[int, ...] | None = None,
     rows: Any = None,
+    final_width: int | None = None,
 ) -> Capture:
     return Capture(
         side=ctx.side,
@@ -118,6 +126,7 @@ def make_capture(
         rank=rank,
         loader=loader if loader is not None else entry.loader,
         rows=rows if rows is not None else (entry.rows if loader is None else None),
+        final_width=final_width,
     )
 
 
