@@ -58,6 +58,7 @@ __all__ = [
     "recommend",
     "count_warning",
     "rank_conflict",
+    "torn_tokens",
 ]
 
 #: Largest median per-token relative error still read as "the same tensor" (bf16/fp16/fp8 noise).
@@ -440,4 +441,30 @@ def rank_conflict(verdict: Verdict, cause: str, conflicts: Sequence[str]) -> tup
     return Verdict.MISMATCH, (
         f"Tensor-parallel ranks disagree: {conflicts[0]}{more}. Replicated ranks must hold the same hidden states; "
         f"check the all-reduce and that every rank runs the same configuration. On the first rank: {cause}"
+    )
+
+
+#: A match whose 90th-percentile token error exceeds this multiple of the tolerance, over at least
+#: :data:`TORN_MIN_TOKENS` ordinary tokens, holds another tensor on part of the sequence: the median
+#: (a majority of tokens) matched, a tenth or more of the tokens did not.
+TORN_FACTOR = 2.0
+TORN_MIN_TOKENS = 10
+
+
+def torn_tokens(verdict: Verdict, cause: str, results: Sequence[SlotResult], tolerance: float) -> tuple[Verdict, str]:
+    """A slot that matches on most ordinary tokens but differs far beyond noise on a tenth or more of
+    them (a later prefill chunk or a cached prefix captured at another layer) is not OK: the draft is
+    fed wrong states on those tokens whatever the median says."""
+    torn = [r for r in results if r.match is not None and not r.match.metrics.sink_only
+            and r.match.metrics.tokens >= TORN_MIN_TOKENS and r.match.metrics.p90_err > TORN_FACTOR * tolerance]
+    if not torn:
+        return verdict, cause
+    what = "; ".join(f"slot {r.slot}: median error {pct(r.match.metrics.rel_err)}, but the worst tenth of its "
+                     f"{r.match.metrics.tokens} ordinary tokens beyond {pct(r.match.metrics.p90_err)}"
+                     for r in torn if r.match is not None)
+    return (Verdict.INCONCLUSIVE if verdict == Verdict.OK else verdict), (
+        f"Part of the sequence differs: {what}. The values match on most tokens and differ far beyond "
+        f"noise (over {pct(TORN_FACTOR * tolerance)}) on others, so the engine feeds another tensor on part of the "
+        f"sequence (a later prefill chunk, a cached prefix, decode steps), or the two sides ran prompts that share only part of their tokens: compare the per-token errors "
+        f"(--plot, tokens.png). {cause}"
     )

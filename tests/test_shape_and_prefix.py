@@ -93,6 +93,23 @@ def test_a_minority_of_missing_tokens_does_not_break_a_match(tmp_path, train):
     assert r.recommended.ids == tuple(SGL) and r.exit_code == 0
 
 
+def test_a_large_minority_of_wrong_tokens_is_not_ok(tmp_path, train):
+    """Tokens 14-23 (10 of 23 ordinary tokens) hold the next layer, as a later prefill chunk captured
+    elsewhere would: the median still matches, the slot's layer is still found, but the deployment is
+    not OK (exit 1) and the cause says part of the sequence differs."""
+    s = B.states(1)
+    cols = []
+    for b in TRAIN_B:
+        x = s["bf16"][b].clone()
+        x[14:] = s["bf16"][b + 1][14:]
+        cols.append(x)
+    dumper_records(tmp_path / "dump", [("input_ids", s["input_ids"], {}), ("aux_hidden_states", torch.cat(cols, dim=-1), {})])
+    r = hsdiff.compare(train, tmp_path, layer_ids=SGL)
+    assert [x["boundary_index"] for x in r.to_dict()["slots"]] == TRAIN_B
+    assert r.verdict == "inconclusive" and r.exit_code == 1
+    assert "Part of the sequence differs" in r.cause and "prefill chunk" in r.cause
+
+
 # ------------------------------------------------------------------------- hidden size
 def test_a_hidden_size_flag_that_cannot_fit_is_one_line_exit_2(tmp_path, train):
     infer = concat_dump(tmp_path, 1, TRAIN_B)

@@ -205,7 +205,8 @@ def _compare(train: Dump, infer: Dump, opts: Options, family: str, train_path: s
     words = explain.explain(results, verdict, configured, claims, claim_src, resolution.label_offset, recommended,
                             num_layers, printed_evidence=any(c.is_partial for c in infer.captures))
     warnings += decide.count_warning(configured, k)
-    verdict, cause = decide.rank_conflict(verdict, words.cause, train.rank_conflicts + infer.rank_conflicts)
+    verdict, cause = decide.torn_tokens(verdict, words.cause, results, opts.tolerance)
+    verdict, cause = decide.rank_conflict(verdict, cause, train.rank_conflicts + infer.rank_conflicts)
     report = Report(
         verdict=verdict, cause=cause, slots=results, recommended=recommended, configured=configured,
         num_layers=num_layers, hidden_size=hidden, explanation=words.walkthrough,
