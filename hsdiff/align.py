@@ -15,12 +15,13 @@ the sink token alone adjacent middle boundaries differ by under 1 %.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
-import torch
 
+from .arrays import lower_median, row_norms
 from .model import Capture, Metrics
 from .rows import RowStats, chunks, extent, gather_columns, read, read_at, source
 from .token_ids import id_offsets, shared_prefix
@@ -56,13 +57,13 @@ class TrainSlot:
     tensor only when something asks for :attr:`tensor` (printed-value placement)."""
 
     capture: Capture
-    sinks: torch.Tensor  # bool [T]
-    norms: torch.Tensor  # float [T]
+    sinks: np.ndarray  # bool [T]
+    norms: np.ndarray  # float32 [T]
     width: int
     stats: RowStats
-    _source: torch.Tensor | Capture
-    _columns: dict[tuple[int, ...], torch.Tensor]
-    _rows: dict[int, torch.Tensor] = field(default_factory=dict)  # single rows read (sketches)
+    _source: np.ndarray | Capture
+    _columns: dict[tuple[int, ...], np.ndarray]
+    _rows: dict[int, np.ndarray] = field(default_factory=dict)  # single rows read (sketches)
 
     @classmethod
     def load(cls, capture: Capture) -> TrainSlot:
@@ -72,11 +73,11 @@ class TrainSlot:
         parts = []
         for x in chunks(src, 0, tokens):
             parts.append(stats.add(x))
-        norms = torch.cat([p for p in parts if p is not None]) if parts else torch.zeros(0)
+        norms = np.concatenate([p for p in parts if p is not None]) if parts else np.zeros(0, dtype=np.float32)
         return cls(capture, sink_mask(norms), norms, width, stats, src, {})
 
     @classmethod
-    def of(cls, tensor: torch.Tensor, capture: Capture | None = None) -> TrainSlot:
+    def of(cls, tensor: np.ndarray, capture: Capture | None = None) -> TrainSlot:
         """A slot from a float32 ``[T, H]`` tensor already in memory."""
         stats = RowStats()
         norms = stats.add(tensor)
@@ -88,19 +89,19 @@ class TrainSlot:
         return int(self.norms.shape[0])
 
     @property
-    def tensor(self) -> torch.Tensor:
+    def tensor(self) -> np.ndarray:
         """The whole slot as float32 ``[T, H]`` (read once, then kept)."""
         if isinstance(self._source, Capture):
             self._source = read(self._source, 0, self.tokens)
         return self._source
 
-    def rows(self, i0: int, i1: int) -> torch.Tensor:
+    def rows(self, i0: int, i1: int) -> np.ndarray:
         return read(self._source, i0, i1)
 
-    def rows_at(self, rows: list[int]) -> torch.Tensor:
+    def rows_at(self, rows: list[int]) -> np.ndarray:
         return read_at(self._source, rows, self._rows)
 
-    def columns(self, cols: torch.Tensor) -> torch.Tensor:
+    def columns(self, cols: np.ndarray) -> np.ndarray:
         """Columns ``cols`` of every token, float32 ``[T, len(cols)]``, read in chunks and kept."""
         key = tuple(int(c) for c in cols)
         if key not in self._columns:
@@ -108,30 +109,36 @@ class TrainSlot:
         return self._columns[key]
 
 
-def sink_mask(norms: torch.Tensor) -> torch.Tensor:
+def sink_mask(norms: np.ndarray) -> np.ndarray:
     """True where a token's norm is far above the median (attention-sink tokens)."""
-    finite = norms[torch.isfinite(norms)]
-    if finite.numel() < 3:
-        return torch.zeros_like(norms, dtype=torch.bool)
-    med = finite.median()
-    return norms > SINK_FACTOR * med.clamp_min(_EPS)
+    finite = norms[np.isfinite(norms)]
+    if finite.size < 3:
+        return np.zeros(norms.shape, dtype=bool)
+    med = lower_median(finite)
+    with np.errstate(invalid="ignore"):
+        return norms > np.float32(SINK_FACTOR * max(med, _EPS))
 
 
-def _per_token(x: torch.Tensor, y: torch.Tensor, nx: torch.Tensor | None = None, ny: torch.Tensor | None = None
-               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    diff = (x - y).norm(dim=1)
-    ny = y.norm(dim=1) if ny is None else ny
-    nx = x.norm(dim=1) if nx is None else nx
-    err = diff / ny.clamp_min(_EPS)
-    cos = (x * y).sum(dim=1) / (nx * ny).clamp_min(_EPS)
-    ratio = nx / ny.clamp_min(_EPS)
+def _per_token(x: np.ndarray, y: np.ndarray, nx: np.ndarray | None = None, ny: np.ndarray | None = None
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    with np.errstate(all="ignore"):
+        diff = row_norms(x - y)
+        ny = row_norms(y) if ny is None else ny
+        nx = row_norms(x) if nx is None else nx
+        nyc = np.maximum(ny, np.float32(_EPS))
+        err = diff / nyc
+        # x.y = (|x|^2 + |y|^2 - |x - y|^2) / 2 from the norms already at hand: one pass over the rows
+        # fewer, and as exact as a float32 dot product
+        n_x, n_y, d = nx.astype(np.float64), ny.astype(np.float64), diff.astype(np.float64)
+        cos = ((n_x * n_x + n_y * n_y - d * d) / np.maximum(2 * n_x * n_y, 2 * _EPS)).astype(np.float32)
+        ratio = nx / nyc
     return err, cos, ratio
 
 
-def _summarise(err: torch.Tensor, cos: torch.Tensor, ratio: torch.Tensor, sinks: torch.Tensor,
+def _summarise(err: np.ndarray, cos: np.ndarray, ratio: np.ndarray, sinks: np.ndarray,
                values_per_token: int) -> Metrics:
     ordinary = ~sinks
-    finite = torch.isfinite(err)
+    finite = np.isfinite(err)
     use = ordinary & finite
     sink_only = False
     if not bool(use.any()):
@@ -143,29 +150,29 @@ def _summarise(err: torch.Tensor, cos: torch.Tensor, ratio: torch.Tensor, sinks:
     return Metrics(
         rel_err=upper_median(e),
         cosine=-upper_median(-cos[use]),
-        p90_err=float(torch.quantile(e, 0.9)) if e.numel() > 1 else float(e[0]),
-        norm_ratio=float(ratio[use].median()),
+        p90_err=float(np.quantile(e, 0.9)) if e.size > 1 else float(e[0]),
+        norm_ratio=lower_median(ratio[use]),
         tokens=int(use.sum()),
         values=int(use.sum()) * values_per_token,
         sink_only=sink_only,
     )
 
 
-def upper_median(v: torch.Tensor) -> float:
+def upper_median(v: np.ndarray) -> float:
     """The middle value, the upper one of an even count: more than half the values are at or below it,
     so a minority of tokens cannot carry it (``torch.median`` takes the lower one: with two tokens,
     one match and one miss would read as a match)."""
-    return float(v.sort().values[v.numel() // 2])
+    return float(np.partition(v.ravel(), v.size // 2)[v.size // 2])
 
 
-def score(train: TrainSlot, infer: torch.Tensor | Capture, offset: int, stats: RowStats | None = None) -> Metrics:
+def score(train: TrainSlot, infer: np.ndarray | Capture, offset: int, stats: RowStats | None = None) -> Metrics:
     """Metrics of an inference capture against a training slot with ``infer[i] ~ train[i + offset]``.
 
     Both sides are read in row chunks (bf16 -> float32 one chunk at a time); ``stats`` collects what
     the inference rows read hold (NaN/Inf, zero rows)."""
     if isinstance(infer, Capture) and infer.observation is not None:
         return _score_observation(train, infer, offset)
-    x = infer if isinstance(infer, torch.Tensor) or infer.reads_rows else source(infer)
+    x = infer if isinstance(infer, np.ndarray) or infer.reads_rows else source(infer)
     ti, tt = extent(x)[0], train.tokens
     i0, i1 = max(0, -offset), min(ti, tt - offset)
     if i1 <= i0:
@@ -178,17 +185,17 @@ def score(train: TrainSlot, infer: torch.Tensor | Capture, offset: int, stats: R
         b = a + xc.shape[0]
         parts.append(_per_token(xc, train.rows(a + offset, b + offset)))
         a = b
-    err, cos, ratio = (torch.cat(p) for p in zip(*parts))
+    err, cos, ratio = (np.concatenate(p) for p in zip(*parts))
     return _summarise(err, cos, ratio, train.sinks[i0 + offset : i1 + offset], extent(x)[1])
 
 
-def observation_arrays(cap: Capture, width: int) -> tuple[torch.Tensor, list[int], list[int]]:
+def observation_arrays(cap: Capture, width: int) -> tuple[np.ndarray, list[int], list[int]]:
     """Printed values [R, C] (float64, NaN where nothing was printed), their rows and absolute columns."""
     obs = cap.observation
     assert obs is not None
     cols = [c if c >= 0 else width + c for c in obs.cols]
     keep_c = [i for i, c in enumerate(cols) if 0 <= c < width]
-    vals = torch.as_tensor(np.asarray(obs.values, dtype=np.float64)[:, keep_c], dtype=torch.float64)
+    vals = np.asarray(obs.values, dtype=np.float64)[:, keep_c]
     return vals, list(obs.rows), [cols[i] for i in keep_c]
 
 
@@ -206,53 +213,54 @@ def _resolve_rows(cap: Capture, rows: list[int]) -> list[int] | None:
 class _ObsErrors:
     """Per-token metrics of every printed row against every training token: [R, T] each."""
 
-    err: torch.Tensor
-    cos: torch.Tensor
-    ratio: torch.Tensor
-    counts: torch.Tensor  # [R] printed finite values per row
+    err: np.ndarray
+    cos: np.ndarray
+    ratio: np.ndarray
+    counts: np.ndarray  # [R] printed finite values per row
 
     @classmethod
     def of(cls, train: TrainSlot, cap: Capture) -> _ObsErrors | None:
         vals, _, cols = observation_arrays(cap, train.width)
         if not cols:
             return None
-        m = torch.isfinite(vals)
-        x = torch.where(m, vals, torch.zeros_like(vals))
-        md = m.double()
-        y = train.columns(torch.tensor(cols, dtype=torch.long)).double()
-        y = torch.where(torch.isfinite(y), y, torch.full_like(y, float("nan")))
-        dot = x @ y.T
-        ny2 = md @ (y * y).T
-        nx2 = (x * x).sum(dim=1, keepdim=True)
-        d2 = (nx2 - 2 * dot + ny2).clamp_min(0)
-        ny = ny2.sqrt().clamp_min(_EPS)
-        nx = nx2.sqrt()
-        err = (d2.sqrt() / ny).float()
-        cos = (dot / (nx * ny).clamp_min(_EPS)).float()
-        ratio = (nx / ny).float()
-        empty = m.sum(dim=1) == 0
-        err[empty] = float("nan")
-        return cls(err, cos, ratio, m.sum(dim=1))
+        m = np.isfinite(vals)
+        x = np.where(m, vals, 0.0)
+        md = m.astype(np.float64)
+        y = train.columns(np.asarray(cols, dtype=np.int64)).astype(np.float64)
+        with np.errstate(all="ignore"):
+            y = np.where(np.isfinite(y), y, np.nan)
+            dot = x @ y.T
+            ny2 = md @ (y * y).T
+            nx2 = (x * x).sum(axis=1, keepdims=True)
+            d2 = np.maximum(nx2 - 2 * dot + ny2, 0)
+            ny = np.maximum(np.sqrt(ny2), _EPS)
+            nx = np.sqrt(nx2)
+            err = (np.sqrt(d2) / ny).astype(np.float32)
+            cos = (dot / np.maximum(nx * ny, _EPS)).astype(np.float32)
+            ratio = (nx / ny).astype(np.float32)
+        empty = m.sum(axis=1) == 0
+        err[empty] = np.nan
+        return cls(err, cos, ratio, m.sum(axis=1))
 
 
 def _metrics_at(train: TrainSlot, oe: _ObsErrors, rows: list[int], tokens: list[int]) -> Metrics:
     keep = [(r, j) for r, j in zip(rows, tokens) if 0 <= j < train.tokens]
     if not keep:
         return Metrics.empty()
-    r = torch.tensor([k[0] for k in keep])
-    j = torch.tensor([k[1] for k in keep])
+    r = np.asarray([k[0] for k in keep], dtype=np.int64)
+    j = np.asarray([k[1] for k in keep], dtype=np.int64)
     sinks = train.sinks[j]
     m = _summarise(oe.err[r, j], oe.cos[r, j], oe.ratio[r, j], sinks, 1)
     if m.tokens == 0:
         return m
     e = oe.err[r, j]
-    used = torch.isfinite(e) & (~sinks if m.sink_only is False else torch.ones_like(sinks))
+    used = np.isfinite(e) & (~sinks if m.sink_only is False else np.ones_like(sinks))
     # the middle of an even count is the mean of the two middle values: with two printed tokens
     # the lower one alone would hide a token that does not match at all
     return replace(
         m,
-        rel_err=float(np.median(e[used].double().numpy())),
-        cosine=float(np.median(oe.cos[r, j][used].double().numpy())),
+        rel_err=float(np.median(e[used].astype(np.float64))),
+        cosine=float(np.median(oe.cos[r, j][used].astype(np.float64))),
         values=int(oe.counts[r][used].sum()),
     )
 
@@ -287,7 +295,7 @@ def observation_tokens(train: TrainSlot, cap: Capture, offset: int) -> list[int 
 
 
 def best_alignment(
-    train: TrainSlot, infer: Capture, x: torch.Tensor | Capture | None, offsets: Sequence[int] | None,
+    train: TrainSlot, infer: Capture, x: np.ndarray | Capture | None, offsets: Sequence[int] | None,
     stats: RowStats | None = None,
 ) -> tuple[int, Metrics]:
     """The token offset with the smallest error (from ``offsets`` if the ids fixed them); ``x`` is
@@ -301,31 +309,32 @@ def best_alignment(
     return _search_full(train, x, stats=stats)
 
 
-def search_offset(train: TrainSlot, x: torch.Tensor | Capture) -> int:
+def search_offset(train: TrainSlot, x: np.ndarray | Capture) -> int:
     """The token offset :func:`best_alignment` would choose without token ids, without scoring it."""
     return _search_full(train, x, only_offset=True)[0]
 
 
-def _search_full(train: TrainSlot, x: torch.Tensor | Capture, exhaustive: bool = False,
+def _search_full(train: TrainSlot, x: np.ndarray | Capture, exhaustive: bool = False,
                  stats: RowStats | None = None, only_offset: bool = False) -> tuple[int, Metrics]:
     """Token offset by value: nearest training rows of a few inference rows propose offsets, and
     each proposal is scored on a spread of columns of the whole overlap (``exhaustive`` tries every
     offset instead); the chosen one is then scored in full (not with ``only_offset``)."""
     (ti, h), tt = extent(x), train.tokens
-    cols = torch.linspace(0, h - 1, steps=min(h, _COLS_FOR_SEARCH)).long().unique()
+    cols = np.unique(np.linspace(0, h - 1, num=min(h, _COLS_FOR_SEARCH)).astype(np.int64))
     xc, xnorms = _columns_and_norms(x, cols)
-    xs, ys = xc.double(), train.columns(cols).double()
-    ynorm = ys.norm(dim=1).clamp_min(_EPS)
+    xs, ys = xc.astype(np.float64), train.columns(cols).astype(np.float64)
+    with np.errstate(all="ignore"):
+        ynorm = np.maximum(np.linalg.norm(ys, axis=1), _EPS)
     min_overlap = max(1, min(ti, tt, 8))
     offsets: Sequence[int]
     if exhaustive:
         offsets = range(-(ti - 1), tt)
-        dist = (torch.cdist(xs, ys) / ynorm[None, :]).float()
+        dist = (_cdist(xs, ys) / ynorm[None, :]).astype(np.float32)
     else:
         probe = _probe_rows(xnorms)
-        dist_p = (torch.cdist(xs[probe], ys) / ynorm[None, :]).float()
+        dist_p = (_cdist(xs[probe], ys) / ynorm[None, :]).astype(np.float32)
         k = min(3, tt)
-        near = dist_p.topk(k, dim=1, largest=False).indices
+        near = _smallest(dist_p, k)
         offsets = sorted({0} | {int(j) - int(i) for i, row in zip(probe.tolist(), near) for j in row.tolist()})
         dist = None
     best: tuple[float, int] | None = None
@@ -334,37 +343,53 @@ def _search_full(train: TrainSlot, x: torch.Tensor | Capture, exhaustive: bool =
         if i1 - i0 < min_overlap:
             continue
         if dist is not None:
-            d = torch.diagonal(dist, offset=o)
+            d = np.diagonal(dist, offset=o)
         else:
-            d = ((xs[i0:i1] - ys[i0 + o : i1 + o]).norm(dim=1) / ynorm[i0 + o : i1 + o]).float()
+            with np.errstate(all="ignore"):
+                d = (np.linalg.norm(xs[i0:i1] - ys[i0 + o : i1 + o], axis=1) / ynorm[i0 + o : i1 + o]).astype(np.float32)
         s = train.sinks[i0 + o : i1 + o]
         use = d[~s] if bool((~s).any()) else d
-        use = use[torch.isfinite(use)]
-        if use.numel() == 0:
+        use = use[np.isfinite(use)]
+        if use.size == 0:
             continue
-        v = float(use.median())
+        v = lower_median(use)
         if best is None or v < best[0] - 1e-9 or (abs(v - best[0]) <= 1e-9 and abs(o) < abs(best[1])):
             best = (v, o)
     o = 0 if best is None else best[1]
     return o, Metrics.empty() if only_offset else score(train, x, o, stats)
 
 
-def _columns_and_norms(x: torch.Tensor | Capture, cols: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _cdist(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Euclidean distances between the rows of ``a`` and of ``b`` (float64)."""
+    with np.errstate(all="ignore"):
+        d2 = (a * a).sum(axis=1)[:, None] - 2 * (a @ b.T) + (b * b).sum(axis=1)[None, :]
+        return np.sqrt(np.maximum(d2, 0))
+
+
+def _smallest(d: np.ndarray, k: int) -> np.ndarray:
+    """Column indices of the ``k`` smallest values of each row of ``d``, smallest first (NaN last)."""
+    key = np.where(np.isnan(d), np.inf, d)
+    return np.argsort(key, axis=1, kind="stable")[:, :k]
+
+
+def _columns_and_norms(x: np.ndarray | Capture, cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Columns ``cols`` and per-token norms of the inference tensor, in one chunked pass."""
-    if isinstance(x, torch.Tensor):
-        return x[:, cols], x.norm(dim=1)
-    parts = [(c[:, cols], c.norm(dim=1)) for c in chunks(x, 0, extent(x)[0])]
+    if isinstance(x, np.ndarray):
+        with np.errstate(all="ignore"):
+            return x[:, cols], row_norms(x)
+    with np.errstate(all="ignore"):
+        parts = [(c[:, cols], row_norms(c)) for c in chunks(x, 0, extent(x)[0])]
     if not parts:
-        return torch.zeros((0, len(cols))), torch.zeros(0)
-    return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+        return np.zeros((0, len(cols)), dtype=np.float32), np.zeros(0, dtype=np.float32)
+    return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
 
 
-def _probe_rows(norms: torch.Tensor, n: int = 8) -> torch.Tensor:
+def _probe_rows(norms: np.ndarray, n: int = 8) -> np.ndarray:
     """Up to ``n`` ordinary (non-sink) rows spread over the inference tensor (given its token norms)."""
-    ordinary = torch.nonzero(~sink_mask(norms) & torch.isfinite(norms)).flatten()
-    if ordinary.numel() == 0:
-        ordinary = torch.arange(norms.shape[0])
-    pick = torch.linspace(0, ordinary.numel() - 1, steps=min(n, ordinary.numel())).round().long().unique()
+    ordinary = np.flatnonzero(~sink_mask(norms) & np.isfinite(norms))
+    if ordinary.size == 0:
+        ordinary = np.arange(norms.shape[0])
+    pick = np.unique(np.round(np.linspace(0, ordinary.size - 1, num=min(n, ordinary.size))).astype(np.int64))
     return ordinary[pick]
 
 
@@ -384,11 +409,11 @@ def _search_observation(train: TrainSlot, cap: Capture) -> tuple[int, Metrics]:
     lo, hi = -min(resolved), train.tokens - max(resolved)
     if hi <= lo:
         return 0, _score_observation(train, cap, 0)
-    offsets = torch.arange(lo, hi)
-    toks = torch.tensor(resolved)[None, :] + offsets[:, None]
+    offsets = np.arange(lo, hi)
+    toks = np.asarray(resolved, dtype=np.int64)[None, :] + offsets[:, None]
     med, sink_only, nvals = _placement_scores(train, oe, idx, toks)
-    key = torch.where(sink_only, med * SINK_PENALTY, med)
-    if not bool(torch.isfinite(key).any()):
+    key = np.where(sink_only, med * SINK_PENALTY, med)
+    if not bool(np.isfinite(key).any()):
         return 0, _score_observation(train, cap, 0)
     best = _argbest(key, nvals, offsets)
     choice = best
@@ -402,27 +427,29 @@ def _search_observation(train: TrainSlot, cap: Capture) -> tuple[int, Metrics]:
 
 
 def _placement_scores(
-    train: TrainSlot, oe: _ObsErrors, idx: list[int], toks: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    train: TrainSlot, oe: _ObsErrors, idx: list[int], toks: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """For placements ``toks`` [n, k] of printed rows ``idx``: median error (ordinary tokens, or the
     sinks if nothing else), whether only sinks were compared, and the number of values compared."""
-    r = torch.tensor(idx)[None, :].expand_as(toks)
-    e = oe.err[r, toks].double()
+    r = np.broadcast_to(np.asarray(idx, dtype=np.int64)[None, :], toks.shape)
+    e = oe.err[r, toks].astype(np.float64)
     sinks = train.sinks[toks]
-    fin = torch.isfinite(e)
+    fin = np.isfinite(e)
     ordinary = fin & ~sinks
-    has_ordinary = ordinary.any(dim=1)
-    use = torch.where(has_ordinary[:, None], ordinary, fin)
-    med = torch.nanquantile(torch.where(use, e, torch.full_like(e, float("nan"))), 0.5, dim=1)
-    med = torch.where(torch.isfinite(med), med, torch.full_like(med, float("inf")))
-    nvals = (oe.counts[r] * use).sum(dim=1)
+    has_ordinary = ordinary.any(axis=1)
+    use = np.where(has_ordinary[:, None], ordinary, fin)
+    with warnings.catch_warnings():  # a placement with nothing to compare: its median is NaN, then inf
+        warnings.simplefilter("ignore", RuntimeWarning)
+        med = np.nanquantile(np.where(use, e, np.nan), 0.5, axis=1)
+    med = np.where(np.isfinite(med), med, np.inf)
+    nvals = (oe.counts[r] * use).sum(axis=1)
     return med, ~has_ordinary, nvals
 
 
-def _argbest(key: torch.Tensor, nvals: torch.Tensor, offsets: torch.Tensor) -> int:
+def _argbest(key: np.ndarray, nvals: np.ndarray, offsets: np.ndarray) -> int:
     """Smallest error; among equal errors the most values, then the offset nearest 0."""
     m = float(key.min())
-    tied = torch.nonzero(key <= m + 1e-12).flatten()
+    tied = np.flatnonzero(key <= m + 1e-12)
     return int(min(tied.tolist(), key=lambda i: (-int(nvals[i]), abs(int(offsets[i])))))
 
 
@@ -438,16 +465,16 @@ def _place_unknown_end(
     tmin = min((rows[i] for i in tail), default=0)
     fail = (0, Metrics.empty(), [-1] * len(rows))
     # the tail's last row sits at token e: its rows r < 0 at e + 1 + r
-    ends = torch.arange(max(0, -1 - tmin), tt)
-    if tail and ends.numel() == 0:
+    ends = np.arange(max(0, -1 - tmin), tt)
+    if tail and ends.size == 0:
         return fail
     if tail:
-        t_toks = ends[:, None] + 1 + torch.tensor([rows[i] for i in tail])[None, :]
+        t_toks = ends[:, None] + 1 + np.asarray([rows[i] for i in tail], dtype=np.int64)[None, :]
         t_med, t_sink, t_n = _placement_scores(train, oe, tail, t_toks)
-        t_key = torch.where(t_sink, t_med * SINK_PENALTY, t_med)
-    offsets = torch.tensor([offset]) if offset is not None else torch.arange(0, tt - hmax if head else 1)
+        t_key = np.where(t_sink, t_med * SINK_PENALTY, t_med)
+    offsets = np.asarray([offset]) if offset is not None else np.arange(0, tt - hmax if head else 1)
     offsets = offsets[(offsets >= 0) & (offsets + max(hmax, 0) < tt)] if head else offsets
-    if offsets.numel() == 0:
+    if offsets.size == 0:
         return fail
     placements: list[tuple[int, list[int]]] = []
     if tail:
@@ -469,8 +496,8 @@ def _place_unknown_end(
         placements = [(o, [o + rows[i] for i in head]) for o in offsets.tolist()]
     if not placements:
         return fail
-    med, sink_only, _ = _placement_scores(train, oe, head + tail, torch.tensor([t for _, t in placements]))
-    key = torch.where(sink_only, med * SINK_PENALTY, med)
+    med, sink_only, _ = _placement_scores(train, oe, head + tail, np.asarray([t for _, t in placements], dtype=np.int64))
+    key = np.where(sink_only, med * SINK_PENALTY, med)
     m = float(key.min())
     if not math.isfinite(m):
         return fail

@@ -21,7 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from . import conventions as conv
+from .arrays import as_f32, is_float, lower_median, row_norms
 from .errors import InputError
 from .model import Capture, Dump
 from .readers import replica_difference, replica_groups, scan
@@ -159,29 +162,26 @@ def _rows(n: int, k: int) -> list[int]:
 
 def _sample(c: Capture, sample_rows: int) -> tuple[Any, list[int]] | None:
     """The sampled rows of a capture as float32 ``[rows, width]`` and their positions."""
-    import torch
-
     try:
-        x = c.load()
+        x = c.array()
     except (ValueError, RuntimeError) as e:
         log.debug("%s: cannot load (%s)", c.origin, e)
         return None
-    if not x.dtype.is_floating_point or x.numel() == 0:
+    if not is_float(x) or x.size == 0:
         return None
     rows = _rows(int(x.shape[0]), sample_rows)
-    return x[torch.tensor(rows)].float(), rows
+    return as_f32(x[np.asarray(rows, dtype=np.int64)]), rows
 
 
 def _norm_stats(x: Any, rows: list[int]) -> dict:
-    import torch
-
-    norms = x.norm(dim=1)
-    finite = norms[torch.isfinite(norms)]
-    med = float(finite.median()) if finite.numel() else None
-    big = torch.isfinite(norms) & (norms > _SINK_FACTOR * (med or 0.0))  # an Inf row is damage, not a sink
-    sinks = [] if med is None or finite.numel() < 3 else [rows[i] for i in big.nonzero().flatten().tolist()]
-    return {"median": _r(med), "min": _r(float(finite.min())) if finite.numel() else None,
-            "max": _r(float(finite.max())) if finite.numel() else None, "sink_tokens": sinks[:32]}
+    with np.errstate(all="ignore"):
+        norms = row_norms(x)
+        finite = norms[np.isfinite(norms)]
+        med = lower_median(finite) if finite.size else None
+        big = np.isfinite(norms) & (norms > _SINK_FACTOR * (med or 0.0))  # an Inf row is damage, not a sink
+    sinks = [] if med is None or finite.size < 3 else [rows[i] for i in np.flatnonzero(big).tolist()]
+    return {"median": _r(med), "min": _r(float(finite.min())) if finite.size else None,
+            "max": _r(float(finite.max())) if finite.size else None, "sink_tokens": sinks[:32]}
 
 
 def _r(v: float | None) -> float | None:
@@ -210,10 +210,8 @@ def _capture_info(c: Capture, hidden: int | None, sample_rows: int) -> dict:
     if got is None:
         return info
     x, rows = got
-    import torch
-
     info["sampled_rows"] = len(rows)
-    info["nonfinite"] = int((~torch.isfinite(x)).sum())
+    info["nonfinite"] = int((~np.isfinite(x)).sum())
     info["norm"] = _norm_stats(x, rows)
     k = info["concatenated_slots"]
     if k and k > 1 and hidden:

@@ -13,15 +13,15 @@ import ctypes
 import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass
 
-import torch
+import numpy as np
 
+from .arrays import as_f32, row_norms
 from .model import Capture
 
 __all__ = ["CHUNK_BYTES", "RowStats", "chunks", "extent", "gather_columns", "give_back_freed_memory", "read", "read_at",
-           "source", "threads"]
+           "source"]
 
 #: Rows per chunk are chosen so that one chunk of one side holds about this many float32 bytes.
 CHUNK_BYTES = 8 * 2**20
@@ -38,59 +38,59 @@ class RowStats:
     nonfinite: int = 0
     zero_rows: int = 0
     nonzero: bool = False
-    _seen: torch.Tensor | None = None
-    _norms: torch.Tensor | None = None
+    _seen: np.ndarray | None = None
+    _norms: np.ndarray | None = None
 
-    def add(self, x: torch.Tensor, start: int | None = None) -> torch.Tensor | None:
-        """Count rows ``x`` (read at token ``start``); the norms of the rows counted (None: none new)."""
-        new = None
+    def add(self, x: np.ndarray, start: int | None = None, norms: np.ndarray | None = None) -> np.ndarray | None:
+        """Count rows ``x`` (read at token ``start``; ``norms``: their norms, when already computed); the
+        norms of the rows counted (None: none new)."""
+        sel = None  # which rows of x are new, when some were counted before
         if self.tokens is not None and start is not None:
             if self._seen is None:
-                self._seen = torch.zeros(self.tokens, dtype=torch.bool)
-                self._norms = torch.zeros(self.tokens)
+                self._seen = np.zeros(self.tokens, dtype=bool)
+                self._norms = np.zeros(self.tokens, dtype=np.float32)
             new = ~self._seen[start : start + x.shape[0]]
             if not bool(new.any()):
                 return None
             self._seen[start : start + x.shape[0]] = True
-            if bool(new.all()):
-                new = None
-            else:
-                x = x[new]
-        self.rows += int(x.shape[0])
-        if not x.numel():
-            return torch.zeros(x.shape[0])
-        norms = self._count(x)
+            if not bool(new.all()):
+                sel = np.flatnonzero(new)
+        if norms is None:
+            with np.errstate(all="ignore"):
+                norms = row_norms(x if sel is None else x[sel])
+        elif sel is not None:
+            norms = norms[sel]
+        self.rows += len(norms)
+        if not x.size:
+            return np.zeros(len(norms), dtype=np.float32)
+        self._count(x, norms, sel)
         if self._norms is not None and start is not None:
-            where = self._norms[start : start + len(norms) if new is None else start + len(new)]
-            if new is None:
-                where.copy_(norms)
-            else:
-                where[new] = norms
+            self._norms[start + (np.arange(len(norms)) if sel is None else sel)] = norms
         return norms
 
-    def _count(self, x: torch.Tensor) -> torch.Tensor:
-        """Count NaN/Inf values and all-zero rows of ``x``; its row norms. A row's norm is finite and
-        non-zero for nearly every row, so values are looked at only in the rows where it is not."""
-        norms = x.norm(dim=1)
-        odd = ~torch.isfinite(norms) | (norms == 0)
+    def _count(self, x: np.ndarray, norms: np.ndarray, sel: np.ndarray | None = None) -> None:
+        """Count NaN/Inf values and all-zero rows among rows ``sel`` of ``x`` (all rows: None), given their
+        norms. A row's norm is finite and non-zero for nearly every row, so values are looked at only in
+        the rows where it is not."""
+        odd = ~np.isfinite(norms) | (norms == 0)
         if bool(odd.any()):
-            rows = x[odd]
-            self.nonfinite += int((~torch.isfinite(rows)).sum())
-            amax = rows.abs().amax(dim=1)
+            where = np.flatnonzero(odd)
+            rows = x[where if sel is None else sel[where]]
+            self.nonfinite += int((~np.isfinite(rows)).sum())
+            amax = np.abs(rows).max(axis=1)
             self.zero_rows += int((amax == 0).sum())
             self.nonzero = self.nonzero or bool((amax != 0).any()) or bool((~odd).any())
         else:
             self.nonzero = True
-        return norms
 
-    def add_at(self, x: torch.Tensor, positions: list[int]) -> None:
+    def add_at(self, x: np.ndarray, positions: list[int]) -> None:
         """Rows ``x`` read at token ``positions`` (ascending, each once)."""
         if self.tokens is None or not positions:
             return
         if self._seen is None:
-            self._seen = torch.zeros(self.tokens, dtype=torch.bool)
-            self._norms = torch.zeros(self.tokens)
-        pos = torch.tensor(positions, dtype=torch.long)
+            self._seen = np.zeros(self.tokens, dtype=bool)
+            self._norms = np.zeros(self.tokens, dtype=np.float32)
+        pos = np.asarray(positions, dtype=np.int64)
         new = ~self._seen[pos]
         if not bool(new.any()):
             return
@@ -98,41 +98,44 @@ class RowStats:
         self._seen[pos] = True
         self.rows += int(x.shape[0])
         assert self._norms is not None
-        self._norms[pos] = self._count(x)
+        with np.errstate(all="ignore"):
+            norms = row_norms(x)
+        self._count(x, norms)
+        self._norms[pos] = norms
 
-    def norms_read(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+    def norms_read(self) -> tuple[np.ndarray, np.ndarray] | None:
         """Norms of the rows read and their token positions (ascending); None if nothing was read."""
         if self._seen is None or self._norms is None or not bool(self._seen.any()):
             return None
-        pos = torch.nonzero(self._seen).flatten()
+        pos = np.flatnonzero(self._seen)
         return self._norms[pos], pos
 
 
-def source(cap: Capture) -> torch.Tensor | Capture:
+def source(cap: Capture) -> np.ndarray | Capture:
     """What rows are read from: the capture itself when its file gives rows alone, else its tensor loaded once."""
-    return cap if cap.reads_rows else cap.load().float()
+    return cap if cap.reads_rows else as_f32(cap.array())
 
 
-def extent(src: torch.Tensor | Capture) -> tuple[int, int]:
+def extent(src: np.ndarray | Capture) -> tuple[int, int]:
     """Tokens and width of a tensor or a capture."""
-    if isinstance(src, torch.Tensor):
+    if isinstance(src, np.ndarray):
         return int(src.shape[0]), int(src.shape[1])
     shape = src.shape or ()
     return int(src.tokens or 0), int(shape[-1]) if shape else 0
 
 
-def read(src: torch.Tensor | Capture, i0: int, i1: int) -> torch.Tensor:
+def read(src: np.ndarray | Capture, i0: int, i1: int) -> np.ndarray:
     """Rows ``[i0, i1)`` as float32."""
-    return src[i0:i1] if isinstance(src, torch.Tensor) else src.read_rows(i0, i1)
+    return src[i0:i1] if isinstance(src, np.ndarray) else src.read_rows(i0, i1)
 
 
-def chunks(src: torch.Tensor | Capture, i0: int, i1: int, step: int | None = None) -> Iterator[torch.Tensor]:
+def chunks(src: np.ndarray | Capture, i0: int, i1: int, step: int | None = None) -> Iterator[np.ndarray]:
     """Rows ``[i0, i1)`` in chunks of about :data:`CHUNK_BYTES`; from a file, the next chunk is read on
     a second thread while the caller works on the current one."""
     width = max(1, extent(src)[1])
     step = step or max(1, CHUNK_BYTES // (4 * width))
     starts = list(range(i0, i1, step))
-    if isinstance(src, torch.Tensor) or len(starts) < 2:
+    if isinstance(src, np.ndarray) or len(starts) < 2:
         for a in starts:
             yield read(src, a, min(a + step, i1))
         return
@@ -146,17 +149,17 @@ def chunks(src: torch.Tensor | Capture, i0: int, i1: int, step: int | None = Non
             yield x
 
 
-def gather_columns(src: torch.Tensor | Capture, cols: torch.Tensor, tokens: int) -> torch.Tensor:
-    if isinstance(src, torch.Tensor):
+def gather_columns(src: np.ndarray | Capture, cols: np.ndarray, tokens: int) -> np.ndarray:
+    if isinstance(src, np.ndarray):
         return src[:, cols]
     parts = [x[:, cols] for x in chunks(src, 0, tokens)]
-    return torch.cat(parts) if parts else torch.zeros((0, len(cols)))
+    return np.concatenate(parts) if parts else np.zeros((0, len(cols)), dtype=np.float32)
 
 
-def read_at(src: torch.Tensor | Capture, rows: list[int], cache: dict[int, torch.Tensor] | None) -> torch.Tensor:
+def read_at(src: np.ndarray | Capture, rows: list[int], cache: dict[int, np.ndarray] | None) -> np.ndarray:
     """Rows ``rows`` (ascending) as float32 ``[len(rows), W]``, reading runs of neighbouring rows at once."""
-    if isinstance(src, torch.Tensor):
-        return src[torch.tensor(rows, dtype=torch.long)]
+    if isinstance(src, np.ndarray):
+        return src[np.asarray(rows, dtype=np.int64)]
     cache = {} if cache is None else cache
     need = [r for r in rows if r not in cache]
     k = 0
@@ -168,22 +171,7 @@ def read_at(src: torch.Tensor | Capture, rows: list[int], cache: dict[int, torch
         for r in range(need[k], need[j] + 1):
             cache[r] = block[r - need[k]]
         k = j + 1
-    return torch.stack([cache[r] for r in rows]) if rows else torch.zeros((0, extent(src)[1]))
-
-
-@contextmanager
-def threads(n: int) -> Iterator[None]:
-    """Run torch's own operations on ``n`` threads inside the block (restored after).
-
-    The work here is many medium-sized reductions: torch's intra-op threads wait for each other on
-    every one of them, which on a machine whose cores are busy with other work costs far more than it
-    gains. One compute thread plus the reading thread of :func:`chunks` keeps both cores busy instead."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
+    return np.stack([cache[r] for r in rows]) if rows else np.zeros((0, extent(src)[1]), dtype=np.float32)
 
 
 def give_back_freed_memory() -> None:

@@ -73,11 +73,11 @@ def test_failure_anywhere_in_compare_is_exit_3(monkeypatch, tmp_path: Path, targ
     assert_bug_report(r, debug=False)
 
 
-@pytest.mark.parametrize("command", sorted(cli.commands))
+@pytest.mark.parametrize("command", sorted(cli.load_all()))
 @pytest.mark.parametrize("exc", [RuntimeError, KeyError, TypeError, AssertionError])
 def test_every_command_maps_a_crash_to_exit_3(monkeypatch, command: str, exc: type) -> None:
     """Whatever a command's code raises that is not an input error is a bug, for every command (new ones too)."""
-    cmd = cli.commands[command]
+    cmd = cli.load_all()[command]
 
     def crash(*args, **kwargs):
         raise exc(BOOM)

@@ -85,11 +85,11 @@ def test_rows_are_read_alone_and_equal_the_whole_tensor(data):
     with safe_open(str(p.infer), "pt") as f:
         whole = f.get_tensor("hidden_states").float()
     b = stack[15]
-    assert b.reads_rows and torch.equal(b.read_rows(10, 42), whole[15, 10:42])
-    assert torch.equal(b.load(), whole[15])
+    assert b.reads_rows and torch.equal(torch.from_numpy(b.read_rows(10, 42)), whole[15, 10:42])
+    assert torch.equal(b.load().float(), whole[15])
     train = scan(p.train, TRAIN).captures[0].split(576)[2]
     aux = torch.load(next(p.train.rglob("data_0.ckpt")), weights_only=True)["aux_hidden_state"][0].float()
-    assert train.reads_rows and torch.equal(train.read_rows(5, 70), aux[5:70, 2 * 576 :])
+    assert train.reads_rows and torch.equal(torch.from_numpy(train.read_rows(5, 70)), aux[5:70, 2 * 576 :])
 
 
 def test_nan_and_zero_rows_are_counted_from_the_rows_read(tmp_path):
@@ -130,3 +130,17 @@ def test_progress_is_a_plain_callable_and_quiet_off_a_terminal(data, monkeypatch
     slow("verifying pairs", 2, 2)
     err = capsys.readouterr().err
     assert "sampling" not in err and "hsdiff: verifying pairs 2/2" in err
+
+
+def test_compare_runs_without_importing_torch():
+    """The comparison path is numpy only: importing torch alone costs about 2 s of a run."""
+    import subprocess
+
+    code = (
+        "import sys\nfrom hsdiff.cli import cli\n"
+        "try:\n    cli.main(args=sys.argv[1:], prog_name='hsdiff')\nexcept SystemExit as e:\n    code = e.code\n"
+        "print(code, 'torch' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code, "compare", str(SEED / "train"), str(SEED / "infer-wrong"),
+                          "--layer-ids=-1,2,30", "-q"], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert out.stdout.split()[-2:] == ["1", "False"], out.stdout[-500:] + out.stderr[-2000:]

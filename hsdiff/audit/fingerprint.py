@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from ..arrays import as_f32, dtype_name, row_norms
 from ..errors import HsdiffError
 
 log = logging.getLogger("hsdiff.audit")
@@ -114,19 +115,8 @@ class FileSummary:
 
 
 def summarise_batch(jobs: list[Job]) -> list[FileSummary]:
-    """Summarise several files in turn (one Dask task); a damaged file never stops the batch.
-
-    Torch runs on one thread meanwhile: the parallelism is across files, and intra-op threads
-    competing with other workers' for the same cores made the pass several times slower.
-    """
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        return [summarise(job) for job in jobs]
-    finally:
-        torch.set_num_threads(before)
+    """Summarise several files in turn (one Dask task); a damaged file never stops the batch."""
+    return [summarise(job) for job in jobs]
 
 
 def summarise(job: Job) -> FileSummary:
@@ -189,8 +179,6 @@ def _protocols(fs: Any) -> tuple[str, ...]:
 
 
 def _summarise_local(path: Path, job: Job, size: int) -> FileSummary:
-    import torch
-
     from ..readers import scan
 
     dump = scan(path, "train")
@@ -203,13 +191,13 @@ def _summarise_local(path: Path, job: Job, size: int) -> FileSummary:
         slots.extend(c.split(hidden) if splittable else [c])  # a width that does not split: a shape mismatch
     if not slots:  # pragma: no cover - scan raises when a file holds nothing
         raise HsdiffError("holds no hidden states", path=path)
-    tensors = [s.load() for s in slots]
+    tensors = [s.array() for s in slots]
     tokens = {int(t.shape[0]) for t in tensors}
     widths = {int(t.shape[1]) for t in tensors}
     first = slots[0]
     ids = first.token_ids
     summary: dict[str, Any] = {
-        "file": job.name, "size": size, "format": first.origin.format, "dtype": str(tensors[0].dtype).replace("torch.", ""),
+        "file": job.name, "size": size, "format": first.origin.format, "dtype": dtype_name(tensors[0]),
         "tokens": min(tokens) if len(tokens) == 1 else -1, "slots": len(slots),
         "hidden_size": widths.pop() if len(widths) == 1 else -1, "hidden_size_source": source,
         "ids_tokens": None if ids is None else len(ids), "mask_tokens": extras.get("mask_tokens"),
@@ -222,17 +210,16 @@ def _summarise_local(path: Path, job: Job, size: int) -> FileSummary:
     p = min(PREFIX_TOKENS, min(int(t.shape[0]) for t in tensors))
     proj = np.zeros((p, len(slots), PROJECTION_DIM), dtype=np.float32)
     pnorms = np.zeros((p, len(slots)), dtype=np.float32)
-    with torch.no_grad():
-        for s, t in enumerate(tensors):
-            norms, nf = _walk_slot(t, s, digest)
-            bad.extend(nf)
-            finite = norms[np.isfinite(norms)]
-            med = float(np.median(finite)) if finite.size else float("nan")
-            ordinary = finite[finite <= SINK_FACTOR * med] if finite.size else finite
-            medians.append(float(np.median(ordinary)) if ordinary.size else float("nan"))
-            head = t[:p].float().numpy()
-            proj[:, s, :] = head @ _projection(int(t.shape[1]))
-            pnorms[:, s] = norms[:p]
+    for s, t in enumerate(tensors):
+        norms, nf = _walk_slot(t, s, digest)
+        bad.extend(nf)
+        finite = norms[np.isfinite(norms)]
+        med = float(np.median(finite)) if finite.size else float("nan")
+        ordinary = finite[finite <= SINK_FACTOR * med] if finite.size else finite
+        medians.append(float(np.median(ordinary)) if ordinary.size else float("nan"))
+        head = as_f32(t[:p])
+        proj[:, s, :] = head @ _projection(int(t.shape[1]))
+        pnorms[:, s] = norms[:p]
     summary.update(values_digest=digest.hexdigest(), non_finite=tuple(bad), prefix_proj=proj, prefix_norms=pnorms,
                    median_norms=tuple(medians))
     return FileSummary(**summary)
@@ -240,21 +227,20 @@ def _summarise_local(path: Path, job: Job, size: int) -> FileSummary:
 
 def _walk_slot(t: Any, slot: int, digest: Any) -> tuple[np.ndarray, list[NonFinite]]:
     """Per-token norms of one slot, its non-finite token ranges, and its bytes fed to ``digest``."""
-    import torch
-
     norms = np.empty(int(t.shape[0]), dtype=np.float32)
     nan_rows: list[np.ndarray] = []
     inf_rows: list[np.ndarray] = []
     for a in range(0, int(t.shape[0]), CHUNK_TOKENS):
-        chunk = t[a : a + CHUNK_TOKENS].contiguous()
-        digest.update(chunk.view(torch.uint8).numpy().tobytes() if chunk.dtype != torch.bool else chunk.numpy().tobytes())
-        f = chunk.float()
-        n = f.norm(dim=1).numpy()
+        chunk = np.ascontiguousarray(t[a : a + CHUNK_TOKENS])
+        digest.update(chunk.view(np.uint8).tobytes())
+        f = as_f32(chunk)
+        with np.errstate(all="ignore"):
+            n = row_norms(f)
         norms[a : a + chunk.shape[0]] = n
         suspect = np.flatnonzero(~np.isfinite(n))  # a NaN or Inf makes the row's norm non-finite
         if suspect.size:
-            rows = f[torch.from_numpy(suspect)]
-            nan, inf = torch.isnan(rows).any(dim=1).numpy(), torch.isinf(rows).any(dim=1).numpy()
+            rows = f[suspect]
+            nan, inf = np.isnan(rows).any(axis=1), np.isinf(rows).any(axis=1)
             nan_rows.append(a + suspect[nan])
             inf_rows.append(a + suspect[inf])
     out = []
@@ -276,27 +262,25 @@ def _projection(width: int) -> np.ndarray:
 def _side_tensors(path: Path) -> dict[str, int]:
     """``loss_mask`` length and final ``hidden_state`` width of a torch.save'd dict, if it has them.
 
-    Read only after the readers accepted the file (so it is a safe torch archive), again with
-    ``weights_only=True`` and memory-mapped: nothing but plain tensors can come out of it.
+    Read only after the readers accepted the file (so it is a safe torch archive), through the same
+    restricted reader: nothing but plain tensors can come out of it, and no tensor bytes are read.
     """
     out: dict[str, int] = {}
     if not zipfile.is_zipfile(path):
         return out
-    import torch
+    from ..readers._container import open_table
 
     try:
-        obj = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    except Exception as e:  # noqa: BLE001 - a file the readers accepted; keep its summary without extras
+        entries = open_table(path, "torch").entries
+    except HsdiffError as e:  # a file the readers accepted; keep its summary without extras
         log.debug("%s: side tensors not read (%s)", path, e)
         return out
-    if not isinstance(obj, dict):
-        return out
-    mask = obj.get("loss_mask")
-    if isinstance(mask, torch.Tensor):
-        out["mask_tokens"] = int(mask.numel())
+    mask = entries.get("loss_mask")
+    if mask is not None:
+        out["mask_tokens"] = int(np.prod(mask.shape))
     for key in ("hidden_state", "hidden_states"):
-        final = obj.get(key)
-        if isinstance(final, torch.Tensor) and final.dim() >= 1:
+        final = entries.get(key)
+        if final is not None and len(final.shape) >= 1:
             out["final_width"] = int(final.shape[-1])
             break
     return out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import logging
 import traceback
 from typing import Any
@@ -12,9 +13,31 @@ from ..errors import HsdiffError
 
 EXIT_OK, EXIT_FAIL, EXIT_INPUT, EXIT_BUG = 0, 1, 2, 3
 
+#: Each command and the module that registers it, imported when the command is run (or listed by
+#: ``--help``): ``hsdiff compare`` never loads what ``audit`` or ``capture`` need.
+COMMANDS = {
+    "compare": "compare", "gate": "gate", "check-config": "check_config", "ids": "ids", "fix-config": "fix_config",
+    "request": "request", "capture": "capture", "audit": "audit", "inspect": "inspect",
+}
+
 
 class _Group(click.Group):
-    """Maps library exceptions to exit codes so that a crash is never read as a verdict."""
+    """Maps library exceptions to exit codes so that a crash is never read as a verdict; loads each
+    command's module when the command is asked for."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(super().list_commands(ctx)) | set(COMMANDS))
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in self.commands and name in COMMANDS:
+            importlib.import_module(f"{__package__}.{COMMANDS[name]}")
+        return super().get_command(ctx, name)
+
+    def load_all(self) -> dict[str, click.Command]:
+        """Every command, loaded (for tools and tests that walk them all)."""
+        for module in COMMANDS.values():
+            importlib.import_module(f"{__package__}.{module}")
+        return dict(self.commands)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:

@@ -6,9 +6,12 @@ from pathlib import Path
 
 import click
 
-from ..capture import DTYPES, capture_hf, check_out_dir, write_capture
 from ..samples import load_sample
 from ._group import cli
+
+#: ``--dtype`` choices (the keys of :data:`hsdiff.capture.DTYPES`; that module imports torch, so it is
+#: imported when the command runs, not when the CLI starts)
+DTYPE_CHOICES = ("bf16", "bfloat16", "fp16", "float16", "fp32", "float32")
 
 EPILOG = """\b
 Example:
@@ -25,11 +28,13 @@ Needs the capture extra: pip install "hsdiff[capture]".
               help="A training sample (any dump file hsdiff reads, or JSON {\"input_ids\": [...]}).")
 @click.option("--sample", "name", default=None, help="Which sample, when --input holds several.")
 @click.option("--out", "out_dir", required=True, type=click.Path(path_type=str), help="Folder for the capture (created).")
-@click.option("--dtype", type=click.Choice(sorted(DTYPES)), default="bf16", show_default=True)
+@click.option("--dtype", type=click.Choice(sorted(DTYPE_CHOICES)), default="bf16", show_default=True)
 @click.option("--device", default="cpu", show_default=True, help="torch device to run on.")
 def capture_cmd(model_dir, sample, name, out_dir, dtype, device) -> None:
     """Run a Hugging Face model on a sample's token ids and write every boundary B0..BL (the last one
     before the final norm) with the ids: a ground-truth reference for hsdiff compare."""
+    from ..capture import capture_hf, check_out_dir, write_capture
+
     s = load_sample(sample, name)
     out = Path(out_dir)
     check_out_dir(out, sample)

@@ -24,7 +24,6 @@ from ..configs import load_config
 from ..errors import AlignmentError, InputError
 from ..model import INFER, TRAIN, Dump, Evidence, Report, Verdict
 from ..readers import scan
-from ..rows import threads
 from . import profiles, scoring, shape, slots, validate
 
 __all__ = ["compare", "Options"]
@@ -186,9 +185,8 @@ def _compare(train: Dump, infer: Dump, opts: Options, family: str, train_path: s
 
     claims, claim_src = slots.claims(k, train_slots, train, opts.train_layer_ids, opts.train_engine, num_layers,
                                      opts.model_family, opts.train_engine_version)
-    named = {b for b in [*(configured.boundary_indices if configured else ()), *claims] if b is not None}
-    with threads(1):
-        scores = scoring.score_all(train_slots, usable, opts.tolerance, opts.progress, verify=named)
+    named = _named(k, configured.boundary_indices if configured else (), claims)
+    scores = scoring.score_all(train_slots, usable, opts.tolerance, opts.progress, verify=named)
     warnings += scores.warnings
     decisions = [decide.decide_slot(s, scores.candidates.get(s, []), opts.tolerance, num_layers) for s in range(k)]
     warnings += validate.training_set(train_slots, train)
@@ -214,5 +212,16 @@ def _compare(train: Dump, infer: Dump, opts: Options, family: str, train_path: s
         inputs={"train": train_path, "infer": infer_path, "engine": opts.engine, "model_family": family},
         tolerance=opts.tolerance,
     )
-    with threads(1):
-        return profiles.measure(report, train_slots, usable, scores.norms, scores.errors)  # what the pictures draw
+    return profiles.measure(report, train_slots, usable, scores.norms, scores.errors)  # what the pictures draw
+
+
+def _named(k: int, configured: Sequence[int | None], claims: Sequence[int | None]) -> dict[int, set[int]]:
+    """Per training slot, the boundaries the configured ids and the training labels name for it (verified
+    in full on large dumps whatever their sampled error); configured ids beyond the slots name a
+    boundary for every slot."""
+    extra = {b for b in configured[k:] if b is not None}
+    return {s: extra | {b for b in (_at(configured, s), _at(claims, s)) if b is not None} for s in range(k)}
+
+
+def _at(seq: Sequence[int | None], i: int) -> int | None:
+    return seq[i] if i < len(seq) else None

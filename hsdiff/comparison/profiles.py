@@ -19,9 +19,10 @@ import logging
 import math
 from collections.abc import Iterable
 
-import torch
+import numpy as np
 
 from .. import align
+from ..arrays import lower_median, row_norms
 from ..model import Capture, Report, SlotResult
 from ..model.results import Score
 from ..rows import chunks, extent, read, source
@@ -36,8 +37,8 @@ MAX_TOKENS = 4096
 MAX_CAPTURES = 512
 
 
-Norms = dict[int, tuple[torch.Tensor, torch.Tensor, int]]
-Errors = dict[tuple[int, int, int], torch.Tensor]
+Norms = dict[int, tuple[np.ndarray, np.ndarray, int]]
+Errors = dict[tuple[int, int, int], np.ndarray]
 
 
 def measure(report: Report, train_slots: dict[int, list[Capture]], infer: Iterable[Capture],
@@ -89,12 +90,12 @@ def _norm_row(cap: Capture, side: str, known: Norms) -> dict | None:
             return None
         src = source(cap)
         tokens = extent(src)[0]
-        norms = torch.cat([x.norm(dim=1) for x in chunks(src, 0, tokens)]) if tokens else torch.zeros(0)
-        pos = torch.arange(tokens)
-    if norms.numel() == 0:
+        norms = _every_norm(src, tokens)
+        pos = np.arange(tokens)
+    if norms.size == 0:
         return None
-    finite = norms[torch.isfinite(norms)]
-    if finite.numel() == 0:
+    finite = norms[np.isfinite(norms)]
+    if finite.size == 0:
         return None
     sinks = pos[align.sink_mask(norms)].tolist()
     row = {
@@ -102,12 +103,12 @@ def _norm_row(cap: Capture, side: str, known: Norms) -> dict | None:
         "capture": cap.label(),
         "sample": cap.group,
         "tokens": int(tokens),
-        "median_norm": _sig(float(finite.median())),
+        "median_norm": _sig(lower_median(finite)),
         "max_norm": _sig(float(finite.max())),
         "sink_tokens": [int(i) for i in sinks[:64]],
     }
-    if norms.numel() < tokens:
-        row["sampled_tokens"] = int(norms.numel())
+    if norms.size < tokens:
+        row["sampled_tokens"] = int(norms.size)
     return row
 
 
@@ -154,7 +155,7 @@ def _best_rows(scores: Iterable[Score]) -> dict[tuple[int, str], Score]:
     return best
 
 
-def _curve(train: Capture, cap: Capture, offset: int, known: Norms, done: torch.Tensor | None) -> dict | None:
+def _curve(train: Capture, cap: Capture, offset: int, known: Norms, done: np.ndarray | None) -> dict | None:
     if not cap.dtype.startswith(("float", "bfloat")) or not train.dtype.startswith(("float", "bfloat")):
         return None
     x, y_src = source(cap), source(train)
@@ -167,35 +168,44 @@ def _curve(train: Capture, cap: Capture, offset: int, known: Norms, done: torch.
     kept = min(i1 - i0, MAX_TOKENS)
     errs, norms = [], []
     a = i0
-    if done is not None and done.numel() == i1 - i0:  # computed while the pair was verified
+    if done is not None and done.size == i1 - i0:  # computed while the pair was verified
         errs, a = [done[:kept]], i0 + kept
     for xc in chunks(x, a, i0 + kept):  # only the tokens kept are read
         y = read(y_src, a + offset, a + offset + xc.shape[0])
-        ny = y.norm(dim=1)
-        errs.append((xc - y).norm(dim=1) / ny.clamp_min(1e-12))
+        with np.errstate(all="ignore"):
+            ny = row_norms(y)
+            errs.append(row_norms(xc - y) / np.maximum(ny, np.float32(1e-12)))
         norms.append(ny)
         a += xc.shape[0]
-    err = torch.cat(errs)
-    sinks = _sinks_of(train, known, torch.cat(norms) if norms else torch.zeros(0), i0 + offset, i0 + offset + kept)
+    err = np.concatenate(errs)
+    sinks = _sinks_of(train, known, np.concatenate(norms) if norms else np.zeros(0, dtype=np.float32), i0 + offset,
+                      i0 + offset + kept)
     return {
         "first_token": i0 + offset,
         "error": [_sig(v) for v in err.tolist()],
-        "sink_tokens": [i0 + offset + int(i) for i in sinks.nonzero().flatten().tolist()],
+        "sink_tokens": [i0 + offset + int(i) for i in np.flatnonzero(sinks).tolist()],
         "tokens_left_out": (i1 - i0) - kept,
     }
 
 
-def _sinks_of(train: Capture, known: Norms, norms: torch.Tensor, j0: int, j1: int) -> torch.Tensor:
+def _sinks_of(train: Capture, known: Norms, norms: np.ndarray, j0: int, j1: int) -> np.ndarray:
     """The sink mask of training tokens ``[j0, j1)`` against the whole slot's median norm (the norms
     the comparison read, else read here when the curve did not cover every token)."""
-    if id(train) in known and known[id(train)][0].numel() == known[id(train)][2]:
+    if id(train) in known and known[id(train)][0].size == known[id(train)][2]:
         return align.sink_mask(known[id(train)][0])[j0:j1]
     src = source(train)
     tokens = extent(src)[0]
     if j0 == 0 and j1 == tokens:
         return align.sink_mask(norms)
-    every = torch.cat([x.norm(dim=1) for x in chunks(src, 0, tokens)])
-    return align.sink_mask(every)[j0:j1]
+    return align.sink_mask(_every_norm(src, tokens))[j0:j1]
+
+
+def _every_norm(src: np.ndarray | Capture, tokens: int) -> np.ndarray:
+    """Every token's norm, read in chunks."""
+    if not tokens:
+        return np.zeros(0, dtype=np.float32)
+    with np.errstate(all="ignore"):
+        return np.concatenate([row_norms(x) for x in chunks(src, 0, tokens)])
 
 
 def _sig(v: float) -> float | None:

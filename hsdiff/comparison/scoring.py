@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
-import torch
 
 from .. import align
+from ..arrays import lower_median
 from ..model import Candidate, Capture, Metrics, NormCheck, PrintedEvidence, Score
 from ..rows import RowStats, chunks, extent, read
 from ..verify import score_many, sketch
@@ -33,8 +33,8 @@ class Scores:
     candidates: dict[int, list[Candidate]]
     rows: tuple[Score, ...]
     warnings: tuple[str, ...]
-    norms: dict[int, tuple[torch.Tensor, torch.Tensor, int]] = field(default_factory=dict)  # see norms_read
-    errors: dict[tuple[int, int, int], torch.Tensor] = field(default_factory=dict)  # (train, capture, offset)
+    norms: dict[int, tuple[np.ndarray, np.ndarray, int]] = field(default_factory=dict)  # see norms_read
+    errors: dict[tuple[int, int, int], np.ndarray] = field(default_factory=dict)  # (train, capture, offset)
 
 
 #: Above this many bytes of full-precision work (float32, both sides, every pair), pairs are first
@@ -58,23 +58,23 @@ class _Job:
     offsets: list[int] | None
     order: int = 0
     #: the inference rows compared when only a prefix shared with the training sample is evidence
-    source: torch.Tensor | None = None
+    source: np.ndarray | None = None
     result: tuple[int, Metrics] | None = None
     verified: bool = False
 
 
 def score_all(slots: Slots, infer: list[Capture], tolerance: float, progress: Progress | None = None,
-              verify: Collection[int] = ()) -> Scores:
+              verify: Mapping[int, Collection[int]] | None = None) -> Scores:
     """Score every slot of every training sample against every inference capture; a training sample
     whose token ids rule it out is never loaded.
 
     On large dumps (:data:`SKETCH_ABOVE`) every pair is first scored on a sample of ordinary tokens
     read as row slices, and only the pairs that can matter are verified on every token: per slot the
     best :data:`VERIFY_LAYERS` layers (repeated until the verified errors settle) and the captures at
-    the boundaries in ``verify`` (the configured ones). Decisions rest on verified pairs only; the
+    the boundaries ``verify`` names for its slot (the configured and the labelled one). Decisions rest on verified pairs only; the
     other pairs keep their sample's metrics (``tokens`` says how many were compared)."""
     warnings: list[str] = []
-    sources: dict[int, torch.Tensor | Capture | None] = {}
+    sources: dict[int, np.ndarray | Capture | None] = {}
     stats: dict[int, RowStats] = {}
     for c in infer:
         if c.observation is not None:
@@ -88,10 +88,10 @@ def score_all(slots: Slots, infer: list[Capture], tolerance: float, progress: Pr
     jobs, partial, ids_failed, homes, prefixes, train_warn = _plan(slots, infer, sources, progress)
     warnings += train_warn
     work = sum(_work(j, sources) for j in jobs)
-    errors: dict[tuple[int, int, int], torch.Tensor] = {}
+    errors: dict[tuple[int, int, int], np.ndarray] = {}
     if work > SKETCH_ABOVE:
         _sketch(jobs, sources, stats, progress)
-        _verify_shortlist(jobs, sources, stats, set(verify), progress, errors)
+        _verify_shortlist(jobs, sources, stats, verify or {}, progress, errors)
     else:
         for c in infer:
             src = sources.get(id(c))
@@ -134,7 +134,7 @@ def score_all(slots: Slots, infer: list[Capture], tolerance: float, progress: Pr
         out[s].append(Candidate(top.capture, top.sample, top.offset, top.metrics, tied, top.printed, top.norm_check))
     for s in out:
         out[s].sort(key=lambda c: c.metrics.rel_err)
-    norms = {id(j.train.capture): (j.train.norms, torch.arange(j.train.tokens), j.train.tokens) for j in jobs + partial}
+    norms = {id(j.train.capture): (j.train.norms, np.arange(j.train.tokens), j.train.tokens) for j in jobs + partial}
     for key, st in stats.items():
         got = st.norms_read()
         if got is not None and st.tokens is not None:
@@ -142,7 +142,7 @@ def score_all(slots: Slots, infer: list[Capture], tolerance: float, progress: Pr
     return Scores(dict(out), tuple(rows), tuple(warnings), norms, errors)
 
 
-def _plan(slots: Slots, infer: list[Capture], sources: dict[int, torch.Tensor | Capture | None],
+def _plan(slots: Slots, infer: list[Capture], sources: dict[int, np.ndarray | Capture | None],
           progress: Progress | None) -> tuple[list[_Job], list[_Job], set, dict, dict[str | None, int], list[str]]:
     """Every pair to score, in report order (printed values scored at once); training slots are read
     here (their norms, sinks and data-quality warnings, in one pass each). A capture whose token ids
@@ -210,30 +210,30 @@ def _plan(slots: Slots, infer: list[Capture], sources: dict[int, torch.Tensor | 
     return jobs, partial, ids_failed, homes, prefixes, warnings
 
 
-def _src(j: _Job, sources: dict[int, torch.Tensor | Capture | None]) -> torch.Tensor | Capture:
+def _src(j: _Job, sources: dict[int, np.ndarray | Capture | None]) -> np.ndarray | Capture:
     src = j.source if j.source is not None else sources[id(j.capture)]
     assert src is not None
     return src
 
 
-def _work(j: _Job, sources: dict[int, torch.Tensor | Capture | None]) -> int:
+def _work(j: _Job, sources: dict[int, np.ndarray | Capture | None]) -> int:
     ti, width = extent(_src(j, sources))
     return 8 * min(ti, j.train.tokens) * width
 
 
-def _chunked(src: torch.Tensor | Capture) -> Iterator[tuple[int, torch.Tensor]]:
+def _chunked(src: np.ndarray | Capture) -> Iterator[tuple[int, np.ndarray]]:
     a = 0
     for x in chunks(src, 0, extent(src)[0]):
         yield a, x
         a += int(x.shape[0])
 
 
-def _verify(j: _Job, sources: dict[int, torch.Tensor | Capture | None], stats: dict[int, RowStats]) -> None:
+def _verify(j: _Job, sources: dict[int, np.ndarray | Capture | None], stats: dict[int, RowStats]) -> None:
     j.result = align.best_alignment(j.train, j.capture, _src(j, sources), j.offsets, stats[id(j.capture)])
     j.verified = True
 
 
-def _verify_all(jobs: list[_Job], sources: dict[int, torch.Tensor | Capture | None],
+def _verify_all(jobs: list[_Job], sources: dict[int, np.ndarray | Capture | None],
                 stats: dict[int, RowStats], progress: Progress | None) -> None:
     for i, j in enumerate(jobs):
         if progress:
@@ -243,10 +243,10 @@ def _verify_all(jobs: list[_Job], sources: dict[int, torch.Tensor | Capture | No
         progress("scoring pairs", len(jobs), len(jobs))
 
 
-def _sketch(jobs: list[_Job], sources: dict[int, torch.Tensor | Capture | None], stats: dict[int, RowStats],
+def _sketch(jobs: list[_Job], sources: dict[int, np.ndarray | Capture | None], stats: dict[int, RowStats],
             progress: Progress | None) -> None:
     """Every pair's metrics on a sample of :data:`SKETCH_TOKENS` ordinary tokens (rows read alone)."""
-    cache: dict[int, dict[int, torch.Tensor]] = {}  # rows read of the capture at hand (its jobs are consecutive)
+    cache: dict[int, dict[int, np.ndarray]] = {}  # rows read of the capture at hand (its jobs are consecutive)
     for i, j in enumerate(jobs):
         if progress:
             progress("sampling pairs", i, len(jobs))
@@ -263,25 +263,26 @@ def _sketch(jobs: list[_Job], sources: dict[int, torch.Tensor | Capture | None],
         progress("sampling pairs", len(jobs), len(jobs))
 
 
-def _count_sampled(cache: dict[int, dict[int, torch.Tensor]], stats: dict[int, RowStats]) -> None:
+def _count_sampled(cache: dict[int, dict[int, np.ndarray]], stats: dict[int, RowStats]) -> None:
     for key, rows in cache.items():
         pos = sorted(rows)
         if pos:
-            stats[key].add_at(torch.stack([rows[r] for r in pos]), pos)
+            stats[key].add_at(np.stack([rows[r] for r in pos]), pos)
 
 
-def _verify_shortlist(jobs: list[_Job], sources: dict[int, torch.Tensor | Capture | None],
-                      stats: dict[int, RowStats], verify: set[int], progress: Progress | None,
-                      errors: dict[tuple[int, int, int], torch.Tensor]) -> None:
+def _verify_shortlist(jobs: list[_Job], sources: dict[int, np.ndarray | Capture | None],
+                      stats: dict[int, RowStats], verify: Mapping[int, Collection[int]], progress: Progress | None,
+                      errors: dict[tuple[int, int, int], np.ndarray]) -> None:
     """Verify, per slot, the pairs of the best :data:`VERIFY_LAYERS` layers by current error until they
-    are all verified, and every pair whose capture sits at a boundary in ``verify``; ``errors`` receives
+    are all verified, and every pair whose capture sits at a boundary ``verify`` names for its slot; ``errors`` receives
     their per-token errors (the pictures' curves)."""
     by_slot: dict[int, list[_Job]] = defaultdict(list)
     for j in jobs:
         by_slot[j.slot].append(j)
     done = 0
     while True:
-        todo = [j for j in jobs if not j.verified and j.capture.boundary is not None and j.capture.boundary in verify]
+        todo = [j for j in jobs if not j.verified and j.capture.boundary is not None
+                and j.capture.boundary in verify.get(j.slot, ())]
         for slot_jobs in by_slot.values():
             layers: set = set()
             for j in sorted(slot_jobs, key=lambda j: _err(j.result[1])):  # type: ignore[index]
@@ -299,7 +300,7 @@ def _verify_shortlist(jobs: list[_Job], sources: dict[int, torch.Tensor | Captur
             if j not in one:  # several offsets the ids allow: each is scored in full
                 _verify(j, sources, stats)
         # one offset (from the ids, or the value search the sample already ran): verified together
-        errs: list[torch.Tensor | None] = [None] * len(one)
+        errs: list[np.ndarray | None] = [None] * len(one)
         found = score_many([(j.train, _src(j, sources), j.result[0]) for j in one],  # type: ignore[misc,index]
                                  [stats[id(j.capture)] for j in one], errs,
                                  None if progress is None else lambda i, n: progress("verifying pairs (chunks)", i, n))
@@ -335,7 +336,7 @@ def _printed(ts: align.TrainSlot, c: Capture, toks: list[int | None]) -> Printed
     if not shown:
         return PrintedEvidence(used, sinks, not ordinary)
     i, t = shown[0]
-    row = vals[i].numpy()
+    row = vals[i]
     keep = [k for k in range(len(cols)) if np.isfinite(row[k])][:5]
     return PrintedEvidence(
         used, sinks, not ordinary, token=t, cols=tuple(cols[k] for k in keep),
@@ -346,15 +347,16 @@ def _printed(ts: align.TrainSlot, c: Capture, toks: list[int | None]) -> Printed
 def _norm_check(ts: align.TrainSlot, c: Capture, toks: list[int | None]) -> NormCheck | None:
     """A printed norm against the training slot's norms: which one it equals, or the likely reason."""
     printed = float(c.norm)  # type: ignore[arg-type]
-    norms = ts.norms[torch.isfinite(ts.norms)]
-    if norms.numel() == 0:
+    norms = ts.norms[np.isfinite(ts.norms)]
+    if norms.size == 0:
         return None
+    whole = float(np.linalg.norm(ts.tensor))
     refs = {
-        "the per-token norm (median)": float(norms.median()),
+        "the per-token norm (median)": lower_median(norms),
         "the per-token norm (mean)": float(norms.mean()),
         "the first token's norm": float(ts.norms[0]),
         "the last token's norm": float(ts.norms[-1]),
-        "the whole tensor's norm": float(ts.tensor.norm()),
+        "the whole tensor's norm": whole,
     }
     if c.observation is not None:
         vals = np.asarray(c.observation.values, dtype=float)
@@ -362,7 +364,7 @@ def _norm_check(ts: align.TrainSlot, c: Capture, toks: list[int | None]) -> Norm
         for t in sorted({t for t in toks if t is not None})[:8]:
             refs[f"token {t}'s norm"] = float(ts.norms[t])
     agree = next((f"{k} ({v:.4g})" for k, v in refs.items() if v > 0 and abs(printed / v - 1) <= 0.1), None)
-    lo, hi = float(norms.min()), float(ts.tensor.norm())
+    lo, hi = float(norms.min()), whole
     if printed < 0.9 * lo:
         reason = (
             f"it is smaller than the norm of every training token (smallest {lo:.4g}): probably the norm of "

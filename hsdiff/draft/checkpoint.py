@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 
+from ..arrays import to_torch
 from ..configs import load_config
 from ..errors import ConfigError, FormatError, InputError
 
@@ -231,14 +232,14 @@ def load_draft(path: str | os.PathLike, target: str | os.PathLike | TargetHead |
                               hint="config.json and the weights disagree (hidden size, heads, aux slots or vocabulary)")
         if not entry.is_float:
             raise FormatError(f"draft tensor {name} is {entry.dtype}, not floating point", path=where, hint=_FIX)
-        weights[name] = entry.loader().to(dtype)
+        weights[name] = to_torch(entry.loader()).to(dtype)
     d2t = None
     if "d2t" in raw:
         entry, where = raw["d2t"]
         if tuple(entry.shape) != (Vd,) or entry.is_float:
             raise FormatError(f"d2t has shape {list(entry.shape)} ({entry.dtype}); expected [{Vd}] integers",
                               path=where, hint=_FIX)
-        d2t = entry.loader().long()
+        d2t = to_torch(entry.loader()).long()
         mapped = torch.arange(Vd) + d2t
         if int(mapped.min()) < 0 or int(mapped.max()) >= V:
             raise FormatError("d2t maps draft ids outside the target vocabulary", path=where, hint=_FIX)
@@ -294,12 +295,12 @@ def load_target_head(path: str | os.PathLike, dtype: torch.dtype = torch.float32
                           hint="give the target model's folder (model.embed_tokens.weight)")
     cfg = load_config(folder) if (folder / "config.json").exists() else {}
     head = found.get("lm_head")
-    embed = found["embed"].loader().to(dtype)
+    embed = to_torch(found["embed"].loader()).to(dtype)
     tied = head is None and cfg.get("tie_word_embeddings", True)
     return TargetHead(
         embed=embed,
-        norm=found["norm"].loader().to(dtype) if "norm" in found else None,
-        lm_head=head.loader().to(dtype) if head is not None else embed if tied else None,
+        norm=to_torch(found["norm"].loader()).to(dtype) if "norm" in found else None,
+        lm_head=to_torch(head.loader()).to(dtype) if head is not None else embed if tied else None,
         rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
         path=str(folder),
     )

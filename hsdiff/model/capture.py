@@ -9,12 +9,11 @@ import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-if TYPE_CHECKING:  # pragma: no cover
-    import torch
+from ..arrays import as_f32, to_torch
 
 __all__ = [
     "TRAIN",
@@ -115,10 +114,10 @@ class Capture:
     rank: int | None = None
     norm: float | None = None
     observation: Observation | None = None
-    loader: Callable[[], torch.Tensor] | None = field(default=None, repr=False)
+    loader: Callable[[], np.ndarray] | None = field(default=None, repr=False)
     col_start: int = 0
     col_stop: int | None = None
-    rows: Callable[..., torch.Tensor] | None = field(default=None, repr=False)  # (i0, i1, c0, c1) -> float32
+    rows: Callable[..., np.ndarray] | None = field(default=None, repr=False)  # (i0, i1, c0, c1) -> float32
     #: the target's hidden size as the file shows it apart from this tensor (a training file's final
     #: post-norm ``hidden_state`` beside a concatenated ``aux_hidden_state``), or None
     final_width: int | None = None
@@ -149,14 +148,21 @@ class Capture:
             parts.append(f"rank {self.rank}")
         return " ".join(parts)
 
-    def load(self) -> torch.Tensor:
-        """The tensor as ``[tokens, width]`` (leading batch dims of 1 dropped), not converted."""
+    def load(self) -> Any:
+        """The tensor as a torch ``[tokens, width]`` tensor in its stored dtype (imports torch; the
+        comparison itself reads :meth:`array`)."""
+        return to_torch(self.array())
+
+    def array(self) -> np.ndarray:
+        """The tensor as a numpy ``[tokens, width]`` array (leading batch dims of 1 dropped), not converted:
+        memory-mapped when the file allows; bfloat16 and float8 as tagged bits (values through
+        :func:`hsdiff.arrays.as_f32`)."""
         if self.loader is None:
             raise ValueError(f"{self.origin}: a printed observation has no tensor to load")
         t = self.loader()
-        if t.dim() == 1:
-            t = t.unsqueeze(0)
-        elif t.dim() > 2:
+        if t.ndim == 1:
+            t = t[None, :]
+        elif t.ndim > 2:
             t = t.reshape(-1, t.shape[-1])
         if self.col_start or self.col_stop is not None:
             t = t[:, self.col_start : self.col_stop]
@@ -167,12 +173,12 @@ class Capture:
         """Whether :meth:`read_rows` reads only the rows asked for (else it loads the whole tensor)."""
         return self.rows is not None
 
-    def read_rows(self, i0: int, i1: int) -> torch.Tensor:
+    def read_rows(self, i0: int, i1: int) -> np.ndarray:
         """Rows ``[i0, i1)`` of the ``[tokens, width]`` tensor as float32, reading only their bytes when
         the file allows it (safetensors, memory-mapped ``torch.save``)."""
         if self.rows is not None:
             return self.rows(i0, i1, self.col_start, self.col_stop)
-        return self.load()[i0:i1].float()
+        return as_f32(self.array()[i0:i1])
 
     def replace(self, **changes: Any) -> Capture:
         return dataclasses.replace(self, **changes)

@@ -23,8 +23,10 @@ import logging
 import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+import numpy as np
+
+from ..arrays import as_f32, lower_median
 from ..errors import FormatError, HsdiffError, InputError
 from ..model import Capture, Dump, pct
 from . import sglang_dumper
@@ -38,9 +40,6 @@ from ._container import (
     sniff_container,
 )
 from .registry import BY_KEY, DETECTION, FORMATS, LOG_SUFFIXES, TEXT_READER, accepts
-
-if TYPE_CHECKING:  # pragma: no cover
-    import torch
 
 __all__ = ["FORMATS", "ReadContext", "scan", "read_file", "read_safetensors_header", "replica_groups", "replica_difference"]
 
@@ -230,7 +229,7 @@ def _attach_token_ids(captures: list[Capture], warnings: list[str]) -> list[Capt
     for c in captures:
         if sglang_dumper.is_token_ids(c) or (c.dtype.startswith(("int", "uint")) and c.origin.format == "sglang_dumper"):
             if sglang_dumper.is_token_ids(c):
-                ids_by_group[(c.group, c.rank)] = tuple(int(v) for v in c.load().reshape(-1).tolist())
+                ids_by_group[(c.group, c.rank)] = tuple(int(v) for v in c.array().reshape(-1).tolist())
             else:
                 warnings.append(f"{c.origin}: integer tensor ({c.dtype}) is not a hidden state; skipped")
             continue
@@ -284,9 +283,9 @@ def _collapse_ranks(captures: list[Capture], warnings: list[str], conflicts: lis
         base = group[0]
         disagree = []
         try:
-            ref = base.load().float()
+            ref = as_f32(base.array())
             for other in group[1:]:
-                why = replica_difference(ref, other.load().float())
+                why = replica_difference(ref, as_f32(other.array()))
                 if why:
                     disagree.append(f"rank {other.rank} {why} rank {base.rank}")
         except HsdiffError:
@@ -304,23 +303,24 @@ def _collapse_ranks(captures: list[Capture], warnings: list[str], conflicts: lis
     return out
 
 
-def replica_difference(ref: torch.Tensor, t: torch.Tensor) -> str | None:
+def replica_difference(ref: np.ndarray, t: np.ndarray) -> str | None:
     """How replica ``t`` (``[tokens, width]``) differs from ``ref``, in words ending before the rank it is
     compared with (``"differs by 37% (median over 23 ordinary tokens; 23 beyond 1%) from"``), or None
     when every ordinary token agrees within :data:`_REPLICA_TOLERANCE`."""
     if t.shape != ref.shape:
         return f"has shape {tuple(t.shape)}, against {tuple(ref.shape)} on"
-    norms = ref.norm(dim=-1)
-    finite = norms.isfinite()
-    err = (t - ref).norm(dim=-1) / norms.clamp_min(1e-12)
-    med = norms[finite].median() if int(finite.sum()) >= 3 else None
-    ordinary = finite & (norms <= _SINK_FACTOR * med) if med is not None else finite
+    with np.errstate(all="ignore"):
+        norms = np.linalg.norm(ref, axis=-1)
+        finite = np.isfinite(norms)
+        err = np.linalg.norm(t - ref, axis=-1) / np.maximum(norms, 1e-12)
+        med = lower_median(norms[finite]) if int(finite.sum()) >= 3 else None
+        ordinary = finite & (norms <= _SINK_FACTOR * med) if med is not None else finite
     used = err[ordinary] if bool(ordinary.any()) else err
-    bad = ~used.isfinite() | (used > _REPLICA_TOLERANCE)
+    bad = ~np.isfinite(used) | (used > _REPLICA_TOLERANCE)
     if not bool(bad.any()):
         return None
     what = "ordinary tokens" if bool(ordinary.any()) and not bool(ordinary.all()) else "tokens"
-    finite_err = used[used.isfinite()]
-    median = pct(float(finite_err.median())) if finite_err.numel() else "non-finite values"
-    return (f"differs by {median} (median over {used.numel()} {what}; {int(bad.sum())} beyond "
+    finite_err = used[np.isfinite(used)]
+    median = pct(lower_median(finite_err)) if finite_err.size else "non-finite values"
+    return (f"differs by {median} (median over {used.size} {what}; {int(bad.sum())} beyond "
             f"{_REPLICA_TOLERANCE:.0%}) from")

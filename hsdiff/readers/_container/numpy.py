@@ -8,7 +8,6 @@ import warnings
 import zipfile
 import zlib
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -43,7 +42,7 @@ def _open_npy(path: Path) -> Table:
     except _NUMPY_DAMAGE as e:
         raise FormatError(f"npy file is damaged ({short(e)})", path=path, hint="re-copy the file") from None
     table = Table(path=path, container="npy")
-    table.entries[""] = Entry("", tuple(arr.shape), arr.dtype.name, functools.partial(to_torch, arr, path))
+    table.entries[""] = Entry("", tuple(arr.shape), arr.dtype.name, functools.partial(checked, arr, path))
     return table
 
 
@@ -58,7 +57,7 @@ def _open_npz(path: Path) -> Table:
                 arr = npz[name]
             if not isinstance(arr, np.ndarray):
                 raise FormatError(f"npz member {name!r} is not a numpy array", path=path, hint="re-copy the file")
-            table.entries[name] = Entry(name, tuple(arr.shape), arr.dtype.name, functools.partial(to_torch, arr, path))
+            table.entries[name] = Entry(name, tuple(arr.shape), arr.dtype.name, functools.partial(checked, arr, path))
     except ValueError as e:
         if _needs_pickle(e):
             raise UnsafeFileError(
@@ -71,18 +70,13 @@ def _open_npz(path: Path) -> Table:
     return table
 
 
-def to_torch(arr: np.ndarray, path: Path | None = None) -> Any:
-    """A numeric array as a torch tensor (native byte order); object arrays are refused."""
-    import torch
-
+def checked(arr: np.ndarray, path: Path | None = None) -> np.ndarray:
+    """A numeric array in native byte order; object and other non-numeric arrays are refused."""
     if arr.dtype == object:
         raise UnsafeFileError("array holds Python objects", path=path, hint="save numeric arrays only")
+    if arr.dtype.kind not in "fiub" or (arr.dtype.kind == "f" and arr.dtype.itemsize > 8):
+        raise FormatError(f"array dtype {arr.dtype} is not a number type hsdiff reads", path=path,
+                          hint="save hidden states as float16/bfloat16/float32/float64")
     if not arr.dtype.isnative:
         arr = arr.astype(arr.dtype.newbyteorder("="))
-    try:
-        with warnings.catch_warnings():  # "array is not writable": memory-mapped, and never written to
-            warnings.simplefilter("ignore", UserWarning)
-            return torch.from_numpy(np.ascontiguousarray(arr))
-    except TypeError as e:
-        raise FormatError(f"array dtype {arr.dtype} has no torch equivalent ({short(e)})", path=path,
-                          hint="save hidden states as float16/bfloat16/float32/float64") from None
+    return arr

@@ -3,8 +3,9 @@
 :func:`read_safetensors_header` validates the length prefix, that the header is a JSON object
 without NUL bytes, its ``__metadata__``, every entry's dtype, shape and data offsets against the
 file's size, and that the entries tile the data without overlaps or gaps. Tensors are read lazily
-with the ``safetensors`` library, or a few rows at a time (:func:`_rows`: one ``pread`` of the rows'
-bytes, converted to float32), so that a multi-GB file is never held in memory.
+as numpy arrays memory-mapped at their offsets, or a few rows at a time (:class:`_Rows`, converted
+to float32 with the pages read given back), so that a multi-GB file is never held in memory. torch
+is never imported.
 """
 
 from __future__ import annotations
@@ -13,10 +14,15 @@ import functools
 import json
 import math
 import struct
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
+import numpy as np
+
+from ...arrays import np_dtype
 from ...errors import FormatError
+from .mapped import mapped_rows
 from .sniff import MAX_SAFETENSORS_HEADER
 from .table import Entry, Table, short
 
@@ -113,35 +119,29 @@ def open_table(path: Path, container: str = "safetensors") -> Table:
         if name != "__metadata__":
             shape = tuple(int(d) for d in info["shape"])
             dtype = DTYPES[info["dtype"]]
+            start = 8 + n + int(info["data_offsets"][0])
             rows = None
-            if dtype in _FLOATS and shape and shape[-1] > 0:
-                rows = functools.partial(_rows, path, 8 + n + int(info["data_offsets"][0]), shape[-1], dtype, name)
-            table.entries[name] = Entry(name, shape, dtype, functools.partial(_get, path, name), rows)
+            if dtype in _FLOATS and shape and shape[-1] > 0 and 0 not in shape:
+                rows = _Rows(path, start, shape, dtype, name)
+            table.entries[name] = Entry(name, shape, dtype, functools.partial(_get, path, start, shape, dtype, name), rows)
     return table
 
 
-_FLOATS = ("float64", "float32", "float16", "bfloat16")
+_FLOATS = ("float64", "float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2")
 
 
-def _rows(path: Path, start: int, width: int, dtype: str, key: str, i0: int, i1: int, c0: int = 0,
-          c1: int | None = None) -> Any:
-    """Rows ``[i0, i1)`` of a tensor seen as ``[-1, width]``, as float32: only their bytes are read."""
-    import torch
+class _Rows:
+    """Rows ``[i0, i1)`` of a tensor seen as ``[-1, width]``, as float32: only their pages are read,
+    through a mapping of the file made at the first call (:mod:`.mapped`) and kept with the entry."""
 
-    item = _ITEMSIZE[dtype]
-    buf = bytearray(max(0, i1 - i0) * width * item)
-    try:
-        with open(path, "rb") as f:
-            f.seek(start + i0 * width * item)
-            got = f.readinto(buf)
-    except OSError as e:
-        raise FormatError(f"cannot read tensor {key!r} ({short(e)})", path=path, hint="re-copy the file") from None
-    if got != len(buf):
-        raise FormatError(f"tensor {key!r} is cut short", path=path, hint="the file is truncated; re-copy it")
-    if not buf:
-        return torch.empty((0, width), dtype=torch.float32)[:, c0:c1]
-    t = torch.frombuffer(buf, dtype=getattr(torch, dtype)).view(-1, width)
-    return t[:, c0:c1].float() if c0 or c1 is not None else t.float()
+    def __init__(self, path: Path, start: int, shape: tuple[int, ...], dtype: str, key: str):
+        self.args = (path, start, shape, dtype, key)
+        self.read: Callable[..., np.ndarray] | None = None
+
+    def __call__(self, i0: int, i1: int, c0: int = 0, c1: int | None = None) -> np.ndarray:
+        if self.read is None:
+            self.read = mapped_rows(_get(*self.args))
+        return self.read(i0, i1, c0, c1)
 
 
 def _read_header(f: IO[bytes], n: int, path: Path) -> bytes:
@@ -159,11 +159,11 @@ def _read_header(f: IO[bytes], n: int, path: Path) -> bytes:
     return b"".join(parts)
 
 
-def _get(path: Path, key: str) -> Any:
-    from safetensors import safe_open
-
+def _get(path: Path, start: int, shape: tuple[int, ...], dtype: str, key: str) -> np.ndarray:
+    """The tensor as a read-only array memory-mapped from the file (nothing read until used)."""
     try:
-        with safe_open(str(path), framework="pt") as f:
-            return f.get_tensor(key)
-    except Exception as e:  # safetensors raises its own SafetensorError
+        if not math.prod(shape):
+            return np.zeros(shape, dtype=np_dtype(dtype))
+        return np.memmap(path, dtype=np_dtype(dtype), mode="r", offset=start, shape=shape or (1,)).reshape(shape)
+    except (OSError, ValueError) as e:
         raise FormatError(f"cannot read tensor {key!r} ({short(e)})", path=path, hint="re-copy the file") from None

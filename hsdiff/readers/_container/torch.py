@@ -1,27 +1,30 @@
-"""torch.save files, zip and legacy: loaded with ``weights_only=True``, the pickle scanned, never run.
+"""torch.save files, zip and legacy: read as numpy arrays, the pickle restricted or scanned, never run.
 
-Every load uses ``weights_only=True`` (and ``mmap=True`` for zip archives), so a pickle that
-references arbitrary globals is refused, never executed. When torch's loader stops before naming
-what a refused pickle asks for, :func:`scan_pickle` reads its opcodes (``pickletools``, which only
-decodes) to say it.
+Zip archives (the format since torch 1.6) are read without torch: :mod:`.torchzip`'s restricted
+unpickler accepts only the globals a dict of tensors needs and maps every storage read-only from
+the file, so nothing is read until used. Legacy (non-zip) files are loaded with
+``torch.load(weights_only=True)`` and their tensors converted to numpy. A pickle that references
+any other global is refused, never executed; when the loader stops before naming what a refused
+pickle asks for, :func:`scan_pickle` reads its opcodes (``pickletools``, which only decodes) to say it.
 """
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import io
-import mmap
 import pickle
 import re
-import sys
 import warnings
 import zipfile
 from pathlib import Path
 from typing import Any
 
-from ...errors import FormatError, UnsafeFileError
-from . import limits
+import numpy as np
+
+from ...arrays import dtype_name, from_torch
+from ...errors import FormatError, HsdiffError, UnsafeFileError
+from . import limits, torchzip
+from .mapped import mapped_rows
 from .table import Entry, Table, short
 
 _GLOBAL_RE = re.compile(r"GLOBAL ([\w.]+)")
@@ -33,27 +36,23 @@ _MAX_NESTING = 4
 
 
 def open_table(path: Path, container: str) -> Table:
-    """Open a ``torch`` (zip, memory-mapped) or ``torch-legacy`` file as a :class:`Table`."""
-    import torch
-
+    """Open a ``torch`` (zip, memory-mapped) or ``torch-legacy`` file as a :class:`Table` of numpy arrays."""
     LEGACY_TORCH_LIMIT = limits.LEGACY_TORCH_LIMIT  # read when called: a test or caller may change it
 
-    mmap = container == "torch"
-    if not mmap and path.stat().st_size > LEGACY_TORCH_LIMIT:
+    mapped = container == "torch"
+    if not mapped and path.stat().st_size > LEGACY_TORCH_LIMIT:
         raise FormatError(
             f"legacy (non-zip) torch file of {path.stat().st_size / 2**30:.1f} GiB cannot be memory-mapped",
             path=path,
             hint="re-save it with torch.save (zip format, the default since torch 1.6) or as safetensors",
         )
     try:
-        with warnings.catch_warnings():  # e.g. "Detected pickle protocol 3": stderr stays one line per problem
-            warnings.simplefilter("ignore")
-            obj = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+        obj = torchzip.load_archive(path) if mapped else _load_legacy(path)
     except pickle.UnpicklingError as e:
         raise _refusal(path, container, e) from None
-    except MemoryError:
+    except (HsdiffError, MemoryError):
         raise
-    except Exception as e:  # noqa: BLE001 - torch.load parses untrusted bytes: whatever it raises means damage
+    except Exception as e:  # noqa: BLE001 - the loader parses untrusted bytes: whatever it raises means damage
         raise FormatError(
             f"torch file is damaged or truncated ({short(e)})",
             path=path,
@@ -61,46 +60,38 @@ def open_table(path: Path, container: str) -> Table:
         ) from None
     table = Table(path=path, container="torch", raw=obj)
     _flatten(obj, "", table, depth=0)
-    if mmap:
+    if mapped:
         for entry in table.entries.values():
-            t = entry.loader()
-            if entry.is_float and t.dim() >= 1 and t.shape[-1] > 0 and t.is_contiguous():
-                entry.rows = functools.partial(_mapped_rows, t.reshape(-1, t.shape[-1]))
+            a = entry.loader()
+            if entry.is_float and a.ndim >= 1 and a.shape[-1] > 0 and a.flags.c_contiguous:
+                entry.rows = mapped_rows(a)
     return table
 
 
-def _mapped_rows(t: Any, i0: int, i1: int, c0: int = 0, c1: int | None = None) -> Any:
-    """Rows of a memory-mapped ``[N, W]`` tensor as a float32 copy; the mapped pages just read are given
-    back (``MADV_DONTNEED`` on a private file mapping only drops clean pages: a later read maps them
-    again), so the resident memory stays that of one chunk however large the file."""
+def _load_legacy(path: Path) -> Any:
+    """A legacy (non-zip) file through torch's safe loader, its tensors converted to numpy arrays."""
     import torch
 
-    part = t[i0:i1]
-    out = part[:, c0:c1].to(torch.float32, copy=True)
-    _release(part.data_ptr(), part.numel() * part.element_size())
-    return out
+    with warnings.catch_warnings():  # e.g. "Detected pickle protocol 3": stderr stays one line per problem
+        warnings.simplefilter("ignore")
+        obj = torch.load(path, map_location="cpu", weights_only=True)
+    return _to_numpy(obj, torch.Tensor, depth=0)
 
 
-def _release(addr: int, nbytes: int) -> None:
-    page = mmap.PAGESIZE
-    lo, hi = -(-addr // page) * page, (addr + nbytes) // page * page  # whole pages inside the range only
-    if hi > lo and _LIBC is not None:
-        _LIBC.madvise(ctypes.c_void_p(lo), ctypes.c_size_t(hi - lo), _MADV_DONTNEED)
-
-
-def _libc() -> Any:
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        lib = ctypes.CDLL(None, use_errno=True)
-        lib.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-        return lib
-    except (OSError, AttributeError):  # pragma: no cover - no libc symbols: pages stay mapped until the file closes
-        return None
-
-
-_MADV_DONTNEED = 4
-_LIBC = _libc()
+def _to_numpy(obj: Any, tensor: type, depth: int) -> Any:
+    if isinstance(obj, tensor):
+        return from_torch(obj)
+    if depth > 32:
+        return obj
+    if isinstance(obj, dict):
+        for k, v in list(obj.items()):
+            obj[k] = _to_numpy(v, tensor, depth + 1)  # in place: keeps the container's type and order
+        return obj
+    if isinstance(obj, list):
+        return [_to_numpy(v, tensor, depth + 1) for v in obj]
+    if isinstance(obj, tuple) and type(obj) is tuple:
+        return tuple(_to_numpy(v, tensor, depth + 1) for v in obj)
+    return obj
 
 
 def _refusal(path: Path, container: str, e: pickle.UnpicklingError) -> FormatError:
@@ -217,20 +208,17 @@ def scan_pickle(path: Path, container: str, max_ops: int = 1_000_000) -> tuple[l
     return list(dict.fromkeys(found)), protocol
 
 
-def _identity(t: Any) -> Any:
-    return t
+def _identity(a: Any) -> Any:
+    return a
 
 
 def _flatten(obj: Any, prefix: str, table: Table, depth: int) -> None:
-    import torch
-
-    if isinstance(obj, torch.Tensor):
-        t = obj
-        table.entries[prefix] = Entry(prefix, tuple(t.shape), str(t.dtype).replace("torch.", ""), functools.partial(_identity, t))
+    if isinstance(obj, np.ndarray):
+        table.entries[prefix] = Entry(prefix, tuple(obj.shape), dtype_name(obj), functools.partial(_identity, obj))
     elif isinstance(obj, dict) and depth < _MAX_NESTING:
         for k, v in obj.items():
             _flatten(v, f"{prefix}.{k}" if prefix else str(k), table, depth + 1)
-    elif isinstance(obj, (list, tuple)) and depth < _MAX_NESTING and obj and all(isinstance(v, torch.Tensor) for v in obj):
+    elif isinstance(obj, (list, tuple)) and depth < _MAX_NESTING and obj and all(isinstance(v, np.ndarray) for v in obj):
         for i, v in enumerate(obj):
             _flatten(v, f"{prefix}.{i}" if prefix else str(i), table, depth + 1)
     else:
