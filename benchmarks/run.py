@@ -56,8 +56,8 @@ def long_sequence() -> tuple[torch.Tensor, torch.Tensor]:
 def bench_alignment() -> tuple[str, float, float, str]:
     fp, bf = long_sequence()
     cap = B.states(0)  # noqa: F841 - warm the cache
-    train = align.TrainSlot.of(fp)
-    x = bf[137:1337]
+    train = align.TrainSlot.of(fp.numpy())
+    x = bf[137:1337].numpy()
     t_new, (o_new, m_new) = timed(lambda: align._search_full(train, x))
     t_old, (o_old, m_old) = timed(lambda: align._search_full(train, x, exhaustive=True), repeat=1)
     agree = "same offset" if o_new == o_old == 137 else f"offsets {o_new} vs {o_old}"
