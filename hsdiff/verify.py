@@ -43,7 +43,9 @@ def sketch(train: TrainSlot, x: np.ndarray | Capture, offset: int, n: int,
     return _summarise(err, cos, ratio, np.zeros(len(rows), dtype=bool), extent(x)[1])
 
 
-#: Threads computing per-token metrics while another reads the next chunk (numpy releases the GIL).
+#: Threads reading the next chunks (bf16 -> float32) and threads computing per-token metrics on the
+#: chunks read: numpy releases the GIL, so they share the cores.
+READ_THREADS = 2
 COMPUTE_THREADS = 2
 #: Rows per block of that computation (a block of both sides fits in a core's cache).
 _BLOCK = 128
@@ -122,14 +124,14 @@ def score_many(pairs: Sequence[tuple[TrainSlot, np.ndarray | Capture, int]],
                     stats[k].add(got[s0:s1], a + s0, x_norm[s0:s1])  # type: ignore[union-attr]
                 parts[k].append(r)
 
-        with ThreadPoolExecutor(max_workers=1) as pool, ThreadPoolExecutor(max_workers=COMPUTE_THREADS) as work:
-            pending = pool.submit(fetch, todo[0])
+        with ThreadPoolExecutor(max_workers=READ_THREADS) as pool, ThreadPoolExecutor(max_workers=COMPUTE_THREADS) as work:
+            pending = deque(pool.submit(fetch, item) for item in todo[:READ_THREADS])
             for n, (side, key, a) in enumerate(todo):
                 if progress is not None:
                     progress(n, len(todo))
-                got = pending.result()
-                if n + 1 < len(todo):
-                    pending = pool.submit(fetch, todo[n + 1])
+                got = pending.popleft().result()
+                if n + READ_THREADS < len(todo):
+                    pending.append(pool.submit(fetch, todo[n + READ_THREADS]))
                 if side == "y":
                     if ys and next(iter(ys.values()))[0] != a:
                         ys = {}
