@@ -309,19 +309,26 @@ def best_alignment(
     return _search_full(train, x, stats=stats)
 
 
-def search_offset(train: TrainSlot, x: np.ndarray | Capture) -> int:
-    """The token offset :func:`best_alignment` would choose without token ids, without scoring it."""
-    return _search_full(train, x, only_offset=True)[0]
+def search_offset(train: TrainSlot, x: np.ndarray | Capture, columns: dict | None = None) -> int:
+    """The token offset :func:`best_alignment` would choose without token ids, without scoring it
+    (``columns`` keeps the columns and norms read of ``x`` for the next training slot)."""
+    return _search_full(train, x, only_offset=True, columns=columns)[0]
 
 
 def _search_full(train: TrainSlot, x: np.ndarray | Capture, exhaustive: bool = False,
-                 stats: RowStats | None = None, only_offset: bool = False) -> tuple[int, Metrics]:
+                 stats: RowStats | None = None, only_offset: bool = False,
+                 columns: dict | None = None) -> tuple[int, Metrics]:
     """Token offset by value: nearest training rows of a few inference rows propose offsets, and
     each proposal is scored on a spread of columns of the whole overlap (``exhaustive`` tries every
     offset instead); the chosen one is then scored in full (not with ``only_offset``)."""
     (ti, h), tt = extent(x), train.tokens
     cols = np.unique(np.linspace(0, h - 1, num=min(h, _COLS_FOR_SEARCH)).astype(np.int64))
-    xc, xnorms = _columns_and_norms(x, cols)
+    key = tuple(cols.tolist())
+    if columns is None or key not in columns:
+        got = _columns_and_norms(x, cols)
+        if columns is not None:
+            columns[key] = got
+    xc, xnorms = got if columns is None else columns[key]
     xs, ys = xc.astype(np.float64), train.columns(cols).astype(np.float64)
     with np.errstate(all="ignore"):
         ynorm = np.maximum(np.linalg.norm(ys, axis=1), _EPS)
@@ -367,9 +374,11 @@ def _cdist(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def _smallest(d: np.ndarray, k: int) -> np.ndarray:
-    """Column indices of the ``k`` smallest values of each row of ``d``, smallest first (NaN last)."""
+    """Column indices of the ``k`` smallest values of each row of ``d`` (NaN last), in no order."""
     key = np.where(np.isnan(d), np.inf, d)
-    return np.argsort(key, axis=1, kind="stable")[:, :k]
+    if k >= key.shape[1]:
+        return np.broadcast_to(np.arange(key.shape[1]), key.shape)
+    return np.argpartition(key, k - 1, axis=1)[:, :k]
 
 
 def _columns_and_norms(x: np.ndarray | Capture, cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

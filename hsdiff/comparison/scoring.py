@@ -247,6 +247,7 @@ def _sketch(jobs: list[_Job], sources: dict[int, np.ndarray | Capture | None], s
             progress: Progress | None) -> None:
     """Every pair's metrics on a sample of :data:`SKETCH_TOKENS` ordinary tokens (rows read alone)."""
     cache: dict[int, dict[int, np.ndarray]] = {}  # rows read of the capture at hand (its jobs are consecutive)
+    columns: dict = {}  # its columns and norms read for the search by value, shared by its training slots
     for i, j in enumerate(jobs):
         if progress:
             progress("sampling pairs", i, len(jobs))
@@ -254,8 +255,8 @@ def _sketch(jobs: list[_Job], sources: dict[int, np.ndarray | Capture | None], s
         assert src is not None
         if id(j.capture) not in cache:
             _count_sampled(cache, stats)
-            cache = {id(j.capture): {}}
-        offsets = j.offsets or [align.search_offset(j.train, src)]
+            cache, columns = {id(j.capture): {}}, {}
+        offsets = j.offsets or [align.search_offset(j.train, src, columns)]
         tried = [(o, sketch(j.train, src, o, SKETCH_TOKENS, cache[id(j.capture)])) for o in offsets]
         j.result = min(tried, key=lambda r: (_err(r[1]), abs(r[0])))
     _count_sampled(cache, stats)
