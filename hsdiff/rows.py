@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -44,44 +44,54 @@ class RowStats:
     def add(self, x: np.ndarray, start: int | None = None, norms: np.ndarray | None = None) -> np.ndarray | None:
         """Count rows ``x`` (read at token ``start``; ``norms``: their norms, when already computed); the
         norms of the rows counted (None: none new)."""
-        sel = None  # which rows of x are new, when some were counted before
+        if norms is None and (self.tokens is None or start is None):
+            with np.errstate(all="ignore"):
+                norms = row_norms(x)
+        return self._add(len(x), start, norms, lambda idx: x[idx])
+
+    def add_norms(self, start: int, norms: np.ndarray, odd: dict[int, np.ndarray]) -> None:
+        """Count rows ``[start, start + len(norms))`` read elsewhere, given their norms and, by position
+        from ``start``, the rows whose norm is not finite or is zero (what the counts need of them)."""
+        self._add(len(norms), start, norms, lambda idx: np.stack([odd[int(i)] for i in idx]))
+
+    def _add(self, n: int, start: int | None, norms: np.ndarray | None,
+             rows_at: Callable[[np.ndarray], np.ndarray]) -> np.ndarray | None:
+        sel = None  # which of the n rows are new, when some were counted before
         if self.tokens is not None and start is not None:
             if self._seen is None:
                 self._seen = np.zeros(self.tokens, dtype=bool)
                 self._norms = np.zeros(self.tokens, dtype=np.float32)
-            new = ~self._seen[start : start + x.shape[0]]
+            new = ~self._seen[start : start + n]
             if not bool(new.any()):
                 return None
-            self._seen[start : start + x.shape[0]] = True
+            self._seen[start : start + n] = True
             if not bool(new.all()):
                 sel = np.flatnonzero(new)
         if norms is None:
             with np.errstate(all="ignore"):
-                norms = row_norms(x if sel is None else x[sel])
+                norms = row_norms(rows_at(np.arange(n) if sel is None else sel))
         elif sel is not None:
             norms = norms[sel]
         self.rows += len(norms)
-        if not x.size:
-            return np.zeros(len(norms), dtype=np.float32)
-        self._count(x, norms, sel)
+        if not len(norms):
+            return np.zeros(0, dtype=np.float32)
+        odd = ~np.isfinite(norms) | (norms == 0)
+        if bool(odd.any()):
+            where = np.flatnonzero(odd)
+            self._count(rows_at(where if sel is None else sel[where]), bool((~odd).any()))
+        else:
+            self.nonzero = True
         if self._norms is not None and start is not None:
             self._norms[start + (np.arange(len(norms)) if sel is None else sel)] = norms
         return norms
 
-    def _count(self, x: np.ndarray, norms: np.ndarray, sel: np.ndarray | None = None) -> None:
-        """Count NaN/Inf values and all-zero rows among rows ``sel`` of ``x`` (all rows: None), given their
-        norms. A row's norm is finite and non-zero for nearly every row, so values are looked at only in
-        the rows where it is not."""
-        odd = ~np.isfinite(norms) | (norms == 0)
-        if bool(odd.any()):
-            where = np.flatnonzero(odd)
-            rows = x[where if sel is None else sel[where]]
-            self.nonfinite += int((~np.isfinite(rows)).sum())
-            amax = np.abs(rows).max(axis=1)
-            self.zero_rows += int((amax == 0).sum())
-            self.nonzero = self.nonzero or bool((amax != 0).any()) or bool((~odd).any())
-        else:
-            self.nonzero = True
+    def _count(self, rows: np.ndarray, others_nonzero: bool) -> None:
+        """Count NaN/Inf values and all-zero rows among ``rows`` (the rows whose norm is not finite or
+        is zero: a row's norm is finite and non-zero for nearly every row, so only these are looked at)."""
+        self.nonfinite += int((~np.isfinite(rows)).sum())
+        amax = np.abs(rows).max(axis=1)
+        self.zero_rows += int((amax == 0).sum())
+        self.nonzero = self.nonzero or bool((amax != 0).any()) or others_nonzero
 
     def add_at(self, x: np.ndarray, positions: list[int]) -> None:
         """Rows ``x`` read at token ``positions`` (ascending, each once)."""
@@ -100,7 +110,11 @@ class RowStats:
         assert self._norms is not None
         with np.errstate(all="ignore"):
             norms = row_norms(x)
-        self._count(x, norms)
+        odd = ~np.isfinite(norms) | (norms == 0)
+        if bool(odd.any()):
+            self._count(x[odd], bool((~odd).any()))
+        else:
+            self.nonzero = True
         self._norms[pos] = norms
 
     def norms_read(self) -> tuple[np.ndarray, np.ndarray] | None:

@@ -43,26 +43,39 @@ def sketch(train: TrainSlot, x: np.ndarray | Capture, offset: int, n: int,
     return _summarise(err, cos, ratio, np.zeros(len(rows), dtype=bool), extent(x)[1])
 
 
-#: Threads reading the next chunks (bf16 -> float32) and threads computing per-token metrics on the
-#: chunks read: numpy releases the GIL, so they share the cores.
+#: Threads reading the training rows ahead, and threads reading and comparing the inference rows
+#: (bf16 -> float32 and per-token metrics, a block at a time): numpy releases the GIL, so they share the cores.
 READ_THREADS = 2
 COMPUTE_THREADS = 2
-#: Rows per block of that computation (a block of both sides fits in a core's cache).
+#: Rows per block of that work: a block of both sides stays in a core's cache from its conversion to
+#: float32 to its last metric.
 _BLOCK = 128
 
+Job = tuple[int, int, np.ndarray, np.ndarray]  # rows [s0, s1) of the chunk, the training rows, their norms
 
-def _chunk_metrics(got: np.ndarray, jobs: list[tuple[int, int, np.ndarray, np.ndarray]]
-                   ) -> tuple[np.ndarray, list[tuple[np.ndarray, np.ndarray, np.ndarray]]]:
-    """Row norms of one chunk of an inference capture and its per-token metrics against each training
-    chunk in ``jobs`` (rows ``[s0, s1)`` of the chunk, the training rows, their norms)."""
-    with np.errstate(all="ignore"):
-        x_norm = row_norms(got)
-    out = []
-    for s0, s1, yc, ny in jobs:  # in blocks that stay in the CPU's cache between the operations on them
-        parts = [_per_token(got[s0 + b : min(s0 + b + _BLOCK, s1)], yc[b : b + _BLOCK], x_norm[s0 + b : min(s0 + b + _BLOCK, s1)],
-                            ny[b : b + _BLOCK]) for b in range(0, s1 - s0, _BLOCK)]
-        out.append(tuple(np.concatenate(p) for p in zip(*parts)) if len(parts) != 1 else parts[0])
-    return x_norm, out  # type: ignore[return-value]
+
+def _chunk_metrics(x: np.ndarray | Capture, a: int, b: int, jobs: list[Job]
+                   ) -> tuple[np.ndarray, dict[int, np.ndarray], list[tuple[np.ndarray, np.ndarray, np.ndarray]]]:
+    """Rows ``[a, b)`` of an inference capture read a block at a time: their norms, the rows whose norm
+    is not finite or zero (by position from ``a``, for the data-quality counts), and per-token metrics
+    against the training rows of each job."""
+    x_norm = np.empty(b - a, dtype=np.float32)
+    odd: dict[int, np.ndarray] = {}
+    parts: list[list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = [[] for _ in jobs]
+    for b0 in range(0, b - a, _BLOCK):
+        b1 = min(b0 + _BLOCK, b - a)
+        xb = read(x, a + b0, a + b1)
+        with np.errstate(all="ignore"):
+            nb = row_norms(xb)
+        x_norm[b0:b1] = nb
+        bad = np.flatnonzero(~np.isfinite(nb) | (nb == 0))
+        odd.update((b0 + int(i), xb[i].copy()) for i in bad)
+        for job, (s0, s1, yc, ny) in zip(parts, jobs):
+            lo, hi = max(b0, s0), min(b1, s1)
+            if hi > lo:
+                job.append(_per_token(xb[lo - b0 : hi - b0], yc[lo - s0 : hi - s0], nb[lo - b0 : hi - b0], ny[lo - s0 : hi - s0]))
+    out = [tuple(np.concatenate(p) for p in zip(*job)) if len(job) != 1 else job[0] for job in parts]
+    return x_norm, odd, out  # type: ignore[return-value]
 
 
 def _runs(size: int, n: int, runs: int = 8) -> np.ndarray:
@@ -105,34 +118,37 @@ def score_many(pairs: Sequence[tuple[TrainSlot, np.ndarray | Capture, int]],
             todo += [("y", key, a) for key in ts if a < y_end[key]] + [("x", key, a) for key in xs if a < x_end[key]]
         parts: dict[int, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {k: [] for k in ks}
 
-        def fetch(item: tuple[str, int, int], o: int = o, step: int = step, xs: dict = xs, ts: dict = ts,
-                  x_end: dict = x_end, y_end: dict = y_end) -> np.ndarray:
-            side, key, a = item
-            if side == "y":
-                return ts[key].rows(a + o, min(a + step, y_end[key]) + o)
-            return read(xs[key], a, min(a + step, x_end[key]))
+        reads = [item for item in todo if item[0] == "y"]
+
+        def fetch(item: tuple[str, int, int], o: int = o, step: int = step, ts: dict = ts,
+                  y_end: dict = y_end) -> np.ndarray:
+            _, key, a = item
+            return ts[key].rows(a + o, min(a + step, y_end[key]) + o)
 
         ys: dict[int, tuple[int, np.ndarray]] = {}  # training rows of the current window
-        # chunks being computed, oldest first: (its metrics, the chunk, its first row, (pair, rows) it serves)
-        inflight: deque[tuple[Future, np.ndarray, int, list[tuple[int, int, int]]]] = deque()
+        # chunks being compared, oldest first: (its norms, odd rows and metrics; its first row; (pair, rows) it serves)
+        inflight: deque[tuple[Future, int, list[tuple[int, int, int]]]] = deque()
 
-        def finish(item: tuple[Future, np.ndarray, int, list[tuple[int, int, int]]], parts: dict = parts) -> None:
-            fut, got, a, meta = item
-            x_norm, results = fut.result()
+        def finish(item: tuple[Future, int, list[tuple[int, int, int]]], parts: dict = parts) -> None:
+            fut, a, meta = item
+            x_norm, odd, results = fut.result()
             for (k, s0, s1), r in zip(meta, results):
                 if stats is not None and stats[k] is not None:
-                    stats[k].add(got[s0:s1], a + s0, x_norm[s0:s1])  # type: ignore[union-attr]
+                    rows = {i - s0: v for i, v in odd.items() if s0 <= i < s1}
+                    stats[k].add_norms(a + s0, x_norm[s0:s1], rows)  # type: ignore[union-attr]
                 parts[k].append(r)
 
         with ThreadPoolExecutor(max_workers=READ_THREADS) as pool, ThreadPoolExecutor(max_workers=COMPUTE_THREADS) as work:
-            pending = deque(pool.submit(fetch, item) for item in todo[:READ_THREADS])
+            pending = deque(pool.submit(fetch, item) for item in reads[:READ_THREADS])
+            n_read = 0
             for n, (side, key, a) in enumerate(todo):
                 if progress is not None:
                     progress(n, len(todo))
-                got = pending.popleft().result()
-                if n + READ_THREADS < len(todo):
-                    pending.append(pool.submit(fetch, todo[n + READ_THREADS]))
                 if side == "y":
+                    got = pending.popleft().result()
+                    if n_read + READ_THREADS < len(reads):
+                        pending.append(pool.submit(fetch, reads[n_read + READ_THREADS]))
+                    n_read += 1
                     if ys and next(iter(ys.values()))[0] != a:
                         ys = {}
                         give_back_freed_memory()
@@ -148,10 +164,10 @@ def score_many(pairs: Sequence[tuple[TrainSlot, np.ndarray | Capture, int]],
                         continue
                     meta.append((k, i0 - a, i1 - a))
                     jobs.append((i0 - a, i1 - a, ys[id(t)][1][i0 - a : i1 - a], t.norms[i0 + o : i1 + o]))
-                inflight.append((work.submit(_chunk_metrics, got, jobs), got, a, meta))
-                while len(inflight) > COMPUTE_THREADS + 1:
+                end = a + max(s1 for _, _, s1 in meta) if meta else a
+                inflight.append((work.submit(_chunk_metrics, xs[key], a, end, jobs), a, meta))
+                while len(inflight) > 2 * COMPUTE_THREADS:
                     finish(inflight.popleft())
-                del got
             while inflight:
                 finish(inflight.popleft())
         for k in ks:
