@@ -131,9 +131,10 @@ def _shape_from_configs(dump: Dump) -> tuple[int | None, int | None]:
         else:
             hidden = hidden or cfg.get("hidden_size")
             layers = layers or cfg.get("num_hidden_layers")
-    if hidden is None:  # the most common plain width, when no config says
+    if hidden is None:  # the most common plain width, when no config says; else a training file's final state
         plain = Counter(c.width for c in dump.captures if c.width and not c.concat and c.observation is None)
-        hidden = plain.most_common(1)[0][0] if plain else None
+        final = Counter(c.final_width for c in dump.captures if c.final_width)
+        hidden = plain.most_common(1)[0][0] if plain else final.most_common(1)[0][0] if final else None
     return (int(hidden) if hidden else None), (int(layers) if layers else None)
 
 
@@ -283,6 +284,8 @@ def _summary(dump: Dump, formats: list[dict], caps: list[dict], ranks: dict, run
                    + (" …" if len(sinks) > 8 else ""))
     if hidden and any(cfg.get("hidden_size") or cfg.get("target_hidden_size") for _, cfg in dump.configs):
         out.append(f"hidden size {hidden}" + (f", {layers} layers" if layers else "") + " (from config.json)")
+    elif hidden and any(c.final_width == hidden for c in dump.captures):
+        out.append(f"hidden size {hidden} (the width of the training files' final hidden_state; no config.json)")
     else:
         widths = sorted({c["shape"][-1] for c in caps if c["shape"]})
         out.append(f"tensor width(s) {widths}; no config.json gives the hidden size (a width may be k slots × H)")

@@ -64,6 +64,14 @@ def test_specforge_folder_names_its_slots_and_their_labels():
     validate(json.loads(info.to_json()), "inspect")
 
 
+def test_a_specforge_folder_without_config_takes_its_hidden_size_from_the_final_state(tmp_path):
+    B.specforge(tmp_path / "train", [0], [2, 9, 15, 27])  # no config.json beside it
+    info = inspect(tmp_path / "train")
+    assert info.hidden_size == 576
+    assert "4 slots × 576" in info.summary[0]
+    assert "hidden size 576 (the width of the training files' final hidden_state; no config.json)" in info.summary
+
+
 def test_all_layer_stack_and_a_debug_log():
     stack = inspect(B.SMOLLM2 / "states" / "sample-0.safetensors")
     assert stack.summary[0].startswith("all-layer stack B0..B30; 2 stacks, 24 tokens")

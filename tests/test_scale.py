@@ -87,6 +87,7 @@ def test_rows_are_read_alone_and_equal_the_whole_tensor(data):
     b = stack[15]
     assert b.reads_rows and torch.equal(torch.from_numpy(b.read_rows(10, 42)), whole[15, 10:42])
     assert torch.equal(b.load().float(), whole[15])
+    assert b.load().dtype == torch.bfloat16 and b.array().dtype.metadata  # the stored dtype, not converted
     train = scan(p.train, TRAIN).captures[0].split(576)[2]
     aux = torch.load(next(p.train.rglob("data_0.ckpt")), weights_only=True)["aux_hidden_state"][0].float()
     assert train.reads_rows and torch.equal(torch.from_numpy(train.read_rows(5, 70)), aux[5:70, 2 * 576 :])

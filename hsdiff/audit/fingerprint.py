@@ -292,8 +292,9 @@ def _hidden_size(job: Job, caps: list[Any], extras: dict[str, int]) -> tuple[int
     plain = [c.width for c in caps if not c.concat and c.width]
     if plain:
         return plain[0], "slot width"
-    if extras.get("final_width"):
-        return extras["final_width"], "final hidden_state width"
+    final = extras.get("final_width") or next((c.final_width for c in caps if c.final_width), None)
+    if final:  # the readers give it for every container (legacy and gzipped files too)
+        return final, "final hidden_state width"
     if job.config_hidden_size:
         return job.config_hidden_size, "config.json"
     width = caps[0].width or 0

@@ -48,11 +48,9 @@ def _lists(table: Table) -> dict[str, list[Entry]]:
 
 
 def _plane(e: Entry, b: int, per: int) -> Callable[[], Any]:
-    """Entry ``b`` of a stack; read alone (as float32) when the file allows, not the whole stack."""
-    if e.rows is None:
-        return lambda: e.loader()[b]
-    rows = e.rows
-    return lambda: rows(b * per, (b + 1) * per).reshape(e.shape[1:])
+    """Entry ``b`` of a stack in its stored dtype: a view of the memory-mapped stack when the file
+    allows (nothing read until used), not the whole stack."""
+    return lambda: e.loader()[b]
 
 
 def _plane_rows(e: Entry, b: int, per: int) -> Callable[..., Any] | None:

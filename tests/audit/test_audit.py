@@ -140,3 +140,21 @@ def test_bad_usage_exits_2(acceptance, args, needle):
     code, _, err = run("audit", str(root), *[a.format(root=root) for a in args])
     assert code == 2 and needle in err and "Traceback" not in err
     assert sorted(p.name for p in root.rglob("*")) == before
+
+
+def test_legacy_and_gzipped_files_give_their_hidden_size(tmp_path):
+    """Four-slot files saved the legacy (non-zip) way or gzipped: the final hidden_state gives the
+    hidden size, as for zip files (no "three slots assumed"), and a mixed set is one group."""
+    import gzip
+
+    root = tmp_path / "four"
+    rows = root / D.ROWS
+    rows.mkdir(parents=True)
+    four = (2, 9, 15, 27)
+    torch.save(D.sample(0, 24, four), rows / "data_0.ckpt")
+    torch.save(D.sample(1, 24, four), rows / "data_1.ckpt", _use_new_zipfile_serialization=False)
+    torch.save(D.sample(2, 24, four), tmp_path / "plain.ckpt")
+    (rows / "data_2.ckpt.gz").write_bytes(gzip.compress((tmp_path / "plain.ckpt").read_bytes()))
+    report = audit(root, AuditOptions(workers=0, checkpoint=str(tmp_path / "ck.jsonl")))
+    assert [(g.files, g.slots, g.hidden_size) for g in report.groups] == [(3, 4, 576)], report.groups
+    assert not report.problems and report.exit_code == 0

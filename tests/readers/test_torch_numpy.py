@@ -92,6 +92,8 @@ def _objects() -> dict[str, Any]:
     g = torch.Generator().manual_seed(0)
     big = torch.randn(6, 10, generator=g)
     shared = torch.randn(4, 8, generator=g)
+    noted, tagged = torch.randn(2, 3, generator=g).bfloat16(), torch.nn.Parameter(torch.randn(3, generator=g))
+    noted.note, tagged.tag = "hello", 1  # Python attributes: torch saves them with the tensor, hsdiff leaves them out
     return {
         "dtypes": {
             "bf16": torch.randn(3, 16, generator=g).bfloat16(),
@@ -126,6 +128,7 @@ def _objects() -> dict[str, Any]:
         "values": {"x": torch.randn(2, generator=g), "n": 12, "f": 0.5, "s": "text", "b": b"\x00\xffbytes", "none": None,
                    "tup": (1, "a"), "size": torch.Size([2, 3]), "set": {1, 2}, "device": torch.device("cpu")},
         "parameter": {"w": torch.nn.Parameter(torch.randn(3, 3, generator=g))},
+        "attributes": {"tensor": noted, "parameter": tagged},
         "module_state": torch.nn.Linear(4, 3).state_dict(),
     }
 

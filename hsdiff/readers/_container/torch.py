@@ -103,7 +103,8 @@ def _refusal(path: Path, container: str, e: pickle.UnpicklingError) -> FormatErr
         what = next(iter(found), None)
     if what is None and protocol >= 4:
         return FormatError(
-            f"saved with pickle protocol {protocol}, which torch's safe loader (weights_only=True) cannot read",
+            f"saved with pickle protocol {protocol}, which hsdiff's torch.save reader does not read (nor does torch's "
+            "safe loader, weights_only=True)",
             path=path,
             hint="re-save it with torch.save's default protocol, or as safetensors",
         )

@@ -77,6 +77,16 @@ class _Dtype(_Frozen):
         self.name = name
 
 
+class _TensorType(_Frozen):
+    """``torch.Tensor`` or ``torch.nn.Parameter`` named as the type a tensor is rebuilt as: a marker,
+    never called."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
 class _StorageType(_Frozen):
     __slots__ = ("dtype",)
 
@@ -110,6 +120,7 @@ class TensorUnpickler(pickle._Unpickler):
             "torch._utils._rebuild_tensor_v2": self._rebuild_tensor_v2,
             "torch._utils._rebuild_tensor_v3": self._rebuild_tensor_v3,
             "torch._utils._rebuild_parameter": _rebuild_parameter,
+            "torch._utils._rebuild_parameter_with_state": _rebuild_parameter_with_state,
             "torch.storage.UntypedStorage": _StorageType(None),
             "torch.UntypedStorage": _StorageType(None),
             "torch.Size": _size,
@@ -119,6 +130,9 @@ class TensorUnpickler(pickle._Unpickler):
             "builtins.complex": complex,
             "builtins.bytearray": _bytearray,
         }
+        self._globals.update({n: _TensorType(n) for n in ("torch.Tensor", "torch._tensor.Tensor",
+                                                         "torch.nn.parameter.Parameter")})
+        self._globals["torch._tensor._rebuild_from_type_v2"] = self._rebuild_from_type_v2
         self._globals.update({f"torch.{k}": _StorageType(v) for k, v in STORAGES.items()})
         self._globals.update({f"torch.{k}": _Dtype(v) for k, v in DTYPES.items()})
 
@@ -161,6 +175,14 @@ class TensorUnpickler(pickle._Unpickler):
         if not isinstance(dtype, _Dtype):
             raise pickle.UnpicklingError(f"tensor dtype {str(dtype)[:40]} is not a torch dtype")
         return self._view(storage, offset, size, stride, dtype.name)
+
+    def _rebuild_from_type_v2(self, func: Any, new_type: Any, args: Any, state: Any) -> np.ndarray:
+        """A plain tensor (or parameter) that carried Python attributes: rebuilt, its attributes
+        (``state``, never hidden states) left out."""
+        rebuilds = (self._rebuild_tensor, self._rebuild_tensor_v2, self._rebuild_tensor_v3, _rebuild_parameter)
+        if not isinstance(new_type, _TensorType) or func not in rebuilds or type(args) is not tuple:
+            raise pickle.UnpicklingError("a tensor is rebuilt as something that is not a plain tensor")
+        return func(*args)  # type: ignore[no-any-return]
 
     def _view(self, storage: Any, offset: Any, size: Any, stride: Any, dtype: str | None) -> np.ndarray:
         """The tensor ``storage[offset:]`` seen with ``size`` and ``stride`` (in elements), bounds checked."""
@@ -298,6 +320,11 @@ def _rebuild_parameter(data: Any, requires_grad: Any, backward_hooks: Any) -> An
     if not isinstance(data, np.ndarray):
         raise pickle.UnpicklingError("a parameter wraps something that is not a tensor")
     return data
+
+
+def _rebuild_parameter_with_state(data: Any, requires_grad: Any, backward_hooks: Any, state: Any) -> Any:
+    """A parameter that carried Python attributes: its tensor, the attributes left out."""
+    return _rebuild_parameter(data, requires_grad, backward_hooks)
 
 
 def _size(dims: Any = ()) -> tuple[int, ...]:
