@@ -27,7 +27,7 @@ def render_inspect_text(info: Any, *, max_captures: int = 40) -> str:
         ids = f", eagle_aux_hidden_state_layer_ids {c['eagle_aux_hidden_state_layer_ids']}" if c["draft"] else ""
         out.append(f"config: {c['path']} ({'draft' if c['draft'] else 'model'}{ids})")
     out += ["", "captures:"]
-    head = ["file / key", "shape", "dtype", "group", "label", "rank", "median norm", "sinks", "NaN/Inf"]
+    head = ["file / key", "shape", "dtype", "group", "label", "rank", "median norm", "sink at", "NaN/Inf"]
     rows = [head]
     for c in d["captures"][:max_captures]:
         norm = c.get("norm") or {}
@@ -50,7 +50,7 @@ def render_inspect_text(info: Any, *, max_captures: int = 40) -> str:
     sampled = {c["sampled_rows"] for c in d["captures"] if c["sampled_rows"]}
     if sampled:
         out.append(f"  (norms and NaN/Inf counted on up to {max(sampled)} sampled rows per tensor; "
-                   "sinks: tokens with norm > 8× the median)")
+                   "sink at: positions of the tokens with norm > 8× the median)")
     r = d["ranks"]
     if r["ranks"]:
         out += ["", f"ranks: {r['ranks']} — {r['state']} ({r['tensors']} tensor(s) per rank)"]
