@@ -23,8 +23,8 @@ Example, on records alone::
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, replace
 
 from . import conventions as conv
 from .errors import InputError
@@ -34,6 +34,7 @@ from .model import (
     Evidence,
     Metrics,
     Recommendation,
+    Report,
     SlotDecision,
     SlotResult,
     Status,
@@ -58,6 +59,7 @@ __all__ = [
     "recommend",
     "count_warning",
     "rank_conflict",
+    "runs_disagree",
     "torn_tokens",
 ]
 
@@ -430,6 +432,23 @@ def count_warning(configured: Configured | None, k: int) -> list[str]:
     if configured is not None and len(configured.boundary_indices) != k:
         return [f"{len(configured.boundary_indices)} ids are configured but the training side has {k} slots"]
     return []
+
+
+def runs_disagree(reports: Mapping[str, Report], run: str, doubt: Collection[int], engine: str, family: str,
+                  engine_version: str | None = None) -> Report:
+    """The report on dumper run ``run`` when the inference side holds several runs that disagree (another
+    verdict, or slots ``doubt`` whose layer another run puts elsewhere): those slots are left open, an
+    OK becomes inconclusive, and the cause says the configured ids describe at most one run."""
+    report = reports[run]
+    results = tuple(
+        replace(s, boundary_index=None, layer_id=None, evidence=Evidence.NONE, confidence=0.0,
+                note=f"{s.note}; the other runs captured another layer under the same configured ids".lstrip("; "))
+        if s.slot in doubt else s for s in report.slots)
+    recommended, _ = recommend(engine, family, [s.boundary_index for s in results], report.num_layers, engine_version)
+    verdict = report.verdict if report.verdict == Verdict.MISMATCH else Verdict.INCONCLUSIVE
+    cause = (f"The dumper runs in the inference directory disagree ({', '.join(f'{n}: {r.verdict}' for n, r in reports.items())}); "
+             f"the configured ids describe at most one of them. On run {run}: {report.cause}")
+    return replace(report, verdict=verdict, cause=cause, slots=results, recommended=recommended)
 
 
 def rank_conflict(verdict: Verdict, cause: str, conflicts: Sequence[str]) -> tuple[Verdict, str]:

@@ -22,7 +22,7 @@ from .. import conventions as conv
 from .. import decide, explain
 from ..configs import load_config
 from ..errors import AlignmentError, InputError
-from ..model import INFER, TRAIN, Dump, Evidence, Report, Verdict
+from ..model import INFER, TRAIN, Dump, Report
 from ..readers import scan
 from . import profiles, scoring, shape, slots, validate
 
@@ -144,20 +144,11 @@ def _pipeline(train: Dump, infer: Dump, opts: Options, family: str, train_path: 
     if not reports:
         raise failed[0]
     run, warning = slots.pick_run(reports)
-    report = dataclasses.replace(reports[run], warnings=(warning, *reports[run].warnings))
+    reports[run] = dataclasses.replace(reports[run], warnings=(warning, *reports[run].warnings))
     doubt = slots.unsettled_by_runs(reports, run)
-    if all(r.verdict == report.verdict for r in reports.values()) and not doubt:
-        return report
-    results = tuple(
-        dataclasses.replace(s, boundary_index=None, layer_id=None, evidence=Evidence.NONE, confidence=0.0,
-                            note=f"{s.note}; the other runs captured another layer under the same configured ids"
-                            .lstrip("; ")) if s.slot in doubt else s for s in report.slots)
-    recommended, _ = decide.recommend(opts.engine, family, [s.boundary_index for s in results], report.num_layers,
-                                      opts.engine_version)
-    verdict = report.verdict if report.verdict == Verdict.MISMATCH else Verdict.INCONCLUSIVE
-    cause = (f"The dumper runs in the inference directory disagree ({', '.join(f'{n}: {r.verdict}' for n, r in reports.items())}); "
-             f"the configured ids describe at most one of them. On run {run}: {report.cause}")
-    return dataclasses.replace(report, verdict=verdict, cause=cause, slots=results, recommended=recommended)
+    if all(r.verdict == reports[run].verdict for r in reports.values()) and not doubt:
+        return reports[run]
+    return decide.runs_disagree(reports, run, doubt, opts.engine, family, opts.engine_version)
 
 
 def _compare(train: Dump, infer: Dump, opts: Options, family: str, train_path: str, infer_path: str,
