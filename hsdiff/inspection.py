@@ -28,6 +28,7 @@ from .arrays import as_f32, is_float, lower_median, row_norms
 from .errors import InputError
 from .model import Capture, Dump
 from .readers import replica_difference, replica_groups, scan
+from .readers.sglang_dumper import run_of
 
 __all__ = ["inspect", "Inspection", "SAMPLE_ROWS", "SCHEMA_VERSION"]
 
@@ -257,9 +258,9 @@ def _runs(captures: tuple[Capture, ...]) -> dict:
     groups = list(dict.fromkeys(c.group for c in captures if c.group is not None))
     runs: dict[str, set[str]] = defaultdict(set)
     for g in groups:
-        run, sep, step = g.rpartition(":step=")
-        if sep:
-            runs[run].add(step)
+        run = run_of(g)  # the dumper run as compare counts it: its experiment directory
+        if run is not None:
+            runs[run].add(g.rpartition(":step=")[2])
     out: dict[str, Any] = {"groups": len(groups), "names": groups[:20]}
     if runs:
         out["runs"] = len(runs)

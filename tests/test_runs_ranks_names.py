@@ -114,6 +114,14 @@ def test_older_dumper_directories_per_rank_are_one_run(tmp_path):
 
 
 # ------------------------------------------------------------------------- several runs
+def test_inspect_counts_dumper_runs_as_compare_does(tmp_path):
+    ids1 = B.states(1)["input_ids"]
+    for name in ("dump_20261201_000000_000001", "dump_20261201_090000_000002"):
+        dumper_records(tmp_path / name, [("input_ids", ids1, {}), ("aux_hidden_states", aux(1, [2, 15, 27]), {})])
+    info = hsdiff.inspect(tmp_path).to_dict()
+    assert info["runs"]["runs"] == 2 and info["runs"]["steps"] == ["0"]
+
+
 def test_the_run_that_matches_is_reported_and_the_broken_one_named(tmp_path, train):
     ids1 = B.states(1)["input_ids"]
     # an earlier run with ids [1, 14, 26], then a later one restarted with [0, 14, 26] (slot 0 one layer short)
