@@ -20,7 +20,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from ...arrays import np_dtype
+from ...arrays import FLOATS, np_dtype
 from ...errors import FormatError
 from .mapped import mapped_rows
 from .sniff import MAX_SAFETENSORS_HEADER
@@ -45,6 +45,11 @@ def read_safetensors_header(path: Path) -> dict[str, Any]:
     >>> read_safetensors_header(Path("model.safetensors"))["fc.weight"]["shape"]     # doctest: +SKIP
     [576, 1728]
     """
+    return _header(path)[0]
+
+
+def _header(path: Path) -> tuple[dict[str, Any], int]:
+    """The validated header and its length in bytes (the data start 8 bytes after it)."""
     size = path.stat().st_size
     try:
         with open(path, "rb") as f:
@@ -105,14 +110,12 @@ def read_safetensors_header(path: Path) -> dict[str, Any]:
             raise FormatError(f"safetensors entry {name!r} leaves a gap before it (bytes {end}..{start})",
                               path=path, hint="the header is damaged; re-copy the file")
         end = stop
-    return header
+    return header, n
 
 
 def open_table(path: Path, container: str = "safetensors") -> Table:
     """Open a safetensors file as a :class:`Table` whose entries load lazily."""
-    header = read_safetensors_header(path)
-    with open(path, "rb") as f:
-        (n,) = struct.unpack("<Q", f.read(8))
+    header, n = _header(path)
     metadata = header.get("__metadata__") or {}
     table = Table(path=path, container="safetensors", metadata={str(k): str(v) for k, v in metadata.items()})
     for name, info in header.items():
@@ -121,13 +124,10 @@ def open_table(path: Path, container: str = "safetensors") -> Table:
             dtype = DTYPES[info["dtype"]]
             start = 8 + n + int(info["data_offsets"][0])
             rows = None
-            if dtype in _FLOATS and shape and shape[-1] > 0 and 0 not in shape:
+            if dtype in FLOATS and shape and shape[-1] > 0 and 0 not in shape:
                 rows = _Rows(path, start, shape, dtype, name)
             table.entries[name] = Entry(name, shape, dtype, functools.partial(_get, path, start, shape, dtype, name), rows)
     return table
-
-
-_FLOATS = ("float64", "float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2")
 
 
 class _Rows:
