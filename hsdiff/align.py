@@ -17,14 +17,15 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from .arrays import lower_median, row_norms
+from .arrays import lower_median, quantile, row_norms, unique_ints
 from .model import Capture, Metrics
-from .rows import RowStats, chunks, extent, gather_columns, read, read_at, source
+from .rows import RowStats, chunks, extent, source
 from .token_ids import id_offsets, shared_prefix
+from .training import SINK_FACTOR, TrainSlot, sink_mask
 
 __all__ = [
     "SINK_FACTOR",
@@ -41,82 +42,11 @@ __all__ = [
     "observation_arrays",
 ]
 
-#: A token whose norm exceeds this multiple of the median token norm is an attention sink.
-SINK_FACTOR = 8.0
 #: Placing printed rows: a placement that compared only attention-sink tokens ranks as if its error
 #: were this much larger, so one that compared ordinary tokens at a similar error wins.
 SINK_PENALTY = 1.5
 _COLS_FOR_SEARCH = 64
 _EPS = 1e-12
-
-
-@dataclass
-class TrainSlot:
-    """One training slot of one sample: per-token norms and sink mask from one chunked pass; its rows
-    are read again as float32 when needed (:meth:`rows`, :meth:`columns`), and the whole ``[T, H]``
-    tensor only when something asks for :attr:`tensor` (printed-value placement)."""
-
-    capture: Capture
-    sinks: np.ndarray  # bool [T]
-    norms: np.ndarray  # float32 [T]
-    width: int
-    stats: RowStats
-    _source: np.ndarray | Capture
-    _columns: dict[tuple[int, ...], np.ndarray]
-    _rows: dict[int, np.ndarray] = field(default_factory=dict)  # single rows read (sketches)
-
-    @classmethod
-    def load(cls, capture: Capture) -> TrainSlot:
-        src = source(capture)
-        tokens, width = extent(src)
-        stats = RowStats()
-        parts = []
-        for x in chunks(src, 0, tokens):
-            parts.append(stats.add(x))
-        norms = np.concatenate([p for p in parts if p is not None]) if parts else np.zeros(0, dtype=np.float32)
-        return cls(capture, sink_mask(norms), norms, width, stats, src, {})
-
-    @classmethod
-    def of(cls, tensor: np.ndarray, capture: Capture | None = None) -> TrainSlot:
-        """A slot from a float32 ``[T, H]`` tensor already in memory."""
-        stats = RowStats()
-        norms = stats.add(tensor)
-        assert norms is not None
-        return cls(capture, sink_mask(norms), norms, int(tensor.shape[1]), stats, tensor, {})  # type: ignore[arg-type]
-
-    @property
-    def tokens(self) -> int:
-        return int(self.norms.shape[0])
-
-    @property
-    def tensor(self) -> np.ndarray:
-        """The whole slot as float32 ``[T, H]`` (read once, then kept)."""
-        if isinstance(self._source, Capture):
-            self._source = read(self._source, 0, self.tokens)
-        return self._source
-
-    def rows(self, i0: int, i1: int) -> np.ndarray:
-        return read(self._source, i0, i1)
-
-    def rows_at(self, rows: list[int]) -> np.ndarray:
-        return read_at(self._source, rows, self._rows)
-
-    def columns(self, cols: np.ndarray) -> np.ndarray:
-        """Columns ``cols`` of every token, float32 ``[T, len(cols)]``, read in chunks and kept."""
-        key = tuple(int(c) for c in cols)
-        if key not in self._columns:
-            self._columns[key] = gather_columns(self._source, cols, self.tokens)
-        return self._columns[key]
-
-
-def sink_mask(norms: np.ndarray) -> np.ndarray:
-    """True where a token's norm is far above the median (attention-sink tokens)."""
-    finite = norms[np.isfinite(norms)]
-    if finite.size < 3:
-        return np.zeros(norms.shape, dtype=bool)
-    med = lower_median(finite)
-    with np.errstate(invalid="ignore"):
-        return norms > np.float32(SINK_FACTOR * max(med, _EPS))
 
 
 def _per_token(x: np.ndarray, y: np.ndarray, nx: np.ndarray | None = None, ny: np.ndarray | None = None
@@ -125,6 +55,13 @@ def _per_token(x: np.ndarray, y: np.ndarray, nx: np.ndarray | None = None, ny: n
         diff = row_norms(x - y)
         ny = row_norms(y) if ny is None else ny
         nx = row_norms(x) if nx is None else nx
+    return token_metrics(nx, ny, diff)
+
+
+def token_metrics(nx: np.ndarray, ny: np.ndarray, diff: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-token relative error, cosine and norm ratio of inference rows ``x`` against training rows
+    ``y``, from the float32 norms of ``x``, ``y`` and ``x - y``."""
+    with np.errstate(all="ignore"):
         nyc = np.maximum(ny, np.float32(_EPS))
         err = diff / nyc
         # x.y = (|x|^2 + |y|^2 - |x - y|^2) / 2 from the norms already at hand: one pass over the rows
@@ -150,7 +87,7 @@ def _summarise(err: np.ndarray, cos: np.ndarray, ratio: np.ndarray, sinks: np.nd
     return Metrics(
         rel_err=upper_median(e),
         cosine=-upper_median(-cos[use]),
-        p90_err=float(np.quantile(e, 0.9)) if e.size > 1 else float(e[0]),
+        p90_err=quantile(e, 0.9) if e.size > 1 else float(e[0]),
         norm_ratio=lower_median(ratio[use]),
         tokens=int(use.sum()),
         values=int(use.sum()) * values_per_token,
@@ -322,7 +259,7 @@ def _search_full(train: TrainSlot, x: np.ndarray | Capture, exhaustive: bool = F
     each proposal is scored on a spread of columns of the whole overlap (``exhaustive`` tries every
     offset instead); the chosen one is then scored in full (not with ``only_offset``)."""
     (ti, h), tt = extent(x), train.tokens
-    cols = np.unique(np.linspace(0, h - 1, num=min(h, _COLS_FOR_SEARCH)).astype(np.int64))
+    cols = unique_ints(np.linspace(0, h - 1, num=min(h, _COLS_FOR_SEARCH)).astype(np.int64))
     key = tuple(cols.tolist())
     if columns is None or key not in columns:
         got = _columns_and_norms(x, cols)
@@ -398,7 +335,7 @@ def _probe_rows(norms: np.ndarray, n: int = 8) -> np.ndarray:
     ordinary = np.flatnonzero(~sink_mask(norms) & np.isfinite(norms))
     if ordinary.size == 0:
         ordinary = np.arange(norms.shape[0])
-    pick = np.unique(np.round(np.linspace(0, ordinary.size - 1, num=min(n, ordinary.size))).astype(np.int64))
+    pick = unique_ints(np.round(np.linspace(0, ordinary.size - 1, num=min(n, ordinary.size))).astype(np.int64))
     return ordinary[pick]
 
 

@@ -7,9 +7,10 @@ renderers in :mod:`hsdiff.report` can render a gate result without loading the p
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from .jsonout import dumps
 
 if TYPE_CHECKING:  # pragma: no cover
     from .model import Report
@@ -163,7 +164,7 @@ class GateResult:
         }
 
     def to_json(self, indent: int | None = 2) -> str:
-        return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
+        return dumps(self.to_dict(), indent)
 
     def __repr__(self) -> str:
         failed = ", ".join(c.name for c in self.failed_checks) or "-"

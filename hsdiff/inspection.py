@@ -13,7 +13,6 @@ safetensors and numpy headers), and only a sample of rows of each tensor is read
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from collections import Counter, defaultdict
@@ -26,6 +25,7 @@ import numpy as np
 from . import conventions as conv
 from .arrays import as_f32, is_float, lower_median, row_norms
 from .errors import InputError
+from .jsonout import dumps
 from .model import Capture, Dump
 from .readers import replica_difference, replica_groups, scan
 from .readers.sglang_dumper import run_of
@@ -78,7 +78,7 @@ class Inspection:
         }
 
     def to_json(self, indent: int | None = 2) -> str:
-        return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
+        return dumps(self.to_dict(), indent)
 
     def __repr__(self) -> str:
         return f"<Inspection {self.path}: {self.summary[0] if self.summary else 'nothing'}>"

@@ -1,30 +1,41 @@
 """Reading tensors a few rows at a time: bounded memory on multi-GB dumps.
 
-A :class:`~hsdiff.model.Capture` whose file allows it (safetensors, memory-mapped ``torch.save``)
-reads rows ``[i0, i1)`` alone, as float32; anything else is loaded once and sliced. :func:`chunks`
-walks rows in pieces of about :data:`CHUNK_BYTES` with the next piece read on a second thread, so
-that reading and computing overlap on two cores. :class:`RowStats` collects, from exactly the rows
-read, what is no hidden state (NaN/Inf, all-zero rows) for the data-quality warnings.
+A :class:`~hsdiff.model.Capture` whose file allows it (safetensors, ``torch.save`` zip) reads rows
+``[i0, i1)`` alone, as float32 (into a buffer the caller reuses, when it gives one) or in their stored
+dtype (``raw``); anything else is loaded once and sliced. :func:`chunks` walks rows in pieces of about
+:data:`CHUNK_BYTES` with the next piece read on a second thread; :func:`norms_of` and the verification
+split the rows into tasks for :data:`THREADS` threads, each with its own buffers (:func:`scratch`,
+:func:`row_buffers`). :class:`RowStats` collects, from exactly the rows read, what is no hidden state
+(NaN/Inf, all-zero rows) for the data-quality warnings.
 """
 
 from __future__ import annotations
 
-import ctypes
-import sys
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from .arrays import as_f32, row_norms
-from .model import Capture
+from . import fused
+from .arrays import as_f32, dtype_name, row_norms, row_sq_norms
+from .model import Capture, RowBuffer
 
-__all__ = ["CHUNK_BYTES", "RowStats", "chunks", "extent", "gather_columns", "give_back_freed_memory", "read", "read_at",
-           "source"]
+__all__ = ["BLOCK_BYTES", "CHUNK_BYTES", "RAW_BLOCK_BYTES", "THREADS", "RowStats", "block_rows", "chunks", "dtype_of",
+           "extent", "gather_columns", "in_order", "norms_of", "raw_block_rows", "read", "read_at", "read_raw",
+           "row_buffers", "scratch", "source"]
 
 #: Rows per chunk are chosen so that one chunk of one side holds about this many float32 bytes.
 CHUNK_BYTES = 8 * 2**20
+#: Threads reading and computing on rows (``pread`` and numpy release the GIL, so they share the cores).
+THREADS = 2
+#: Bytes of float32 per block of one tensor: a block stays in cache from its conversion to its last use.
+BLOCK_BYTES = 2**20
+#: Bytes per block of a tensor read in its stored dtype for the C loop.
+RAW_BLOCK_BYTES = 2**21
 
 
 @dataclass
@@ -93,26 +104,29 @@ class RowStats:
         self.zero_rows += int((amax == 0).sum())
         self.nonzero = self.nonzero or bool((amax != 0).any()) or others_nonzero
 
-    def add_at(self, x: np.ndarray, positions: list[int]) -> None:
-        """Rows ``x`` read at token ``positions`` (ascending, each once)."""
-        if self.tokens is None or not positions:
+    def add_at(self, x: np.ndarray, positions: Sequence[int], norms: np.ndarray | None = None) -> None:
+        """Rows ``x`` read at token ``positions`` (ascending, each once; ``norms``: theirs, when known)."""
+        if self.tokens is None or not len(positions):
             return
         if self._seen is None:
             self._seen = np.zeros(self.tokens, dtype=bool)
             self._norms = np.zeros(self.tokens, dtype=np.float32)
         pos = np.asarray(positions, dtype=np.int64)
-        new = ~self._seen[pos]
-        if not bool(new.any()):
+        new = np.flatnonzero(~self._seen[pos])
+        if not new.size:
             return
-        x, pos = x[new], pos[new]
+        if norms is None:
+            with np.errstate(all="ignore"):
+                norms = row_norms(x[new])
+        else:
+            norms = norms[new]
+        pos = pos[new]
         self._seen[pos] = True
-        self.rows += int(x.shape[0])
+        self.rows += int(new.size)
         assert self._norms is not None
-        with np.errstate(all="ignore"):
-            norms = row_norms(x)
         odd = ~np.isfinite(norms) | (norms == 0)
         if bool(odd.any()):
-            self._count(x[odd], bool((~odd).any()))
+            self._count(x[new[odd]], bool((~odd).any()))
         else:
             self.nonzero = True
         self._norms[pos] = norms
@@ -138,9 +152,21 @@ def extent(src: np.ndarray | Capture) -> tuple[int, int]:
     return int(src.tokens or 0), int(shape[-1]) if shape else 0
 
 
-def read(src: np.ndarray | Capture, i0: int, i1: int) -> np.ndarray:
-    """Rows ``[i0, i1)`` as float32."""
-    return src[i0:i1] if isinstance(src, np.ndarray) else src.read_rows(i0, i1)
+def read(src: np.ndarray | Capture, i0: int, i1: int, out: np.ndarray | None = None) -> np.ndarray:
+    """Rows ``[i0, i1)`` as float32: of a tensor in memory, a view; of a capture, read (into ``out``, a
+    float32 ``[i1 - i0, width]`` buffer, when given)."""
+    return src[i0:i1] if isinstance(src, np.ndarray) else src.read_rows(i0, i1, out)
+
+
+def read_raw(src: np.ndarray | Capture, i0: int, i1: int, buf: RowBuffer | None = None) -> np.ndarray:
+    """Rows ``[i0, i1)`` in their stored dtype, not converted (of a tensor in memory, a view; of a
+    capture, read into ``buf``: see :meth:`~hsdiff.model.Capture.read_rows`)."""
+    return src[i0:i1] if isinstance(src, np.ndarray) else src.read_rows(i0, i1, buf, raw=True)
+
+
+def dtype_of(src: np.ndarray | Capture) -> str:
+    """The stored dtype's name of a tensor or a capture."""
+    return dtype_name(src) if isinstance(src, np.ndarray) else src.dtype
 
 
 def chunks(src: np.ndarray | Capture, i0: int, i1: int, step: int | None = None) -> Iterator[np.ndarray]:
@@ -170,43 +196,111 @@ def gather_columns(src: np.ndarray | Capture, cols: np.ndarray, tokens: int) -> 
     return np.concatenate(parts) if parts else np.zeros((0, len(cols)), dtype=np.float32)
 
 
-def read_at(src: np.ndarray | Capture, rows: list[int], cache: dict[int, np.ndarray] | None) -> np.ndarray:
-    """Rows ``rows`` (ascending) as float32 ``[len(rows), W]``, reading runs of neighbouring rows at once."""
+def read_at(src: np.ndarray | Capture, rows: list[int], cache: dict | None) -> np.ndarray:
+    """Rows ``rows`` (ascending) as float32 ``[len(rows), W]``, reading runs of neighbouring rows at once
+    (``cache`` keeps the rows read, by row number, for the next call)."""
     if isinstance(src, np.ndarray):
         return src[np.asarray(rows, dtype=np.int64)]
     cache = {} if cache is None else cache
-    need = [r for r in rows if r not in cache]
-    k = 0
-    while k < len(need):
-        j = k
-        while j + 1 < len(need) and need[j + 1] == need[j] + 1:
+    out = np.empty((len(rows), extent(src)[1]), dtype=np.float32)
+    i = 0
+    while i < len(rows):
+        if rows[i] in cache:
+            out[i] = cache[rows[i]]
+            i += 1
+            continue
+        j = i
+        while j + 1 < len(rows) and rows[j + 1] == rows[j] + 1 and rows[j + 1] not in cache:
             j += 1
-        block = read(src, need[k], need[j] + 1)
-        for r in range(need[k], need[j] + 1):
-            cache[r] = block[r - need[k]]
-        k = j + 1
-    return np.stack([cache[r] for r in rows]) if rows else np.zeros((0, extent(src)[1]), dtype=np.float32)
+        read(src, rows[i], rows[j] + 1, out[i : j + 1])
+        for q in range(i, j + 1):
+            cache[rows[q]] = out[q]
+        i = j + 1
+    return out
 
 
-def give_back_freed_memory() -> None:
-    """Return the C allocator's free memory to the system (glibc ``malloc_trim``; nothing elsewhere).
-
-    Chunks read on one thread and freed on another leave glibc's heaps fragmented and growing: a 4 GB
-    dump walked chunk by chunk would keep over a GB it no longer uses. Called once per window of rows
-    compared, which bounds what the heaps hold by one window's buffers at the cost of page faults."""
-    if _LIBC is not None:
-        _LIBC.malloc_trim(0)
+def raw_block_rows(width: int) -> int:
+    """Rows per block read in the stored dtype for the C loop (:mod:`hsdiff.fused`): it makes one pass
+    over each, so its blocks can be larger than numpy's (fewer calls) at no cost in cache (2 MB of
+    bfloat16 was the quickest on the 4 GB benchmark pair here)."""
+    return max(8, min(1024, RAW_BLOCK_BYTES // (2 * max(1, width))))
 
 
-def _glibc() -> ctypes.CDLL | None:
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        lib = ctypes.CDLL(None)
-        lib.malloc_trim.argtypes = [ctypes.c_size_t]
-        return lib
-    except (OSError, AttributeError):  # pragma: no cover - not glibc
-        return None
+def block_rows(width: int) -> int:
+    """Rows per block of a tensor ``width`` wide (:data:`BLOCK_BYTES` of float32)."""
+    return max(8, min(256, BLOCK_BYTES // (4 * max(1, width))))
 
 
-_LIBC = _glibc()
+_scratch = threading.local()
+
+
+def scratch(n: int, size: int) -> list[np.ndarray]:
+    """``n`` float32 buffers of ``size`` values for the calling thread, kept from one call to the next
+    (a walk over a multi-GB dump allocates nothing per block)."""
+    got = getattr(_scratch, "bufs", None)
+    if got is None or got.shape[0] < n or got.shape[1] < size:
+        have = (0, 0) if got is None else got.shape
+        got = _scratch.bufs = np.empty((max(n, have[0]), max(size, have[1])), dtype=np.float32)
+    return [got[i, :size] for i in range(n)]
+
+
+def row_buffers(n: int) -> list[RowBuffer]:
+    """``n`` buffers for rows read in their stored dtype, for the calling thread (kept, like :func:`scratch`)."""
+    got = _scratch.__dict__.setdefault("row_buffers", [])
+    while len(got) < n:
+        got.append(RowBuffer())
+    return got[:n]
+
+
+def in_order(pool: ThreadPoolExecutor, fn: Callable[..., Any], tasks: Iterable[tuple]) -> Iterator[Any]:
+    """``fn(*task)`` of each task on ``pool``, yielded in order, with at most two tasks per thread queued
+    (what waits to be used stays small)."""
+    ahead = 2 * max(1, pool._max_workers)
+    pending: deque[Future] = deque()
+    for task in tasks:
+        pending.append(pool.submit(fn, *task))
+        if len(pending) >= ahead:
+            yield pending.popleft().result()
+    while pending:
+        yield pending.popleft().result()
+
+
+def norms_of(srcs: Sequence[np.ndarray | Capture]) -> list[tuple[np.ndarray, dict[int, np.ndarray]]]:
+    """Each tensor's row norms (float32) and its rows whose norm is not finite or is zero (by position),
+    the tensors read together a chunk of rows at a time on :data:`THREADS` threads: the slots of one
+    concatenated tensor read one after the other read each row of the file once."""
+    if not srcs:
+        return []
+    tokens = [extent(s)[0] for s in srcs]
+    width = max(extent(s)[1] for s in srcs)
+    step = max(1, CHUNK_BYTES // (4 * max(1, width)))
+    tasks = [(a, a + step) for a in range(0, max(tokens), step)]
+
+    c_loop = fused.worth(srcs, sum(t * extent(s)[1] for s, t in zip(srcs, tokens)))
+
+    def task(a: int, b: int) -> list[np.ndarray]:
+        rows = raw_block_rows(width) if c_loop else block_rows(width)
+        (buf,) = scratch(1, rows * width)
+        out = [np.zeros(max(0, min(b, t) - a), dtype=np.float64 if c_loop else np.float32) for t in tokens]
+        with np.errstate(all="ignore"):
+            for r0 in range(a, b, rows):
+                for src, t, o in zip(srcs, tokens, out):
+                    r1 = min(r0 + rows, b, t)
+                    if r1 <= r0:
+                        continue
+                    if c_loop:  # the slots of one file find their rows in this thread's buffer
+                        fused.rows_sq_into(read_raw(src, r0, r1), None, o[r0 - a : r1 - a], None)
+                    else:
+                        w = extent(src)[1]
+                        x = read(src, r0, r1, buf[: (r1 - r0) * w].reshape(r1 - r0, w))
+                        row_sq_norms(x, out=o[r0 - a : r1 - a])
+        return [np.sqrt(o).astype(np.float32) for o in out]
+
+    with ThreadPoolExecutor(max_workers=THREADS) as pool:
+        parts = list(in_order(pool, task, tasks))
+    got = []
+    for i, src in enumerate(srcs):
+        norms = np.concatenate([p[i] for p in parts]) if parts else np.zeros(0, dtype=np.float32)
+        bad = np.flatnonzero(~np.isfinite(norms) | (norms == 0))
+        got.append((norms, {int(r): read(src, int(r), int(r) + 1)[0].copy() for r in bad}))
+    return got

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
+
+from ..jsonout import dumps
 
 __all__ = ["Problem", "Group", "AuditReport", "KINDS", "render_text"]
 
@@ -101,7 +102,7 @@ class AuditReport:
         }
 
     def to_json(self, indent: int | None = 2) -> str:
-        return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
+        return dumps(self.to_dict(), indent)
 
     def __repr__(self) -> str:
         return f"<AuditReport {self.files_scanned} files, {len(self.problems)} problems>"

@@ -185,7 +185,7 @@ def _plan(slots: Slots, infer: list[Capture], sources: dict[int, np.ndarray | Ca
             plan.append((c, offsets, prefix))
         if not plan:
             continue  # token ids rule this sample out: its tensors are never loaded
-        loaded = {s: align.TrainSlot.load(c) for s, c in slot_caps.items()}
+        loaded = dict(zip(slot_caps, align.TrainSlot.load_all(list(slot_caps.values()))))
         for s, ts in loaded.items():
             warnings += validate.training_rows(ts.capture, s, ts.stats, ts.tokens)
         for c, offsets, prefix in plan:
@@ -245,30 +245,33 @@ def _verify_all(jobs: list[_Job], sources: dict[int, np.ndarray | Capture | None
 
 def _sketch(jobs: list[_Job], sources: dict[int, np.ndarray | Capture | None], stats: dict[int, RowStats],
             progress: Progress | None) -> None:
-    """Every pair's metrics on a sample of :data:`SKETCH_TOKENS` ordinary tokens (rows read alone)."""
-    cache: dict[int, dict[int, np.ndarray]] = {}  # rows read of the capture at hand (its jobs are consecutive)
+    """Every pair's metrics on a sample of :data:`SKETCH_TOKENS` ordinary tokens (rows read alone). A
+    capture's pairs are consecutive, and share the rows it read (reading the samples on a second thread
+    was slower here: the reads are short, and the threads contend for the interpreter)."""
+    cache: dict = {}  # rows read of the capture at hand, and its samples
     columns: dict = {}  # its columns and norms read for the search by value, shared by its training slots
     for i, j in enumerate(jobs):
         if progress:
             progress("sampling pairs", i, len(jobs))
+        if i and jobs[i - 1].capture is not j.capture:
+            _count_sampled({id(jobs[i - 1].capture): cache}, stats)
+            cache, columns = {}, {}
         src = _src(j, sources)
-        assert src is not None
-        if id(j.capture) not in cache:
-            _count_sampled(cache, stats)
-            cache, columns = {id(j.capture): {}}, {}
         offsets = j.offsets or [align.search_offset(j.train, src, columns)]
-        tried = [(o, sketch(j.train, src, o, SKETCH_TOKENS, cache[id(j.capture)])) for o in offsets]
+        tried = [(o, sketch(j.train, src, o, SKETCH_TOKENS, cache)) for o in offsets]
         j.result = min(tried, key=lambda r: (_err(r[1]), abs(r[0])))
-    _count_sampled(cache, stats)
+    if jobs:
+        _count_sampled({id(jobs[-1].capture): cache}, stats)
     if progress:
         progress("sampling pairs", len(jobs), len(jobs))
 
 
-def _count_sampled(cache: dict[int, dict[int, np.ndarray]], stats: dict[int, RowStats]) -> None:
-    for key, rows in cache.items():
-        pos = sorted(rows)
-        if pos:
-            stats[key].add_at(np.stack([rows[r] for r in pos]), pos)
+def _count_sampled(cache: dict[int, dict], stats: dict[int, RowStats]) -> None:
+    """What the rows sampled of each capture hold (``cache``: its samples of rows, with their norms)."""
+    for key, got in cache.items():
+        for sample, value in got.items():
+            if isinstance(sample, tuple):
+                stats[key].add_at(value[0], sample[1:], value[1])
 
 
 def _verify_shortlist(jobs: list[_Job], sources: dict[int, np.ndarray | Capture | None],

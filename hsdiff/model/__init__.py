@@ -10,7 +10,7 @@ A capture is a *description* of a tensor plus a loader: nothing is read from dis
 tens of GB can be opened and scanned cheaply.
 """
 
-from .capture import INFER, TRAIN, Capture, Dump, Layer, Observation, Origin
+from .capture import INFER, TRAIN, Capture, Dump, Layer, Observation, Origin, RowBuffer
 from .results import (
     Candidate,
     Configured,
@@ -37,6 +37,7 @@ __all__ = [
     "Observation",
     "Capture",
     "Dump",
+    "RowBuffer",
     "Evidence",
     "Status",
     "Verdict",

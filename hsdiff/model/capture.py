@@ -23,10 +23,27 @@ __all__ = [
     "Observation",
     "Capture",
     "Dump",
+    "RowBuffer",
 ]
 
 TRAIN = "train"
 INFER = "infer"
+
+
+class RowBuffer:
+    """Bytes that rows are read into in their stored dtype (``Capture.read_rows(..., raw=True)``),
+    remembering which rows of which file they hold: the training slots of one concatenated tensor read
+    the same rows, and the second slot finds them there."""
+
+    def __init__(self, nbytes: int = 0) -> None:
+        self.bytes = np.empty(nbytes, dtype=np.uint8)
+        self.holds: tuple | None = None
+
+    def fit(self, nbytes: int) -> np.ndarray:
+        """At least ``nbytes`` bytes (grown, and then holding nothing, when short)."""
+        if self.bytes.nbytes < nbytes:
+            self.bytes, self.holds = np.empty(max(nbytes, 2 * self.bytes.nbytes), dtype=np.uint8), None
+        return self.bytes
 
 
 @dataclass(frozen=True)
@@ -117,7 +134,7 @@ class Capture:
     loader: Callable[[], np.ndarray] | None = field(default=None, repr=False)
     col_start: int = 0
     col_stop: int | None = None
-    rows: Callable[..., np.ndarray] | None = field(default=None, repr=False)  # (i0, i1, c0, c1) -> float32
+    rows: Callable[..., np.ndarray] | None = field(default=None, repr=False)  # (i0, i1, c0, c1, out, raw) -> float32
     #: the target's hidden size as the file shows it apart from this tensor (a training file's final
     #: post-norm ``hidden_state`` beside a concatenated ``aux_hidden_state``), or None
     final_width: int | None = None
@@ -173,12 +190,16 @@ class Capture:
         """Whether :meth:`read_rows` reads only the rows asked for (else it loads the whole tensor)."""
         return self.rows is not None
 
-    def read_rows(self, i0: int, i1: int) -> np.ndarray:
+    def read_rows(self, i0: int, i1: int, out: np.ndarray | RowBuffer | None = None, raw: bool = False) -> np.ndarray:
         """Rows ``[i0, i1)`` of the ``[tokens, width]`` tensor as float32, reading only their bytes when
-        the file allows it (safetensors, memory-mapped ``torch.save``)."""
+        the file allows it (safetensors, ``torch.save`` zip); written into ``out`` (float32
+        ``[i1 - i0, width]``, returned) when given. ``raw``: in the stored dtype, not converted: the
+        file's whole rows read into ``out`` (a :class:`RowBuffer`) or a buffer of the calling thread,
+        valid until the next read into it."""
         if self.rows is not None:
-            return self.rows(i0, i1, self.col_start, self.col_stop)
-        return as_f32(self.array()[i0:i1])
+            return self.rows(i0, i1, self.col_start, self.col_stop, out, raw)
+        rows = self.array()[i0:i1]
+        return rows if raw else as_f32(rows, out=out if isinstance(out, np.ndarray) else None)
 
     def replace(self, **changes: Any) -> Capture:
         return dataclasses.replace(self, **changes)

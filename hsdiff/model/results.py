@@ -8,13 +8,13 @@ JSON keeps plain strings and ``report.verdict == "ok"`` reads as before.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
+from ..jsonout import dumps
 from .capture import Capture
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -364,7 +364,7 @@ class Report:
         }
 
     def to_json(self, indent: int | None = 2) -> str:
-        return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
+        return dumps(self.to_dict(), indent)
 
     def slots_frame(self) -> pd.DataFrame:
         import pandas as pd

@@ -57,7 +57,7 @@ def _plane_rows(e: Entry, b: int, per: int) -> Callable[..., Any] | None:
     if e.rows is None:
         return None
     rows = e.rows
-    return lambda i0, i1, c0=0, c1=None: rows(b * per + i0, b * per + i1, c0, c1)
+    return lambda i0, i1, c0=0, c1=None, out=None, raw=False: rows(b * per + i0, b * per + i1, c0, c1, out, raw)
 
 
 def sniff(table: Table) -> bool:

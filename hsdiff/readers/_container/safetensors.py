@@ -3,9 +3,9 @@
 :func:`read_safetensors_header` validates the length prefix, that the header is a JSON object
 without NUL bytes, its ``__metadata__``, every entry's dtype, shape and data offsets against the
 file's size, and that the entries tile the data without overlaps or gaps. Tensors are read lazily
-as numpy arrays memory-mapped at their offsets, or a few rows at a time (:class:`_Rows`, converted
-to float32 with the pages read given back), so that a multi-GB file is never held in memory. torch
-is never imported.
+as numpy arrays memory-mapped at their offsets, or a few rows at a time (:class:`_Rows`, read into a
+buffer and converted to float32), so that a multi-GB file is never held in memory. torch is never
+imported.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import numpy as np
 
 from ...arrays import FLOATS, np_dtype
 from ...errors import FormatError
-from .mapped import mapped_rows
+from .filerows import file_rows
 from .sniff import MAX_SAFETENSORS_HEADER
 from .table import Entry, Table, short
 
@@ -131,17 +131,18 @@ def open_table(path: Path, container: str = "safetensors") -> Table:
 
 
 class _Rows:
-    """Rows ``[i0, i1)`` of a tensor seen as ``[-1, width]``, as float32: only their pages are read,
-    through a mapping of the file made at the first call (:mod:`.mapped`) and kept with the entry."""
+    """Rows ``[i0, i1)`` of a tensor seen as ``[-1, width]``, as float32 (into ``out`` when given): only
+    their bytes are read (:mod:`.filerows`, set up at the first call and kept with the entry)."""
 
     def __init__(self, path: Path, start: int, shape: tuple[int, ...], dtype: str, key: str):
         self.args = (path, start, shape, dtype, key)
         self.read: Callable[..., np.ndarray] | None = None
 
-    def __call__(self, i0: int, i1: int, c0: int = 0, c1: int | None = None) -> np.ndarray:
+    def __call__(self, i0: int, i1: int, c0: int = 0, c1: int | None = None, out: np.ndarray | None = None,
+                 raw: bool = False) -> np.ndarray:
         if self.read is None:
-            self.read = mapped_rows(_get(*self.args))
-        return self.read(i0, i1, c0, c1)
+            self.read = file_rows(_get(*self.args))
+        return self.read(i0, i1, c0, c1, out, raw)
 
 
 def _read_header(f: IO[bytes], n: int, path: Path) -> bytes:

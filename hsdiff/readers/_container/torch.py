@@ -24,7 +24,7 @@ import numpy as np
 from ...arrays import dtype_name, from_torch
 from ...errors import FormatError, HsdiffError, UnsafeFileError
 from . import limits, torchzip
-from .mapped import mapped_rows
+from .filerows import file_rows
 from .table import Entry, Table, short
 
 _GLOBAL_RE = re.compile(r"GLOBAL ([\w.]+)")
@@ -64,7 +64,7 @@ def open_table(path: Path, container: str) -> Table:
         for entry in table.entries.values():
             a = entry.loader()
             if entry.is_float and a.ndim >= 1 and a.shape[-1] > 0 and a.flags.c_contiguous:
-                entry.rows = mapped_rows(a)
+                entry.rows = file_rows(a)
     return table
 
 

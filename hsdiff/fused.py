@@ -1,0 +1,106 @@
+"""Per-row squared norms of ``x`` and of ``x - y`` in one pass, by the optional C loop when it was built.
+
+The comparison's cost on a multi-GB dump is this arithmetic on every token of the verified pairs. In
+numpy it takes a pass per step (bfloat16 to float32 into a buffer, ``|x|^2``, ``x - y`` into another,
+``|x - y|^2``); the C loop (``hsdiff/_fused.c``, reached through ctypes, which releases the GIL)
+reads each element once: on this machine's 4 GB benchmark pair it verifies in about a third of the
+numpy path's time. It handles float32 and bfloat16 rows, accumulating in float32 per lane and summing
+the lanes in double; anything else, or a machine where it was not built or would be slow, takes the
+numpy path, whose sums differ from the loop's in the last bits only.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import os
+from typing import Any
+
+import numpy as np
+
+from .arrays import as_f32, dtype_name, row_sq_norms
+
+__all__ = ["AVAILABLE", "DTYPES", "WORTH", "rows_sq", "rows_sq_into", "handles", "worth"]
+
+_DTYPES = {"float32": 0, "bfloat16": 1}
+#: The stored dtypes the C loop reads.
+DTYPES = frozenset(_DTYPES)
+
+
+def _load() -> Any:
+    if os.environ.get("HSDIFF_NO_C") == "1":  # the numpy path, on request (tests compare the two)
+        return None
+    spec = importlib.util.find_spec("hsdiff._fused")
+    if spec is None or not spec.origin:
+        return None
+    try:
+        lib = ctypes.CDLL(spec.origin)
+    except OSError:
+        return None
+    lib.hs_rows.restype = None
+    lib.hs_rows.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_long, ctypes.c_void_p, ctypes.c_int, ctypes.c_long,
+                            ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
+    lib.hs_fast.restype = ctypes.c_int
+    return lib
+
+
+_LIB = _load()
+#: Whether the C loop is used here (built, and fast on this machine).
+AVAILABLE = _LIB is not None and bool(_LIB.hs_fast())
+
+
+#: Values (all tensors together) from which the training norms are summed by the C loop. Below it numpy
+#: sums them, so that every small dump (each fixture and golden report) gives the same numbers
+#: whether the loop was built or not; the loop's sums differ from numpy's in the last bits.
+WORTH = 2**24
+
+
+def worth(srcs: Any, values: int) -> bool:
+    """Whether to sum the squared norms of these tensors or captures (``values`` in all) by the C loop."""
+    from .arrays import dtype_name as name
+
+    kinds = {name(s) if isinstance(s, np.ndarray) else s.dtype for s in srcs}
+    return AVAILABLE and values >= WORTH and kinds <= DTYPES
+
+
+def handles(*arrays: np.ndarray) -> bool:
+    """Whether the C loop takes these ``[N, W]`` arrays (float32 or bfloat16 rows, each contiguous)."""
+    return AVAILABLE and all(
+        a.ndim == 2 and dtype_name(a) in _DTYPES and (a.shape[1] < 2 or a.strides[1] == a.itemsize)
+        and a.strides[0] % a.itemsize == 0 for a in arrays)
+
+
+def rows_sq(x: np.ndarray, y: np.ndarray | None = None, portable: bool = False
+            ) -> tuple[np.ndarray, np.ndarray | None]:
+    """The squared norm of each row of ``x`` (float32 or bfloat16 ``[N, W]``) and, with ``y`` (the same
+    shape), of each row of ``x - y``, as float64 ``[N]`` arrays. By the C loop when :func:`handles`
+    them (``portable``: its loop without AVX2, which gives the same bits), else in numpy."""
+    n = x.shape[0]
+    nx2 = np.empty(n, dtype=np.float64)
+    d2 = None if y is None else np.empty(n, dtype=np.float64)
+    if y is not None and x.shape != y.shape:
+        raise ValueError(f"rows of shape {x.shape} and {y.shape}")
+    if n and (handles(x) if y is None else handles(x, y)):
+        _LIB.hs_rows(x.ctypes.data, _DTYPES[dtype_name(x)], _stride(x),
+                     None if y is None else y.ctypes.data, 0 if y is None else _DTYPES[dtype_name(y)],
+                     0 if y is None else _stride(y), n, x.shape[1], nx2.ctypes.data,
+                     None if d2 is None else d2.ctypes.data, int(portable))
+        return nx2, d2
+    xf = as_f32(x)
+    nx2[:] = row_sq_norms(xf) if n else 0
+    if y is not None and d2 is not None:
+        with np.errstate(all="ignore"):
+            d2[:] = row_sq_norms(xf - as_f32(y)) if n else 0
+    return nx2, d2
+
+
+def rows_sq_into(x: np.ndarray, y: np.ndarray | None, nx2: np.ndarray, d2: np.ndarray | None) -> None:
+    """:func:`rows_sq` by the C loop into float64 ``nx2`` (and ``d2``), for arrays :func:`handles` takes
+    (not checked: the caller checked their kind once)."""
+    _LIB.hs_rows(x.ctypes.data, _DTYPES[dtype_name(x)], _stride(x), None if y is None else y.ctypes.data,
+                 0 if y is None else _DTYPES[dtype_name(y)], 0 if y is None else _stride(y), x.shape[0], x.shape[1],
+                 nx2.ctypes.data, None if d2 is None else d2.ctypes.data, 0)
+
+
+def _stride(a: np.ndarray) -> int:
+    return int(a.strides[0] // a.itemsize) if a.shape[0] > 1 else int(a.shape[1])

@@ -1,0 +1,145 @@
+"""Rows of a tensor stored in a file, read a few at a time with ``pread``: bounded memory, no mapping.
+
+The readers memory-map a tensor file read-only (``np.memmap``): nothing is read until used, and
+:meth:`Capture.array` slices it. The comparison instead reads rows ``[i0, i1)`` of a C-contiguous
+tensor with ``pread`` into a buffer of the calling thread and converts them to float32, into the
+caller's buffer when it gives one (``out``), so a walk over a multi-GB dump allocates nothing per
+block. Measured on 134 MB bf16 planes here, reading through the mapping cost 1.5 times as much as
+``pread`` into a reused buffer: mapping the file's pages (and giving them back, to bound the
+resident memory) is dearer than copying them. The last rows read are kept per thread, so the slots
+of a concatenated ``[T, k*H]`` tensor read one after the other read the rows once.
+"""
+
+from __future__ import annotations
+
+import itertools
+import mmap
+import os
+import threading
+import weakref
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ...arrays import as_f32
+from ...errors import FormatError
+from ...model import RowBuffer
+
+__all__ = ["file_rows"]
+
+
+def file_rows(a: np.ndarray) -> Callable[..., np.ndarray]:
+    """``(i0, i1, c0=0, c1=None, out=None, raw=False) -> float32`` rows ``[i0, i1)`` and columns
+    ``[c0, c1)`` of a C-contiguous array seen as ``[-1, last dimension]``: read from its file when it is
+    a memory map of one, else sliced from memory. ``raw``: in the stored dtype instead, the whole rows
+    read into ``out`` (a :class:`~hsdiff.model.RowBuffer`) or this thread's, valid until its next read."""
+    flat = a.reshape(-1, a.shape[-1])
+    place = _file_place(flat) if hasattr(os, "preadv") else None
+    if place is None:
+        return lambda i0, i1, c0=0, c1=None, out=None, raw=False: (
+            flat[i0:i1, c0:c1] if raw else _copy(flat[i0:i1, c0:c1], out))
+    return _FileRows(*place, flat)
+
+
+def _copy(rows: np.ndarray, out: np.ndarray | None) -> np.ndarray:
+    """``rows`` as float32, never a view of them (the caller may keep it; they are a file's mapping or a
+    reused buffer)."""
+    got = as_f32(rows, out=out)
+    return got.copy() if out is None and np.may_share_memory(got, rows) else got
+
+
+def _file_place(a: np.ndarray) -> tuple[str, int] | None:
+    """The file and byte offset holding the first element of a view of a ``np.memmap``, if it is one."""
+    root: np.ndarray | None = a
+    while root is not None and not isinstance(root.base, mmap.mmap):
+        root = root.base if isinstance(root.base, np.ndarray) else None
+    name = getattr(root, "filename", None)
+    if root is None or not a.flags.c_contiguous or not isinstance(name, (str, os.PathLike)):
+        return None
+    return os.fspath(name), int(root.offset) + (a.ctypes.data - root.ctypes.data)  # type: ignore[attr-defined]
+
+
+_ids = itertools.count()
+_local = threading.local()
+
+
+class _FileRows:
+    """Reads through a descriptor opened at the first read, of the file mapped (same device and inode):
+    when the path is gone or is another file by then (a gzip member's temporary file is removed once
+    mapped), the rows are sliced from the mapping instead."""
+
+    def __init__(self, path: str, offset: int, a: np.ndarray) -> None:
+        self.path, self.offset = path, offset
+        self.rows, self.width = int(a.shape[0]), int(a.shape[1])
+        self.dtype = a.dtype
+        self.row_bytes = self.width * a.dtype.itemsize
+        self.key = next(_ids)
+        self.mapped = a
+        try:
+            st = os.stat(path)
+            self._file: tuple[int, int] | None = (st.st_dev, st.st_ino)
+        except OSError:
+            self._file = None
+        self._fd: int | None = None
+        self._lock = threading.Lock()
+
+    def __call__(self, i0: int, i1: int, c0: int = 0, c1: int | None = None, out: Any = None,
+                 raw: bool = False) -> np.ndarray:
+        i0, i1 = max(0, min(i0, self.rows)), max(0, min(i1, self.rows))
+        if raw:
+            return self._raw(i0, i1, out)[:, c0:c1]
+        whole = c0 == 0 and (c1 is None or c1 >= self.width)
+        if whole and self.dtype == np.float32 and not self.dtype.metadata:
+            dst = np.empty((max(0, i1 - i0), self.width), dtype=np.float32) if out is None else out
+            self._pread(dst, i0)
+            return dst
+        return _copy(self._raw(i0, i1)[:, c0:c1], out)
+
+    def _raw(self, i0: int, i1: int, buf: RowBuffer | None = None) -> np.ndarray:
+        """Rows ``[i0, i1)`` in the stored dtype, in ``buf`` or this thread's buffer: read again only when
+        that buffer holds other rows."""
+        if buf is None:
+            buf = _local.__dict__.setdefault("buf", RowBuffer())
+        n = max(0, i1 - i0)
+        got = buf.fit(n * self.row_bytes)[: n * self.row_bytes].view(self.dtype).reshape(n, self.width)
+        if buf.holds != (self.key, i0, i1):
+            buf.holds = None
+            self._pread(got, i0)
+            buf.holds = (self.key, i0, i1)
+        return got
+
+    def _pread(self, dst: np.ndarray, i0: int) -> None:
+        fd = self._open()
+        if fd is None:  # the file mapped is no longer at its path
+            dst.reshape(-1, self.width)[...] = self.mapped[i0 : i0 + dst.size // self.width]  # the same dtype: bits
+            return
+        view = memoryview(dst.reshape(-1).view(np.uint8))  # type: ignore[arg-type]
+        pos, done = self.offset + i0 * self.row_bytes, 0
+        while done < len(view):
+            got = os.preadv(fd, [view[done:]], pos + done)
+            if got <= 0:
+                raise FormatError(f"the file ended at byte {pos + done} while reading a tensor's rows",
+                                  path=Path(self.path), hint="the file changed or was truncated while it was read; re-copy it")
+            done += got
+
+    def _open(self) -> int | None:
+        if self._fd is None:
+            with self._lock:
+                if self._fd is None:
+                    self._fd = self._open_same_file()
+        return self._fd if self._fd >= 0 else None
+
+    def _open_same_file(self) -> int:
+        """A descriptor of the file mapped, or -1 when its path now names no file or another one."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        except OSError:
+            return -1
+        st = os.fstat(fd)
+        if self._file != (st.st_dev, st.st_ino):
+            os.close(fd)
+            return -1
+        weakref.finalize(self, os.close, fd)
+        return fd

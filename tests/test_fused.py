@@ -1,0 +1,144 @@
+"""The C loop for per-row norms (hsdiff/_fused.c): the same bits with and without AVX2, the values of a
+float64 reference to float32 accuracy, the same answers as the numpy path on real hidden states, and
+each file row read once by the slots of a concatenated tensor."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hsdiff import compare, fused
+from hsdiff.arrays import as_f32, np_dtype
+from hsdiff.comparison import scoring
+from hsdiff.model import TRAIN
+from hsdiff.readers import scan
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks import gen  # noqa: E402
+
+needs_loop = pytest.mark.skipif(not fused.AVAILABLE, reason="the C loop was not built here")
+
+
+def _bf16(x: np.ndarray) -> np.ndarray:
+    """float32 values rounded to bfloat16 bits (round to nearest even)."""
+    u = x.astype(np.float32).view(np.uint32)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16).view(np_dtype("bfloat16"))
+
+
+def test_the_loop_is_built_where_a_compiler_is():
+    if shutil.which("cc") is None and shutil.which("gcc") is None:
+        pytest.skip("no C compiler: the numpy path is used")
+    assert fused.AVAILABLE, "hsdiff/_fused.c should have been built by pip install"
+
+
+@needs_loop
+@pytest.mark.parametrize("width", [1, 7, 16, 17, 576, 1000])
+@pytest.mark.parametrize("kinds", [("bfloat16", "bfloat16"), ("float32", "bfloat16"), ("bfloat16", "float32"),
+                                   ("float32", "float32")])
+def test_loop_matches_a_float64_reference_and_its_portable_twin(width, kinds):
+    rng = np.random.default_rng(width)
+    base = rng.standard_normal((9, width)).astype(np.float32) * np.float32(30)
+    base[0, 0] = 4000.0  # a massive activation
+    base[3] = 0  # an all-zero row
+    other = base + rng.standard_normal(base.shape).astype(np.float32) * np.float32(0.3)
+    x = _bf16(base) if kinds[0] == "bfloat16" else base
+    y = _bf16(other) if kinds[1] == "bfloat16" else other
+    nx2, d2 = fused.rows_sq(x, y)
+    px2, pd2 = fused.rows_sq(x, y, portable=True)
+    assert np.array_equal(nx2, px2) and np.array_equal(d2, pd2)  # AVX2 and portable give the same bits
+    xf, yf = as_f32(x).astype(np.float64), as_f32(y).astype(np.float64)
+    np.testing.assert_allclose(nx2, (xf * xf).sum(1), rtol=1e-6)
+    np.testing.assert_allclose(d2, ((xf - yf) ** 2).sum(1), rtol=1e-5, atol=1e-30)
+    assert nx2[3] == 0.0
+
+
+@needs_loop
+def test_loop_reads_strided_rows_and_passes_nan_and_inf_on():
+    rng = np.random.default_rng(0)
+    wide = rng.standard_normal((6, 3 * 40)).astype(np.float32)
+    wide[2, 45] = np.nan
+    wide[4, 50] = np.inf
+    raw = _bf16(wide)
+    slot = raw[:, 40:80]  # the middle slot of a concatenated [T, 3H] tensor: rows 240 bytes apart
+    assert fused.handles(slot)
+    nx2, _ = fused.rows_sq(slot)
+    ref = (as_f32(slot).astype(np.float64) ** 2).sum(1)
+    assert np.isnan(nx2[2]) and np.isinf(nx2[4])
+    ok = [0, 1, 3, 5]
+    np.testing.assert_allclose(nx2[ok], ref[ok], rtol=1e-6)
+
+
+def _answers(report):
+    out = []
+    for s in report.slots:
+        m = s.match
+        out.append((s.slot, s.status, s.boundary_index, None if m is None else (m.capture.label(), m.offset)))
+    return report.verdict, report.cause, out, report.warnings
+
+
+@needs_loop
+def test_the_loop_and_numpy_give_the_same_answers_and_metrics_to_float32_accuracy(tmp_path, monkeypatch):
+    monkeypatch.setenv("HSDIFF_BENCH_CACHE", str(tmp_path))
+    pair = gen.pair(gen.load_source(), 320, 576)  # real SmolLM2 states, bf16, as a 31-layer stack
+    monkeypatch.setattr(scoring, "SKETCH_ABOVE", 0)
+    with_numpy = compare(pair.train, pair.infer, layer_ids="1,14,26")
+    monkeypatch.setattr(fused, "WORTH", 0)  # the small pair through the C loop: verification and norms
+    with_loop = compare(pair.train, pair.infer, layer_ids="1,14,26")
+    assert _answers(with_loop) == _answers(with_numpy)
+    assert [s.boundary_index for s in with_loop.slots] == list(gen.TRAIN_B)
+    for a, b in zip(with_loop.slots, with_numpy.slots):
+        assert a.match is not None and b.match is not None
+        assert a.match.metrics.tokens == b.match.metrics.tokens
+        for name in ("rel_err", "cosine", "p90_err", "norm_ratio"):
+            assert getattr(a.match.metrics, name) == pytest.approx(getattr(b.match.metrics, name), rel=1e-5)
+
+
+@needs_loop
+def test_the_slots_of_a_concatenated_tensor_read_each_row_once(tmp_path, monkeypatch):
+    monkeypatch.setenv("HSDIFF_BENCH_CACHE", str(tmp_path))
+    pair = gen.pair(gen.load_source(), 320, 576)
+    aux = scan(pair.train, TRAIN).captures[0]
+    slots = aux.split(576)
+    read: list[int] = []
+    real = os.preadv
+
+    def counting(fd, buffers, offset):
+        got = real(fd, buffers, offset)
+        read.append(got)
+        return got
+
+    monkeypatch.setattr(os, "preadv", counting)
+    monkeypatch.setattr(fused, "WORTH", 0)
+    from hsdiff.training import TrainSlot
+
+    loaded = TrainSlot.load_all(slots)
+    assert sum(read) == 320 * 3 * 576 * 2  # the file's rows, once, though three slots read them
+    whole = as_f32(aux.array()).astype(np.float64)
+    for s, ts in enumerate(loaded):
+        ref = np.sqrt((whole[:, s * 576 : (s + 1) * 576] ** 2).sum(1))
+        np.testing.assert_allclose(ts.norms, ref, rtol=1e-6)
+
+
+def test_without_the_loop_compare_gives_the_same_answer(tmp_path, monkeypatch):
+    """HSDIFF_NO_C=1: the numpy path, as on a machine without a C compiler (a process each)."""
+    monkeypatch.setenv("HSDIFF_BENCH_CACHE", str(tmp_path))
+    pair = gen.pair(gen.load_source(), 320, 576)
+    code = ("import sys; from hsdiff import compare, fused; from hsdiff.comparison import scoring; "
+            "scoring.SKETCH_ABOVE = 0; fused.WORTH = 0; r = compare(sys.argv[1], sys.argv[2], layer_ids='1,14,26'); "
+            "print(fused.AVAILABLE, r.verdict, [s.boundary_index for s in r.slots], "
+            "[round(s.match.metrics.rel_err, 4) for s in r.slots])")
+    args = [sys.executable, "-c", code, str(pair.train), str(pair.infer)]
+    off = subprocess.run(args, env=dict(os.environ, HSDIFF_NO_C="1"), capture_output=True, text=True, timeout=300)
+    on = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert off.returncode == on.returncode == 0, off.stderr + on.stderr
+    flag, rest = off.stdout.split(" ", 1)
+    assert flag == "False" and f"ok {list(gen.TRAIN_B)}" in rest
+    assert on.stdout.split(" ", 1)[1] == rest  # the same verdict, boundaries and errors to 4 decimals
