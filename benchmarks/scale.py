@@ -134,9 +134,15 @@ def hsdiff_run(pair: gen.Pair) -> tuple[Run, dict]:
     }
 
 
+def warm(*pairs: gen.Pair) -> list[Path]:
+    """Read the pairs' files once, so that every timed run finds them in the page cache."""
+    paths = [f for p in pairs for f in gen.files(p.train) + gen.files(p.infer)]
+    measure(["sh", "-c", 'cat "$@" > /dev/null', "cat", *map(str, paths)])
+    return paths
+
+
 def floor_run(pair: gen.Pair) -> tuple[Run, float | None]:
-    paths = gen.files(pair.train) + gen.files(pair.infer)
-    measure(["sh", "-c", 'cat "$@" > /dev/null', "cat", *map(str, paths)])  # warm the page cache
+    paths = warm(pair)
     cached = cached_fraction(paths)
     run = measure(["sh", "-c", 'cat "$@" > /dev/null', "cat", *map(str, paths)])
     return run, cached
@@ -192,6 +198,7 @@ def bench_size(src: gen.Source, size: str, imports: Imports) -> dict:
 def bench_window(src: gen.Source, imports: Imports) -> dict:
     w = WINDOW
     noids, ids = gen.window(src, w["tokens"], w["width"], w["offset"], w["hidden"])
+    warm(noids, ids)
     load0 = os.getloadavg()[0]
     a, fa = hsdiff_run(ids)
     u, fu = hsdiff_run(noids)
@@ -214,6 +221,7 @@ def bench_samples(src: gen.Source, counts: tuple[int, ...], imports: Imports) ->
     load0 = os.getloadavg()[0]
     rows = {}
     for n, pair in sorted(sets.items()):
+        warm(pair)
         run, found = hsdiff_run(pair)
         want = f"data_{int(n * gen.MATCH)}"
         rows[str(n)] = _rec(run, imports["hsdiff"], **found, bytes=pair.nbytes,

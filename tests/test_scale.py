@@ -35,9 +35,11 @@ def data(tmp_path_factory):
 
 
 def _both(monkeypatch, train, infer, **kw):
+    """Every pair scored in full one by one, and sampled then verified (the large-dump path)."""
     monkeypatch.setattr(scoring, "SKETCH_ABOVE", 1 << 62)
     full = compare(train, infer, **kw)
     monkeypatch.setattr(scoring, "SKETCH_ABOVE", 0)
+    monkeypatch.setattr(scoring, "WHOLE_WITH_LOOP_BELOW", 0)
     return full, compare(train, infer, **kw)
 
 
@@ -71,6 +73,23 @@ def test_sample_then_verify_gives_the_full_answer(data, monkeypatch, case, ids):
     if case == "pair":
         assert any("sampled_tokens" in r for r in rows.values())
     assert sketched.profiles["tokens"] == full.profiles["tokens"]
+
+
+def test_every_pair_in_one_walk_gives_the_full_answer(data, monkeypatch):
+    """Below WHOLE_WITH_LOOP_BELOW, with the C loop and token ids, the pairs are all scored on every
+    token in one walk over the rows instead of sampled: the answers and metrics of scoring them one by one."""
+    from hsdiff import fused
+
+    p = data["pair"]
+    monkeypatch.setattr(scoring, "SKETCH_ABOVE", 1 << 62)
+    full = compare(p.train, p.infer, layer_ids="1,14,26")
+    monkeypatch.setattr(scoring, "SKETCH_ABOVE", 0)
+    monkeypatch.setattr(fused, "AVAILABLE", True)  # the choice of path...
+    monkeypatch.setattr(fused, "WORTH", 1 << 62)  # ...with numpy's sums (the loop's: tests/test_fused.py)
+    walked = compare(p.train, p.infer, layer_ids="1,14,26")
+    assert _answer(walked) == _answer(full)
+    assert {(r.slot, r.capture): r.metrics for r in walked.scores} == {(r.slot, r.capture): r.metrics for r in full.scores}
+    assert walked.profiles["tokens"] == full.profiles["tokens"]
 
 
 def test_sample_then_verify_on_the_seed_story(monkeypatch):
@@ -116,6 +135,7 @@ def test_progress_is_a_plain_callable_and_quiet_off_a_terminal(data, monkeypatch
     from hsdiff.cli._options import progress_printer
 
     monkeypatch.setattr(scoring, "SKETCH_ABOVE", 0)
+    monkeypatch.setattr(scoring, "WHOLE_WITH_LOOP_BELOW", 0)
     seen: list[tuple[str, int, int]] = []
     p = data["pair"]
     compare(p.train, p.infer, layer_ids="1,14,26", progress=lambda what, i, n: seen.append((what, i, n)))

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .. import align
+from .. import align, fused
 from ..arrays import lower_median
 from ..model import Candidate, Capture, Metrics, NormCheck, PrintedEvidence, Score
 from ..rows import RowStats, chunks, extent, read
@@ -40,6 +40,10 @@ class Scores:
 #: Above this many bytes of full-precision work (float32, both sides, every pair), pairs are first
 #: scored on a sample of tokens and only a shortlist is verified on every token.
 SKETCH_ABOVE = 256 * 2**20
+#: With the C loop (:mod:`hsdiff.fused`) and one token offset per pair from the ids, pairs are all
+#: scored on every token up to this much work instead: reading each capture whole then costs less than
+#: sampling every pair (measured on the 0.2 GB benchmark pair; the 1 GB one is past the crossing).
+WHOLE_WITH_LOOP_BELOW = 4 * 2**30
 #: Ordinary tokens per pair in that sample.
 SKETCH_TOKENS = 64
 #: Per training slot, pairs are verified in full, best first by their current error (the full one
@@ -68,7 +72,9 @@ def score_all(slots: Slots, infer: list[Capture], tolerance: float, progress: Pr
     """Score every slot of every training sample against every inference capture; a training sample
     whose token ids rule it out is never loaded.
 
-    On large dumps (:data:`SKETCH_ABOVE`) every pair is first scored on a sample of ordinary tokens
+    Above :data:`SKETCH_ABOVE` with the C loop and one offset per pair from the ids, every pair is
+    scored on every token in one walk over the rows (up to :data:`WHOLE_WITH_LOOP_BELOW`). On larger
+    dumps every pair is first scored on a sample of ordinary tokens
     read as row slices, and only the pairs that can matter are verified on every token: per slot the
     best :data:`VERIFY_LAYERS` layers (repeated until the verified errors settle) and the captures at
     the boundaries ``verify`` names for its slot (the configured and the labelled one). Decisions rest on verified pairs only; the
@@ -89,7 +95,14 @@ def score_all(slots: Slots, infer: list[Capture], tolerance: float, progress: Pr
     warnings += train_warn
     work = sum(_work(j, sources) for j in jobs)
     errors: dict[tuple[int, int, int], np.ndarray] = {}
-    if work > SKETCH_ABOVE:
+    one_offset = all(j.offsets and len(j.offsets) == 1 for j in jobs)
+    if work > SKETCH_ABOVE and fused.AVAILABLE and one_offset and work <= WHOLE_WITH_LOOP_BELOW:
+        if progress:
+            progress("verifying pairs", 0, len(jobs))
+        _verify_at([(j, j.offsets[0]) for j in jobs], sources, stats, progress, errors)  # type: ignore[index]
+        if progress:
+            progress("verifying pairs", len(jobs), len(jobs))
+    elif work > SKETCH_ABOVE:
         _sketch(jobs, sources, stats, progress)
         _verify_shortlist(jobs, sources, stats, verify or {}, progress, errors)
     else:
@@ -304,17 +317,24 @@ def _verify_shortlist(jobs: list[_Job], sources: dict[int, np.ndarray | Capture 
             if j not in one:  # several offsets the ids allow: each is scored in full
                 _verify(j, sources, stats)
         # one offset (from the ids, or the value search the sample already ran): verified together
-        errs: list[np.ndarray | None] = [None] * len(one)
-        found = score_many([(j.train, _src(j, sources), j.result[0]) for j in one],  # type: ignore[misc,index]
-                                 [stats[id(j.capture)] for j in one], errs,
-                                 None if progress is None else lambda i, n: progress("verifying pairs (chunks)", i, n))
-        for j, m, e in zip(one, found, errs):
-            j.result, j.verified = (j.result[0], m), True  # type: ignore[index]
-            if e is not None:
-                errors[(id(j.train.capture), id(j.capture), j.result[0])] = e
+        _verify_at([(j, j.result[0]) for j in one], sources, stats, progress, errors)  # type: ignore[index]
         done += len(todo)
     if progress:
         progress("verifying pairs", done, done)
+
+
+def _verify_at(pairs: list[tuple[_Job, int]], sources: dict[int, np.ndarray | Capture | None],
+               stats: dict[int, RowStats], progress: Progress | None,
+               errors: dict[tuple[int, int, int], np.ndarray]) -> None:
+    """Each job scored on every token at its offset, all in one walk over the rows
+    (:func:`~hsdiff.verify.score_many`); ``errors`` receives their per-token errors."""
+    errs: list[np.ndarray | None] = [None] * len(pairs)
+    found = score_many([(j.train, _src(j, sources), o) for j, o in pairs], [stats[id(j.capture)] for j, _ in pairs],
+                       errs, None if progress is None else lambda i, n: progress("verifying pairs (chunks)", i, n))
+    for (j, o), m, e in zip(pairs, found, errs):
+        j.result, j.verified = (o, m), True
+        if e is not None:
+            errors[(id(j.train.capture), id(j.capture), o)] = e
 
 
 def _err(m: Metrics) -> float:
