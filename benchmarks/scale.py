@@ -90,6 +90,12 @@ def cached_fraction(paths: list[Path]) -> float | None:
     return round(sum(vals[0::2]) / max(1, sum(vals[1::2])), 3)
 
 
+def median_of(cmd: list[str], repeat: int = 3) -> Run:
+    """The run of median wall time among ``repeat`` runs of cmd (a shared machine's wall times move)."""
+    runs = sorted((measure(cmd) for _ in range(repeat)), key=lambda r: r.wall_s)
+    return runs[len(runs) // 2]
+
+
 def median_run(cmd: list[str], repeat: int = 3) -> dict[str, float]:
     runs = [measure(cmd) for _ in range(repeat)]
     return {"wall_s": statistics.median(r.wall_s for r in runs), "cpu_s": statistics.median(r.cpu_s for r in runs),
@@ -119,7 +125,7 @@ def hsdiff_cmd(pair: gen.Pair, report: Path) -> list[str]:
 def hsdiff_run(pair: gen.Pair) -> tuple[Run, dict]:
     with tempfile.TemporaryDirectory() as t:
         report = Path(t) / "report.json"
-        run = measure(hsdiff_cmd(pair, report))
+        run = median_of(hsdiff_cmd(pair, report))
         rep = json.loads(report.read_text())
     rep = rep.get("report", rep)
     matched = [s.get("matched") or {} for s in rep["slots"]]
@@ -144,7 +150,7 @@ def warm(*pairs: gen.Pair) -> list[Path]:
 def floor_run(pair: gen.Pair) -> tuple[Run, float | None]:
     paths = warm(pair)
     cached = cached_fraction(paths)
-    run = measure(["sh", "-c", 'cat "$@" > /dev/null', "cat", *map(str, paths)])
+    run = median_of(["sh", "-c", 'cat "$@" > /dev/null', "cat", *map(str, paths)])
     return run, cached
 
 
@@ -253,7 +259,8 @@ def table(results: dict) -> str:
     lines = [
         f"Last run {env.get('date', '?')} on {env.get('machine', '?')}, Python {env.get('python', '?')}, hsdiff at "
         f"{env.get('hsdiff_commit', '?')} (each case's own commit and date are in the JSON). Each cell "
-        "is one process: wall time, CPU time (user + system), peak RSS. *work* = the run minus a process that only "
+        "is one process (hsdiff's and `cat`'s: the one of median wall time of three): wall time, CPU time (user + "
+        "system), peak RSS. *work* = the run minus a process that only "
         f"imports (hsdiff: {_run(imp['hsdiff']) if 'hsdiff' in imp else '?'}; naive: "
         f"{_run(imp['naive']) if 'naive' in imp else '?'}). The read floor is `cat` of both files, page cache warm "
         "(never dropped; share cached in brackets). *load* is the 1-minute load average before and after: the "
@@ -317,8 +324,11 @@ def table(results: dict) -> str:
 def _bytes_read(r: dict) -> str:
     if "bytes_read" not in r:
         return "not measured"
+    whole = r["hsdiff"].get("captures_read_whole", "?")
+    every = r.get("shape", {}).get("infer", [None])[0]
+    rest = "" if whole == every else ", a sample of the rest"
     return (f"{r['bytes_read'] / 1e9:.2f} GB ({r['bytes_read'] / r['bytes']:.0%}: the training file, "
-            f"{r['hsdiff'].get('captures_read_whole', '?')} layers whole, a sample of the rest)")
+            f"{'all ' if whole == every else ''}{whole} layers whole{rest})")
 
 
 def write_readme(text: str) -> None:

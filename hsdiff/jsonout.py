@@ -19,8 +19,7 @@ def dumps(obj: Any, indent: int | None = 2) -> str:
     return _encode(obj, indent, 0)
 
 
-def _scalar(v: Any) -> bool:
-    return v is None or isinstance(v, (str, int, float, bool))
+_NESTED = {dict, list, tuple}
 
 
 def _encode(obj: Any, indent: int, level: int) -> str:
@@ -28,7 +27,7 @@ def _encode(obj: Any, indent: int, level: int) -> str:
         pad, end = " " * (indent * (level + 1)), " " * (indent * level)
         items = (f"{pad}{_flat.encode(_key(k))}: {_encode(v, indent, level + 1)}" for k, v in obj.items())
         return "{\n" + ",\n".join(items) + "\n" + end + "}"
-    if isinstance(obj, (list, tuple)) and obj and not all(_scalar(v) for v in obj):
+    if isinstance(obj, (list, tuple)) and obj and not _NESTED.isdisjoint(map(type, obj)):
         pad, end = " " * (indent * (level + 1)), " " * (indent * level)
         return "[\n" + ",\n".join(pad + _encode(v, indent, level + 1) for v in obj) + "\n" + end + "]"
     return _flat.encode(obj)

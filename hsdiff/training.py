@@ -33,6 +33,9 @@ class TrainSlot:
     _source: np.ndarray | Capture
     _columns: dict[tuple[int, ...], np.ndarray]
     _rows: dict = field(default_factory=dict)  # rows read (sketches): by row number, and samples by their rows
+    #: tokens ordinary (finite, non-zero, no sink) in every slot of its sample read with it: the slots of
+    #: one sample sample the same rows of a capture, read once for all of them
+    ordinary: np.ndarray | None = None
 
     @classmethod
     def load(cls, capture: Capture) -> TrainSlot:
@@ -48,6 +51,11 @@ class TrainSlot:
             stats = RowStats()
             stats.add_norms(0, norms, odd)
             out.append(cls(c, sink_mask(norms), norms, extent(src)[1], stats, src, {}))
+        if out and len({t.tokens for t in out}) == 1:
+            with np.errstate(invalid="ignore"):
+                common = np.logical_and.reduce([~t.sinks & np.isfinite(t.norms) & (t.norms > 0) for t in out])
+            for t in out:
+                t.ordinary = common
         return out
 
     @classmethod

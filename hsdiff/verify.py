@@ -67,8 +67,13 @@ def read_sample(train: TrainSlot, x: np.ndarray | Capture, offset: int, n: int, 
     i0, i1 = max(0, -offset), min(ti, tt - offset)
     if i1 <= i0:
         return None
-    norms = train.norms[i0 + offset : i1 + offset]
-    ok = np.flatnonzero(~train.sinks[i0 + offset : i1 + offset] & np.isfinite(norms) & (norms > 0))
+    ok = np.zeros(0, dtype=np.int64)
+    if train.ordinary is not None:  # the same rows for every slot of the sample
+        ok = np.flatnonzero(train.ordinary[i0 + offset : i1 + offset])
+    if ok.size == 0:
+        norms = train.norms[i0 + offset : i1 + offset]
+        with np.errstate(invalid="ignore"):
+            ok = np.flatnonzero(~train.sinks[i0 + offset : i1 + offset] & np.isfinite(norms) & (norms > 0))
     if ok.size == 0:
         ok = np.arange(i1 - i0)
     pick = ok[_runs(ok.size, n)] + i0
