@@ -263,4 +263,8 @@ def score_many(pairs: Sequence[tuple[TrainSlot, np.ndarray | Capture, int]],
 
 
 def _task_rows(w: _Walk) -> int:
-    return max(1, CHUNK_BYTES // (4 * max(1, w.width)))
+    """Rows per task: a chunk's worth, fewer when that would leave a thread idle (at least four tasks
+    per thread when the rows allow it)."""
+    lo, hi = w.extent(w.ks)
+    block = raw_block_rows(w.width) if w.fused else block_rows(w.width)
+    return max(block, min(CHUNK_BYTES // (4 * max(1, w.width)), -(-(hi - lo) // (4 * THREADS))))
