@@ -26,6 +26,7 @@ Example::
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
@@ -199,6 +200,7 @@ def family_from_config(config: dict) -> str:
 
 # --------------------------------------------------------------------------- the row that applies
 
+@functools.lru_cache(maxsize=256)  # a pure function of its arguments, asked ~100 times per compare
 def applied(engine: str, model_family: str | None = None, version: str | None = None) -> Rule:
     """The table row ``engine`` (at ``version``, default the newest) applies for ``model_family``.
 

@@ -1,5 +1,5 @@
-"""Reports as JSON: indented for reading, with each list of plain values (a per-token curve, ids) on
-one line, so that the list is written by the json module's C encoder. A report on a large dump holds
+"""Reports as JSON: indented for reading, with each list of plain values (a per-token curve, ids), and
+each record of plain values deep in the document, on one line, written by the json module's C encoder. A report on a large dump holds
 tens of thousands of numbers, and the pure-Python indented encoder spent ~40 ms on them here."""
 
 from __future__ import annotations
@@ -20,9 +20,13 @@ def dumps(obj: Any, indent: int | None = 2) -> str:
 
 
 _NESTED = {dict, list, tuple}
+#: From this depth on, a dict of plain values is written on one line (a score, a metric record).
+_FLAT_FROM = 3
 
 
 def _encode(obj: Any, indent: int, level: int) -> str:
+    if isinstance(obj, dict) and obj and level >= _FLAT_FROM and _NESTED.isdisjoint(map(type, obj.values())):
+        return _flat.encode(obj)  # a record of plain values deep in the document: one line
     if isinstance(obj, dict) and obj:
         pad, end = " " * (indent * (level + 1)), " " * (indent * level)
         items = (f"{pad}{_flat.encode(_key(k))}: {_encode(v, indent, level + 1)}" for k, v in obj.items())
