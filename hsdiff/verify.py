@@ -48,11 +48,13 @@ def sketch(train: TrainSlot, x: np.ndarray | Capture, offset: int, n: int,
         return Metrics.empty()
     rows, pick, xs, nx = got
     ys = train.sample([r + offset for r in rows])
-    (d,) = scratch(1, xs.size)
-    d = d.reshape(xs.shape)
     with np.errstate(all="ignore"):
-        np.subtract(xs, ys, out=d)
-    err, cos, ratio = token_metrics(nx, train.norms[pick + offset], row_norms(d))
+        if fused.AVAILABLE:  # an estimate: the C loop's sums whatever the size
+            diff = np.sqrt(fused.rows_sq(xs, ys)[1]).astype(np.float32)  # type: ignore[arg-type]
+        else:
+            (d,) = scratch(1, xs.size)
+            diff = row_norms(np.subtract(xs, ys, out=d.reshape(xs.shape)))
+    err, cos, ratio = token_metrics(nx, train.norms[pick + offset], diff)
     return _summarise(err, cos, ratio, np.zeros(len(rows), dtype=bool), extent(x)[1])
 
 
