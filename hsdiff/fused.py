@@ -57,9 +57,7 @@ WORTH = 2**24
 
 def worth(srcs: Any, values: int) -> bool:
     """Whether to sum the squared norms of these tensors or captures (``values`` in all) by the C loop."""
-    from .arrays import dtype_name as name
-
-    kinds = {name(s) if isinstance(s, np.ndarray) else s.dtype for s in srcs}
+    kinds = {dtype_name(s) if isinstance(s, np.ndarray) else s.dtype for s in srcs}
     return AVAILABLE and values >= WORTH and kinds <= DTYPES
 
 

@@ -22,7 +22,22 @@ __all__ = ["cli", "main", "EXIT_OK", "EXIT_FAIL", "EXIT_INPUT", "EXIT_BUG"]
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point."""
     _keep_freed_memory()
+    _allow_open_files()
     cli.main(args=argv, prog_name="hsdiff")
+
+
+def _allow_open_files() -> None:
+    """Raise the soft limit of open files to the hard one: a training set of thousands of files, each
+    memory-mapped, exceeds the usual 1024 (the process's own setting, as for the allocator)."""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        want = 1 << 20 if hard == resource.RLIM_INFINITY else min(hard, 1 << 20)
+        if soft != resource.RLIM_INFINITY and soft < want:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+    except (ImportError, ValueError, OSError):  # not POSIX, or not allowed: the limit stays
+        pass
 
 
 def _keep_freed_memory() -> None:

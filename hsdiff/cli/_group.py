@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import importlib
 import logging
 import traceback
@@ -12,6 +13,9 @@ import click
 from ..errors import HsdiffError
 
 EXIT_OK, EXIT_FAIL, EXIT_INPUT, EXIT_BUG = 0, 1, 2, 3
+#: OS errors that say something of the machine or the paths given (exit 2), not of hsdiff (exit 3)
+_ENVIRONMENT = {errno.EACCES, errno.EPERM, errno.ENOTDIR, errno.EISDIR, errno.EROFS, errno.ENOSPC, errno.EDQUOT,
+                errno.EMFILE, errno.ENFILE, errno.ENOENT, errno.ELOOP, errno.ENAMETOOLONG}
 
 #: Each command and the module that registers it, imported when the command is run (or listed by
 #: ``--help``): ``hsdiff compare`` never loads what ``audit`` or ``capture`` need.
@@ -56,6 +60,15 @@ class _Group(click.Group):
         except KeyboardInterrupt:
             click.echo("hsdiff: interrupted", err=True)
             ctx.exit(130)
+        except OSError as e:
+            if e.errno not in _ENVIRONMENT:
+                raise
+            # the machine, not hsdiff: a folder it may not write, a full disk, the open-file limit
+            hint = ("raise the limit (ulimit -n) or compare fewer files at once" if e.errno in (errno.EMFILE, errno.ENFILE)
+                    else "check the path, its permissions and free space")
+            where = f": {e.filename}" if e.filename else ""
+            click.echo(f"hsdiff: error: {e.strerror}{where} — {hint}", err=True)
+            ctx.exit(EXIT_INPUT)
         except MemoryError:
             click.echo("hsdiff: error: out of memory while reading the dumps — compare fewer samples at once", err=True)
             ctx.exit(EXIT_INPUT)

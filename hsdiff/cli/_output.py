@@ -13,24 +13,43 @@ from ..model import Report
 
 
 def write_text(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` atomically ('-' for stdout)."""
+    """Write ``text`` to ``path`` ('-' for stdout): a regular file is replaced atomically, keeping its
+    mode (a new one gets the umask's); a symlink's target is written, not the link; a device or a pipe
+    (``/dev/null``, a FIFO) is written through, never replaced by a file."""
     if path == "-":
         click.echo(text)
         return
     p = Path(path)
     if p.is_dir():
         raise InputError("is a directory", path=p, hint="give a file name for the output")
-    parent = p.parent if str(p.parent) else Path(".")
-    if not parent.exists():
-        raise InputError("the folder for this output does not exist", path=p, hint="create it first")
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=parent)
+    data = text if text.endswith("\n") else text + "\n"
+    target = Path(os.path.realpath(p))
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text if text.endswith("\n") else text + "\n")
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        if target.exists() and not target.is_file():
+            with open(target, "w", encoding="utf-8") as f:
+                f.write(data)
+            return
+        if not target.parent.is_dir():
+            raise InputError("the folder for this output does not exist", path=p, hint="create it first")
+        mode = target.stat().st_mode & 0o7777 if target.exists() else 0o666 & ~_umask()
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+        try:
+            os.fchmod(fd, mode)
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(data)
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    except OSError as e:
+        raise InputError(f"cannot write the output ({e.strerror or e})", path=p,
+                         hint="check the folder's permissions and free space") from None
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def write_json(report: Report, path: str) -> None:

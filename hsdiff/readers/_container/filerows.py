@@ -16,7 +16,6 @@ import itertools
 import mmap
 import os
 import threading
-import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -27,10 +26,10 @@ from ...arrays import as_f32
 from ...errors import FormatError
 from ...model import RowBuffer
 
-__all__ = ["file_rows"]
+__all__ = ["file_rows", "identity"]
 
 
-def file_rows(a: np.ndarray) -> Callable[..., np.ndarray]:
+def file_rows(a: np.ndarray, ident: tuple[int, ...] | None = None) -> Callable[..., np.ndarray]:
     """``(i0, i1, c0=0, c1=None, out=None, raw=False) -> float32`` rows ``[i0, i1)`` and columns
     ``[c0, c1)`` of a C-contiguous array seen as ``[-1, last dimension]``: read from its file when it is
     a memory map of one, else sliced from memory. ``raw``: in the stored dtype instead, the whole rows
@@ -40,7 +39,7 @@ def file_rows(a: np.ndarray) -> Callable[..., np.ndarray]:
     if place is None:
         return lambda i0, i1, c0=0, c1=None, out=None, raw=False: (
             flat[i0:i1, c0:c1] if raw else _copy(flat[i0:i1, c0:c1], out))
-    return _FileRows(*place, flat)
+    return _FileRows(*place, flat, ident)
 
 
 def _copy(rows: np.ndarray, out: np.ndarray | None) -> np.ndarray:
@@ -66,24 +65,20 @@ _local = threading.local()
 
 
 class _FileRows:
-    """Reads through a descriptor opened at the first read, of the file mapped (same device and inode):
-    when the path is gone or is another file by then (a gzip member's temporary file is removed once
-    mapped), the rows are sliced from the mapping instead."""
+    """Reads through a descriptor opened for each read, after checking that the path still names the
+    file scanned (device, inode, size, modification time): a file changed while hsdiff reads it is an
+    error, not rows of another file. When the path is gone (a gzip member's temporary file is removed
+    once mapped) the rows are sliced from the mapping made while it was there. No descriptor is held
+    between reads, so a training set of thousands of files costs none."""
 
-    def __init__(self, path: str, offset: int, a: np.ndarray) -> None:
+    def __init__(self, path: str, offset: int, a: np.ndarray, ident: tuple[int, ...] | None = None) -> None:
         self.path, self.offset = path, offset
         self.rows, self.width = int(a.shape[0]), int(a.shape[1])
         self.dtype = a.dtype
         self.row_bytes = self.width * a.dtype.itemsize
         self.key = next(_ids)
         self.mapped = a
-        try:
-            st = os.stat(path)
-            self._file: tuple[int, int] | None = (st.st_dev, st.st_ino)
-        except OSError:
-            self._file = None
-        self._fd: int | None = None
-        self._lock = threading.Lock()
+        self.ident = ident if ident is not None else identity(path)
 
     def __call__(self, i0: int, i1: int, c0: int = 0, c1: int | None = None, out: Any = None,
                  raw: bool = False) -> np.ndarray:
@@ -115,31 +110,37 @@ class _FileRows:
         if fd is None:  # the file mapped is no longer at its path
             dst.reshape(-1, self.width)[...] = self.mapped[i0 : i0 + dst.size // self.width]  # the same dtype: bits
             return
-        view = memoryview(dst.reshape(-1).view(np.uint8))  # type: ignore[arg-type]
-        pos, done = self.offset + i0 * self.row_bytes, 0
-        while done < len(view):
-            got = os.preadv(fd, [view[done:]], pos + done)
-            if got <= 0:
-                raise FormatError(f"the file ended at byte {pos + done} while reading a tensor's rows",
-                                  path=Path(self.path), hint="the file changed or was truncated while it was read; re-copy it")
-            done += got
+        try:
+            view = memoryview(dst.reshape(-1).view(np.uint8))  # type: ignore[arg-type]
+            pos, done = self.offset + i0 * self.row_bytes, 0
+            while done < len(view):
+                got = os.preadv(fd, [view[done:]], pos + done)
+                if got <= 0:
+                    raise FormatError(f"the file ended at byte {pos + done} while reading a tensor's rows",
+                                      path=Path(self.path),
+                                      hint="the file changed or was truncated while it was read; re-copy it")
+                done += got
+        finally:
+            os.close(fd)
 
     def _open(self) -> int | None:
-        if self._fd is None:
-            with self._lock:
-                if self._fd is None:
-                    self._fd = self._open_same_file()
-        return self._fd if self._fd >= 0 else None
-
-    def _open_same_file(self) -> int:
-        """A descriptor of the file mapped, or -1 when its path now names no file or another one."""
+        """A descriptor of the file scanned, None when its path names no file any more."""
         try:
             fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-        except OSError:
-            return -1
+        except FileNotFoundError:
+            return None
         st = os.fstat(fd)
-        if self._file != (st.st_dev, st.st_ino):
+        if self.ident is not None and (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) != self.ident:
             os.close(fd)
-            return -1
-        weakref.finalize(self, os.close, fd)
+            raise FormatError("the file changed while hsdiff read it", path=Path(self.path),
+                              hint="let whatever writes it finish, then run hsdiff again")
         return fd
+
+
+def identity(path: str | os.PathLike) -> tuple[int, ...] | None:
+    """What tells a file from its later versions: device, inode, size, modification time (None: no file)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns

@@ -22,7 +22,7 @@ import numpy as np
 
 from ...arrays import FLOATS, np_dtype
 from ...errors import FormatError
-from .filerows import file_rows
+from .filerows import file_rows, identity
 from .sniff import MAX_SAFETENSORS_HEADER
 from .table import Entry, Table, short
 
@@ -115,6 +115,7 @@ def _header(path: Path) -> tuple[dict[str, Any], int]:
 
 def open_table(path: Path, container: str = "safetensors") -> Table:
     """Open a safetensors file as a :class:`Table` whose entries load lazily."""
+    ident = identity(path)  # before the header: a file rewritten after this is refused when its rows are read
     header, n = _header(path)
     metadata = header.get("__metadata__") or {}
     table = Table(path=path, container="safetensors", metadata={str(k): str(v) for k, v in metadata.items()})
@@ -125,7 +126,7 @@ def open_table(path: Path, container: str = "safetensors") -> Table:
             start = 8 + n + int(info["data_offsets"][0])
             rows = None
             if dtype in FLOATS and shape and shape[-1] > 0 and 0 not in shape:
-                rows = _Rows(path, start, shape, dtype, name)
+                rows = _Rows(path, start, shape, dtype, name, ident)
             table.entries[name] = Entry(name, shape, dtype, functools.partial(_get, path, start, shape, dtype, name), rows)
     return table
 
@@ -134,14 +135,15 @@ class _Rows:
     """Rows ``[i0, i1)`` of a tensor seen as ``[-1, width]``, as float32 (into ``out`` when given): only
     their bytes are read (:mod:`.filerows`, set up at the first call and kept with the entry)."""
 
-    def __init__(self, path: Path, start: int, shape: tuple[int, ...], dtype: str, key: str):
-        self.args = (path, start, shape, dtype, key)
+    def __init__(self, path: Path, start: int, shape: tuple[int, ...], dtype: str, key: str,
+                 ident: tuple[int, ...] | None = None):
+        self.args, self.ident = (path, start, shape, dtype, key), ident
         self.read: Callable[..., np.ndarray] | None = None
 
     def __call__(self, i0: int, i1: int, c0: int = 0, c1: int | None = None, out: np.ndarray | None = None,
                  raw: bool = False) -> np.ndarray:
         if self.read is None:
-            self.read = file_rows(_get(*self.args))
+            self.read = file_rows(_get(*self.args), self.ident)
         return self.read(i0, i1, c0, c1, out, raw)
 
 

@@ -10,6 +10,7 @@ pickle asks for, :func:`scan_pickle` reads its opcodes (``pickletools``, which o
 
 from __future__ import annotations
 
+import errno
 import functools
 import io
 import pickle
@@ -53,6 +54,8 @@ def open_table(path: Path, container: str) -> Table:
     except (HsdiffError, MemoryError):
         raise
     except Exception as e:  # noqa: BLE001 - the loader parses untrusted bytes: whatever it raises means damage
+        if isinstance(e, OSError) and e.errno in (errno.EMFILE, errno.ENFILE):
+            raise  # the machine's open-file limit, not the file (the command line says so)
         raise FormatError(
             f"torch file is damaged or truncated ({short(e)})",
             path=path,

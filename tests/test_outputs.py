@@ -1,0 +1,102 @@
+"""Where reports are written, and what the machine refuses: a symlink's target is written, a pipe or a
+device is written through (never replaced by a file), a new file gets the umask's mode, and an output
+that cannot be written is an input error (exit 2) on one line, not an internal one. A dump rewritten
+while hsdiff reads it is refused."""
+
+from __future__ import annotations
+
+import os
+import resource
+import stat
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from hsdiff.cli import cli
+from hsdiff.errors import FormatError
+from hsdiff.model import INFER
+from hsdiff.readers import scan
+
+ROOT = Path(__file__).resolve().parent.parent
+SEED = ROOT / "fixtures" / "seed"
+ARGS = ["compare", str(SEED / "train"), str(SEED / "infer-fixed"), "--layer-ids", "2,30,58", "-q"]
+
+
+def test_a_symlink_target_is_written_and_the_link_kept(tmp_path):
+    target = tmp_path / "target.json"
+    target.write_text("old\n")
+    target.chmod(0o640)
+    link = tmp_path / "link.json"
+    link.symlink_to(target)
+    r = CliRunner().invoke(cli, [*ARGS, "--json", str(link)])
+    assert r.exit_code == 0, r.output
+    assert link.is_symlink() and '"verdict": "ok"' in target.read_text()
+    assert stat.S_IMODE(target.stat().st_mode) == 0o640  # the file's own mode kept
+
+
+def test_a_new_report_gets_the_umask_mode(tmp_path):
+    old = os.umask(0o022)
+    try:
+        r = CliRunner().invoke(cli, [*ARGS, "--json", str(tmp_path / "r.json")])
+    finally:
+        os.umask(old)
+    assert r.exit_code == 0
+    assert stat.S_IMODE((tmp_path / "r.json").stat().st_mode) == 0o644
+
+
+def test_a_pipe_is_written_through_not_replaced(tmp_path):
+    fifo = tmp_path / "report.fifo"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
+    reader.start()
+    r = CliRunner().invoke(cli, [*ARGS, "--json", str(fifo)])
+    reader.join(timeout=60)
+    assert r.exit_code == 0, r.output
+    assert stat.S_ISFIFO(fifo.stat().st_mode) and b'"verdict": "ok"' in got[0]
+
+
+def test_an_output_that_cannot_be_written_is_an_input_error(tmp_path):
+    (tmp_path / "file.txt").write_text("x")
+    for flag, name in (("--json", "r.json"), ("--markdown", "r.md"), ("--html", "r.html")):
+        r = CliRunner().invoke(cli, [*ARGS, flag, str(tmp_path / "file.txt" / name)])
+        assert r.exit_code == 2, (flag, r.output)
+        assert "internal error" not in r.output
+
+
+def test_a_dump_rewritten_while_read_is_refused(tmp_path):
+    from safetensors.numpy import save_file
+
+    path = tmp_path / "a.safetensors"
+    save_file({"hidden_states.layer_2": np.ones((40, 64), dtype=np.float32)}, str(path))
+    cap = scan(path, INFER).captures[0]
+    save_file({"hidden_states.layer_2": np.zeros((80, 64), dtype=np.float32)}, str(path))  # another file now
+    with pytest.raises(FormatError, match="changed while hsdiff read it"):
+        cap.read_rows(0, 8)
+
+
+def test_many_training_files_under_a_low_open_file_limit(tmp_path):
+    """A training set of more files than the soft open-file limit: the command line raises the limit."""
+    import torch
+
+    train = tmp_path / "train"
+    train.mkdir()
+    rng = np.random.default_rng(0)
+    ids = torch.arange(12).unsqueeze(0)
+    for i in range(80):
+        aux = torch.from_numpy(rng.standard_normal((1, 12, 3 * 16)).astype(np.float32)).to(torch.bfloat16)
+        torch.save({"input_ids": ids + 100 * i, "aux_hidden_state": aux, "hidden_state": aux[..., :16],
+                    "loss_mask": torch.ones(1, 12)}, train / f"data_{i}.ckpt")
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    if hard != resource.RLIM_INFINITY and hard < 256:
+        pytest.skip("the hard open-file limit leaves no room")
+    code = ("import resource, sys; resource.setrlimit(resource.RLIMIT_NOFILE, (48, resource.getrlimit("
+            "resource.RLIMIT_NOFILE)[1])); from hsdiff.cli import main; main(sys.argv[1:])")
+    r = subprocess.run([sys.executable, "-c", code, "inspect", str(train)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "Too many open files" not in r.stderr
