@@ -79,10 +79,7 @@ def rows_sq(x: np.ndarray, y: np.ndarray | None = None, portable: bool = False
     if y is not None and x.shape != y.shape:
         raise ValueError(f"rows of shape {x.shape} and {y.shape}")
     if n and (handles(x) if y is None else handles(x, y)):
-        _LIB.hs_rows(x.ctypes.data, _DTYPES[dtype_name(x)], _stride(x),
-                     None if y is None else y.ctypes.data, 0 if y is None else _DTYPES[dtype_name(y)],
-                     0 if y is None else _stride(y), n, x.shape[1], nx2.ctypes.data,
-                     None if d2 is None else d2.ctypes.data, int(portable))
+        rows_sq_into(x, y, nx2, d2, portable)
         return nx2, d2
     xf = as_f32(x)
     nx2[:] = row_sq_norms(xf) if n else 0
@@ -92,12 +89,13 @@ def rows_sq(x: np.ndarray, y: np.ndarray | None = None, portable: bool = False
     return nx2, d2
 
 
-def rows_sq_into(x: np.ndarray, y: np.ndarray | None, nx2: np.ndarray, d2: np.ndarray | None) -> None:
+def rows_sq_into(x: np.ndarray, y: np.ndarray | None, nx2: np.ndarray, d2: np.ndarray | None,
+                 portable: bool = False) -> None:
     """:func:`rows_sq` by the C loop into float64 ``nx2`` (and ``d2``), for arrays :func:`handles` takes
     (not checked: the caller checked their kind once)."""
     _LIB.hs_rows(x.ctypes.data, _DTYPES[dtype_name(x)], _stride(x), None if y is None else y.ctypes.data,
                  0 if y is None else _DTYPES[dtype_name(y)], 0 if y is None else _stride(y), x.shape[0], x.shape[1],
-                 nx2.ctypes.data, None if d2 is None else d2.ctypes.data, 0)
+                 nx2.ctypes.data, None if d2 is None else d2.ctypes.data, int(portable))
 
 
 def _stride(a: np.ndarray) -> int:

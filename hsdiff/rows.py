@@ -21,10 +21,10 @@ from typing import Any
 import numpy as np
 
 from . import fused
-from .arrays import as_f32, dtype_name, row_norms, row_sq_norms
+from .arrays import as_f32, row_norms, row_sq_norms
 from .model import Capture, RowBuffer
 
-__all__ = ["BLOCK_BYTES", "CHUNK_BYTES", "RAW_BLOCK_BYTES", "THREADS", "RowStats", "block_rows", "chunks", "dtype_of",
+__all__ = ["BLOCK_BYTES", "CHUNK_BYTES", "RAW_BLOCK_BYTES", "THREADS", "RowStats", "block_rows", "chunks",
            "extent", "gather_columns", "in_order", "norms_of", "raw_block_rows", "read", "read_at", "read_raw",
            "row_buffers", "scratch", "source"]
 
@@ -164,11 +164,6 @@ def read_raw(src: np.ndarray | Capture, i0: int, i1: int, buf: RowBuffer | None 
     return src[i0:i1] if isinstance(src, np.ndarray) else src.read_rows(i0, i1, buf, raw=True)
 
 
-def dtype_of(src: np.ndarray | Capture) -> str:
-    """The stored dtype's name of a tensor or a capture."""
-    return dtype_name(src) if isinstance(src, np.ndarray) else src.dtype
-
-
 def chunks(src: np.ndarray | Capture, i0: int, i1: int, step: int | None = None) -> Iterator[np.ndarray]:
     """Rows ``[i0, i1)`` in chunks of about :data:`CHUNK_BYTES`; from a file, the next chunk is read on
     a second thread while the caller works on the current one."""
@@ -252,10 +247,10 @@ def row_buffers(n: int) -> list[RowBuffer]:
     return got[:n]
 
 
-def in_order(pool: ThreadPoolExecutor, fn: Callable[..., Any], tasks: Iterable[tuple]) -> Iterator[Any]:
-    """``fn(*task)`` of each task on ``pool``, yielded in order, with at most two tasks per thread queued
-    (what waits to be used stays small)."""
-    ahead = 2 * max(1, pool._max_workers)
+def in_order(pool: ThreadPoolExecutor, fn: Callable[..., Any], tasks: Iterable[tuple], ahead: int = 2 * THREADS
+             ) -> Iterator[Any]:
+    """``fn(*task)`` of each task on ``pool``, yielded in order, with at most ``ahead`` tasks queued
+    (two per thread: what waits to be used stays small)."""
     pending: deque[Future] = deque()
     for task in tasks:
         pending.append(pool.submit(fn, *task))
