@@ -427,6 +427,14 @@ def recommend(engine: str, family: str, boundaries: Sequence[int | None],
         list(served.notes)
 
 
+def to_recommend(results: Sequence[SlotResult]) -> list[int | None]:
+    """The boundary to recommend per slot: the one the values identified, else, for a slot that is
+    OK because the configured boundary agrees with the values within noise, that configured one (a
+    paste line with a null in it would break the config it goes into)."""
+    return [r.boundary_index if r.boundary_index is not None or r.status != Status.OK else r.configured_boundary
+            for r in results]
+
+
 def count_warning(configured: Configured | None, k: int) -> list[str]:
     """A warning when the number of configured ids differs from the number of training slots."""
     if configured is not None and len(configured.boundary_indices) != k:

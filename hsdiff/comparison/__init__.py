@@ -187,7 +187,7 @@ def _compare(train: Dump, infer: Dump, opts: Options, family: str, train_path: s
     warnings += resolution.warnings
     results = resolution.slots
     warnings += explain.norm_warnings(results)
-    recommended, w_rec = decide.recommend(opts.engine, family, [r.boundary_index for r in results], num_layers,
+    recommended, w_rec = decide.recommend(opts.engine, family, decide.to_recommend(results), num_layers,
                                           opts.engine_version)
     warnings += w_rec
     verdict = decide.verdict(results, configured, recommended)
