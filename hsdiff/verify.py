@@ -140,9 +140,10 @@ def _walks(pairs: Sequence[tuple[TrainSlot, np.ndarray | Capture, int]]) -> list
             slots = list({id(pairs[k][0]): pairs[k][0] for k in mine}.values())
             xs = list({id(pairs[k][1]): pairs[k][1] for k in mine}.values())
             values = sum((span[k][1] - span[k][0]) * extent(pairs[k][1])[1] for k in mine)
+            slot_at = {id(t): i for i, t in enumerate(slots)}  # by identity: a TrainSlot's == compares arrays
+            x_at = {id(x): i for i, x in enumerate(xs)}
             walks.append(_Walk(o, mine, {k: span[k] for k in mine}, slots,
-                               xs, {k: slots.index(pairs[k][0]) for k in mine},
-                               {k: next(i for i, x in enumerate(xs) if x is pairs[k][1]) for k in mine},
+                               xs, {k: slot_at[id(pairs[k][0])] for k in mine}, {k: x_at[id(pairs[k][1])] for k in mine},
                                max(extent(x)[1] for x in xs), fused.worth([t.source for t in slots] + xs, values)))
     return walks
 
