@@ -83,6 +83,49 @@ __attribute__((target("avx2,fma"))) static void hs_row_avx2(const void *x, int x
     hs_row_portable(x, xdt, y, ydt, i, w, sx, sd);
 }
 
+/* x against m <= HS_GROUP rows y[j] at once: x is loaded and converted once for all of them. Each
+ * accumulator gets what hs_row_avx2 gives it pair by pair, in the same order, so the same bits. M is a
+ * constant where it is called (one copy of the loop per group size, its accumulators in registers). */
+#define HS_GROUP 4
+__attribute__((target("avx2,fma"), always_inline)) static inline void
+hs_group_avx2(const void *x, int xdt, const void *const *y, const int *ydt, const int m, long w, float *sx,
+              float (*sd)[LANES]) {
+    __m256 s0 = _mm256_setzero_ps(), s1 = s0, t0[HS_GROUP], t1[HS_GROUP];
+    for (int j = 0; j < m; j++)
+        t0[j] = t1[j] = s0;
+    long i = 0;
+    for (; i + LANES <= w; i += LANES) {
+        __m256 a0 = hs_load8(x, xdt, i), a1 = hs_load8(x, xdt, i + 8);
+        s0 = _mm256_fmadd_ps(a0, a0, s0);
+        s1 = _mm256_fmadd_ps(a1, a1, s1);
+        for (int j = 0; j < m; j++) {
+            __m256 e0 = _mm256_sub_ps(a0, hs_load8(y[j], ydt[j], i)),
+                   e1 = _mm256_sub_ps(a1, hs_load8(y[j], ydt[j], i + 8));
+            t0[j] = _mm256_fmadd_ps(e0, e0, t0[j]);
+            t1[j] = _mm256_fmadd_ps(e1, e1, t1[j]);
+        }
+    }
+    _mm256_storeu_ps(sx, s0);
+    _mm256_storeu_ps(sx + 8, s1);
+    for (int j = 0; j < m; j++) {
+        float ignored[LANES] = {0};
+        _mm256_storeu_ps(sd[j], t0[j]);
+        _mm256_storeu_ps(sd[j] + 8, t1[j]);
+        hs_row_portable(x, xdt, y[j], ydt[j], i, w, j ? ignored : sx, sd[j]); /* the tail; |x|^2 once */
+    }
+}
+
+__attribute__((target("avx2,fma"))) static void hs_group_avx2_m(const void *x, int xdt, const void *const *y,
+                                                               const int *ydt, int m, long w, float *sx,
+                                                               float (*sd)[LANES]) {
+    switch (m) {
+    case 1: hs_group_avx2(x, xdt, y, ydt, 1, w, sx, sd); break;
+    case 2: hs_group_avx2(x, xdt, y, ydt, 2, w, sx, sd); break;
+    case 3: hs_group_avx2(x, xdt, y, ydt, 3, w, sx, sd); break;
+    default: hs_group_avx2(x, xdt, y, ydt, HS_GROUP, w, sx, sd); break;
+    }
+}
+
 static int hs_has_avx2(void) {
     static int known = -1;
     if (known < 0) {
@@ -112,6 +155,37 @@ void hs_rows(const void *x, int xdt, long sx, const void *y, int ydt, long sy, l
         nx2[r] = hs_lanes(acc_x);
         if (y)
             d2[r] = hs_lanes(acc_d);
+    }
+}
+
+/* Rows [0, n) of x (row stride sx elements) against k tensors ys[j] of its shape (dtype ydts[j], stride
+ * sys[j]): the squared norm of each x row into nx2[r] and of each x - ys[j] row into d2s[j][r], the same
+ * bits as hs_rows pair by pair. Each x row is read once for up to HS_GROUP of them. */
+void hs_rows_many(const void *x, int xdt, long sx, long n, long w, int k, const void *const *ys, const int *ydts,
+                  const long *sys, double *nx2, double *const *d2s, int portable) {
+    size_t xs = xdt == HS_BF16 ? 2 : 4;
+    for (long r = 0; r < n; r++) {
+        const char *xr = (const char *)x + (size_t)r * (size_t)sx * xs;
+        for (int g = 0; g < k; g += HS_GROUP) {
+            int m = k - g < HS_GROUP ? k - g : HS_GROUP;
+            const void *yr[HS_GROUP];
+            for (int j = 0; j < m; j++)
+                yr[j] = (const char *)ys[g + j] + (size_t)r * (size_t)sys[g + j] * (ydts[g + j] == HS_BF16 ? 2 : 4);
+            float acc_x[LANES] = {0}, acc_d[HS_GROUP][LANES] = {{0}};
+#ifdef HS_X86
+            if (!portable && hs_has_avx2())
+                hs_group_avx2_m(xr, xdt, yr, ydts + g, m, w, acc_x, acc_d);
+            else
+#endif
+                for (int j = 0; j < m; j++) {
+                    float ignored[LANES] = {0};
+                    hs_row_portable(xr, xdt, yr[j], ydts[g + j], 0, w, j ? ignored : acc_x, acc_d[j]);
+                }
+            if (g == 0)
+                nx2[r] = hs_lanes(acc_x);
+            for (int j = 0; j < m; j++)
+                d2s[g + j][r] = hs_lanes(acc_d[j]);
+        }
     }
 }
 

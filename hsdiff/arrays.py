@@ -36,10 +36,20 @@ def np_dtype(name: str) -> np.dtype:
 
 def dtype_name(a: np.ndarray) -> str:
     """``a``'s dtype as torch spells it (``bfloat16``, ``float32``, ``int64``)."""
-    md = a.dtype.metadata
-    if md and _TAG in md:
-        return str(md[_TAG])
-    return str(a.dtype.name)
+    dt = a.dtype
+    known = _NAMES.get(id(dt))
+    if known is not None and known[0] is dt:
+        return known[1]
+    md = dt.metadata
+    name = str(md[_TAG]) if md and _TAG in md else str(dt.name)
+    if len(_NAMES) < 1024:  # a dtype kept here keeps its id
+        _NAMES[id(dt)] = (dt, name)
+    return name
+
+
+#: Names of the dtypes seen, by id (reading a dtype's metadata costs microseconds, and the C loop's
+#: callers ask for every block).
+_NAMES: dict[int, tuple[np.dtype, str]] = {}
 
 
 def is_float(a: np.ndarray) -> bool:

@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 
 from . import fused
-from .arrays import as_f32, row_norms, row_sq_norms
-from .model import Capture, RowBuffer
+from .arrays import as_f32, np_dtype, row_norms, row_sq_norms
+from .model import Capture, RowBuffer, files_held
 
 __all__ = ["BLOCK_BYTES", "CHUNK_BYTES", "RAW_BLOCK_BYTES", "THREADS", "RowStats", "block_rows", "chunks",
            "extent", "gather_columns", "in_order", "norms_of", "raw_block_rows", "read", "read_at", "read_raw",
@@ -105,7 +105,8 @@ class RowStats:
         self.nonzero = self.nonzero or bool((amax != 0).any()) or others_nonzero
 
     def add_at(self, x: np.ndarray, positions: Sequence[int], norms: np.ndarray | None = None) -> None:
-        """Rows ``x`` read at token ``positions`` (ascending, each once; ``norms``: theirs, when known)."""
+        """Rows ``x`` read at token ``positions`` (ascending, each once; ``norms``: theirs, when known; ``x``
+        in its stored dtype when ``norms`` are given)."""
         if self.tokens is None or not len(positions):
             return
         if self._seen is None:
@@ -126,7 +127,7 @@ class RowStats:
         assert self._norms is not None
         odd = ~np.isfinite(norms) | (norms == 0)
         if bool(odd.any()):
-            self._count(x[new[odd]], bool((~odd).any()))
+            self._count(as_f32(x[new[odd]]), bool((~odd).any()))
         else:
             self.nonzero = True
         self._norms[pos] = norms
@@ -191,25 +192,30 @@ def gather_columns(src: np.ndarray | Capture, cols: np.ndarray, tokens: int) -> 
     return np.concatenate(parts) if parts else np.zeros((0, len(cols)), dtype=np.float32)
 
 
-def read_at(src: np.ndarray | Capture, rows: list[int], cache: dict | None) -> np.ndarray:
+def read_at(src: np.ndarray | Capture, rows: list[int], cache: dict | None, raw: bool = False) -> np.ndarray:
     """Rows ``rows`` (ascending) as float32 ``[len(rows), W]``, reading runs of neighbouring rows at once
-    (``cache`` keeps the rows read, by row number, for the next call)."""
+    (``cache`` keeps the rows read, by row number, for the next call). ``raw``: in their stored dtype
+    (:func:`read_raw`), kept in ``cache`` by ``("raw", row)``."""
     if isinstance(src, np.ndarray):
         return src[np.asarray(rows, dtype=np.int64)]
     cache = {} if cache is None else cache
-    out = np.empty((len(rows), extent(src)[1]), dtype=np.float32)
+    key: Callable[[int], Any] = (lambda r: ("raw", r)) if raw else (lambda r: r)
+    out = np.empty((len(rows), extent(src)[1]), dtype=np_dtype(src.dtype) if raw else np.float32)
     i = 0
     while i < len(rows):
-        if rows[i] in cache:
-            out[i] = cache[rows[i]]
+        if key(rows[i]) in cache:
+            out[i] = cache[key(rows[i])]
             i += 1
             continue
         j = i
-        while j + 1 < len(rows) and rows[j + 1] == rows[j] + 1 and rows[j + 1] not in cache:
+        while j + 1 < len(rows) and rows[j + 1] == rows[j] + 1 and key(rows[j + 1]) not in cache:
             j += 1
-        read(src, rows[i], rows[j] + 1, out[i : j + 1])
+        if raw:
+            out[i : j + 1] = read_raw(src, rows[i], rows[j] + 1)
+        else:
+            read(src, rows[i], rows[j] + 1, out[i : j + 1])
         for q in range(i, j + 1):
-            cache[rows[q]] = out[q]
+            cache[key(rows[q])] = out[q]
         i = j + 1
     return out
 
@@ -277,7 +283,7 @@ def norms_of(srcs: Sequence[np.ndarray | Capture]) -> list[tuple[np.ndarray, dic
         rows = raw_block_rows(width) if c_loop else block_rows(width)
         (buf,) = scratch(1, rows * width)
         out = [np.zeros(max(0, min(b, t) - a), dtype=np.float64 if c_loop else np.float32) for t in tokens]
-        with np.errstate(all="ignore"):
+        with np.errstate(all="ignore"), files_held():
             for r0 in range(a, b, rows):
                 for src, t, o in zip(srcs, tokens, out):
                     r1 = min(r0 + rows, b, t)

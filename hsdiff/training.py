@@ -3,8 +3,9 @@ from one pass over its rows, and its rows read again when a comparison needs the
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -32,7 +33,8 @@ class TrainSlot:
     stats: RowStats
     _source: np.ndarray | Capture
     _columns: dict[tuple[int, ...], np.ndarray]
-    _rows: dict = field(default_factory=dict)  # rows read (sketches): by row number, and samples by their rows
+    #: rows read (sketches): by row number, samples by their rows, the rows sampled by extent and offset
+    _rows: dict = field(default_factory=dict)
     #: tokens ordinary (finite, non-zero, no sink) in every slot of its sample read with it: the slots of
     #: one sample sample the same rows of a capture, read once for all of them
     ordinary: np.ndarray | None = None
@@ -95,11 +97,18 @@ class TrainSlot:
         src = self._source
         return id(src.rows) if isinstance(src, Capture) and src.rows is not None else id(self)
 
-    def sample(self, rows: list[int]) -> np.ndarray:
-        """:meth:`rows_at`, kept: the sketch samples the same rows of a slot for every capture."""
-        key = ("sample", *rows)
+    def kept(self, key: tuple, make: Callable[[], Any]) -> Any:
+        """``make()``, computed once per ``key`` for this slot (what a sketch derives from it)."""
         if key not in self._rows:
-            self._rows[key] = read_at(self._source, rows, self._rows)
+            self._rows[key] = make()
+        return self._rows[key]
+
+    def sample(self, rows: list[int], raw: bool = False) -> np.ndarray:
+        """:meth:`rows_at`, kept: the sketch samples the same rows of a slot for every capture (``raw``: in
+        the stored dtype, see :func:`~hsdiff.rows.read_at`)."""
+        key = ("sample", raw, *rows)
+        if key not in self._rows:
+            self._rows[key] = read_at(self._source, rows, self._rows, raw)
         return self._rows[key]
 
     def columns(self, cols: np.ndarray) -> np.ndarray:

@@ -13,14 +13,14 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from . import fused
 from .align import TrainSlot, _summarise, token_metrics
 from .arrays import row_norms, row_sq_norms, unique_ints
-from .model import Capture, Metrics
+from .model import Capture, Metrics, files_held
 from .rows import (
     CHUNK_BYTES,
     THREADS,
@@ -42,14 +42,16 @@ __all__ = ["read_sample", "sketch", "score_many"]
 def sketch(train: TrainSlot, x: np.ndarray | Capture, offset: int, n: int,
            cache: dict | None = None) -> Metrics:
     """Metrics on at most ``n`` ordinary tokens, in a few runs of neighbours spread over the overlap at
-    ``offset``: an estimate that reads a few rows of each side (``cache``: see :func:`read_sample`)."""
+    ``offset``: an estimate that reads a few rows of each side (``cache``: see :func:`read_sample`).
+    With the C loop the rows stay in their stored dtype and it sums their norms."""
     got = read_sample(train, x, offset, n, cache)
     if got is None:
         return Metrics.empty()
     rows, pick, xs, nx = got
-    ys = train.sample([r + offset for r in rows])
+    raw = _raw_sample(train, x)
+    ys = train.sample([r + offset for r in rows], raw)
     with np.errstate(all="ignore"):
-        if fused.AVAILABLE:  # an estimate: the C loop's sums whatever the size
+        if raw:
             diff = np.sqrt(fused.rows_sq(xs, ys)[1]).astype(np.float32)  # type: ignore[arg-type]
         else:
             (d,) = scratch(1, xs.size)
@@ -58,17 +60,39 @@ def sketch(train: TrainSlot, x: np.ndarray | Capture, offset: int, n: int,
     return _summarise(err, cos, ratio, np.zeros(len(rows), dtype=bool), extent(x)[1])
 
 
+def _raw_sample(train: TrainSlot, x: np.ndarray | Capture) -> bool:
+    """Whether the sample is read in its stored dtype and compared by the C loop (an estimate: its sums
+    whatever the size)."""
+    return fused.reads([train.source, x])
+
+
 def read_sample(train: TrainSlot, x: np.ndarray | Capture, offset: int, n: int, cache: dict | None = None
                 ) -> tuple[list[int], np.ndarray, np.ndarray, np.ndarray] | None:
     """The rows :func:`sketch` compares at ``offset`` (None: the sides do not overlap), their
-    positions in the training slot less ``offset``, and those rows of ``x`` with their norms.
-    ``cache`` keeps the rows read, by row number, and each sample with its norms, by its rows (the
-    training slots of one sample at one offset sample the same rows); the training rows are read too
-    (:meth:`TrainSlot.sample` keeps them)."""
+    positions in the training slot less ``offset``, and those rows of ``x`` (in their stored dtype with
+    the C loop) with their norms. ``cache`` keeps the rows read, by row number, and each sample with its
+    norms, by ``("sample", *rows)`` (the training slots of one sample at one offset sample the same
+    rows); the training rows are read too (:meth:`TrainSlot.sample` keeps them)."""
     ti, tt = extent(x)[0], train.tokens
     i0, i1 = max(0, -offset), min(ti, tt - offset)
     if i1 <= i0:
         return None
+    pick, rows = train.kept(("pick", i0, i1, offset, n), lambda: _pick(train, i0, i1, offset, n))
+    cache = {} if cache is None else cache
+    key = ("sample", *rows)
+    if key not in cache:
+        raw = _raw_sample(train, x)
+        xs = read_at(x, rows, cache, raw)
+        with np.errstate(all="ignore"):
+            nx = np.sqrt(fused.rows_sq(xs)[0]).astype(np.float32) if raw else row_norms(xs)
+        cache[key] = (xs, nx)
+        train.sample([r + offset for r in rows], raw)
+    return (rows, pick, *cache[key])
+
+
+def _pick(train: TrainSlot, i0: int, i1: int, offset: int, n: int) -> tuple[np.ndarray, list[int]]:
+    """The inference rows :func:`read_sample` compares, as an array and a list (the same for every
+    capture of the same extent: kept by the training slot)."""
     ok = np.zeros(0, dtype=np.int64)
     if train.ordinary is not None:  # the same rows for every slot of the sample
         ok = np.flatnonzero(train.ordinary[i0 + offset : i1 + offset])
@@ -79,14 +103,7 @@ def read_sample(train: TrainSlot, x: np.ndarray | Capture, offset: int, n: int, 
     if ok.size == 0:
         ok = np.arange(i1 - i0)
     pick = ok[_runs(ok.size, n)] + i0
-    rows = [int(i) for i in pick]
-    cache = {} if cache is None else cache
-    key = ("sample", *rows)
-    if key not in cache:
-        xs = read_at(x, rows, cache)
-        cache[key] = (xs, row_norms(xs))
-        train.sample([r + offset for r in rows])
-    return (rows, pick, *cache[key])
+    return pick, [int(i) for i in pick]
 
 
 @functools.lru_cache(maxsize=64)
@@ -109,7 +126,8 @@ _SLOTS_PER_WALK = 16
 
 @dataclass
 class _Walk:
-    """Pairs of one offset walking the inference rows ``[lo, hi)`` together, a task of rows at a time."""
+    """Pairs of one offset walking the inference rows ``[lo, hi)`` together, a task of rows at a time;
+    the tasks fill the walk's squared norms, each its own rows of them."""
 
     offset: int
     ks: list[int]  # the pairs
@@ -120,6 +138,19 @@ class _Walk:
     x_of: dict[int, int]  # pair -> index in xs
     width: int
     fused: bool = False  # read the rows in their stored dtype, compared by the C loop (:mod:`hsdiff.fused`)
+    x_keys: dict[int, list[int]] = field(default_factory=dict)  # capture -> its pairs
+    x_rows: dict[int, tuple[int, int]] = field(default_factory=dict)  # capture -> the rows its pairs need
+    t_rows: dict[int, tuple[int, int]] = field(default_factory=dict)  # training slot -> the same
+    x_sq: dict[int, np.ndarray] = field(default_factory=dict)  # capture -> |x|^2 of its rows
+    d_sq: dict[int, np.ndarray] = field(default_factory=dict)  # pair -> |x - y|^2 over its span
+
+    def __post_init__(self) -> None:
+        self.x_keys = {xi: [k for k in self.ks if self.x_of[k] == xi] for xi in range(len(self.xs))}
+        self.x_rows = {xi: self.extent(ks) for xi, ks in self.x_keys.items()}
+        self.t_rows = {ti: self.extent([k for k in self.ks if self.slot_of[k] == ti]) for ti in range(len(self.slots))}
+        kind = np.float64 if self.fused else np.float32
+        self.x_sq = {xi: np.full(hi - lo, np.nan, dtype=kind) for xi, (lo, hi) in self.x_rows.items()}
+        self.d_sq = {k: np.full(hi - lo, np.nan, dtype=kind) for k, (lo, hi) in self.span.items()}
 
     def extent(self, keys: list[int]) -> tuple[int, int]:
         return min(self.span[k][0] for k in keys), max(self.span[k][1] for k in keys)
@@ -152,21 +183,12 @@ def _block(buf: np.ndarray, rows: int, width: int) -> np.ndarray:
     return buf[: rows * width].reshape(rows, width)
 
 
-def _compare_rows(w: _Walk, a: int, b: int) -> tuple[dict[int, tuple[int, np.ndarray, dict[int, np.ndarray]]],
-                                                       dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]]:
+def _compare_rows(w: _Walk, a: int, b: int) -> None:
     """Rows ``[a, b)`` of every pair of a walk, a block at a time: each block of each tensor is read and
-    converted once, into this thread's buffers. Gives, per inference capture, its first row here, the norms
-    of its rows and the rows whose norm is not finite or zero (by position); per pair, its per-token metrics."""
+    converted once, into this thread's buffers, and the squared norms of ``x`` and ``x - y`` of those
+    rows go into the walk's arrays."""
     o = w.offset
     rows = block_rows(w.width)
-    x_keys = {xi: [k for k in w.ks if w.x_of[k] == xi] for xi in range(len(w.xs))}
-    t_keys = {ti: [k for k in w.ks if w.slot_of[k] == ti] for ti in range(len(w.slots))}
-    clip = {k: (max(a, s0), min(b, s1)) for k, (s0, s1) in w.span.items()}
-    x_rows = {xi: (max(a, lo), min(b, hi)) for xi, ks in x_keys.items() for lo, hi in [w.extent(ks)]}
-    t_rows = {ti: (max(a, lo), min(b, hi)) for ti, ks in t_keys.items() for lo, hi in [w.extent(ks)]}
-    kind = np.float64 if w.fused else np.float32
-    x_sq = {xi: np.full(max(0, hi - lo), np.nan, dtype=kind) for xi, (lo, hi) in x_rows.items()}
-    d_sq = {k: np.full(max(0, hi - lo), np.nan, dtype=kind) for k, (lo, hi) in clip.items()}
     if w.fused:  # the stored rows, a buffer per file the training slots read (their rows once) and one for x
         rows = raw_block_rows(w.width)
         nx2_scratch = np.empty(rows, dtype=np.float64)
@@ -175,56 +197,51 @@ def _compare_rows(w: _Walk, a: int, b: int) -> tuple[dict[int, tuple[int, np.nda
         slot_buf = [ybuf[files.index(t.file_rows)] for t in w.slots]
     else:
         *fbuf, xf, dbuf = scratch(len(w.slots) + 2, rows * w.width)
-    with np.errstate(all="ignore"):
+    with np.errstate(all="ignore"), files_held():
         for r0 in range(a, b, rows):
             r1 = min(r0 + rows, b)
             ys: dict[int, tuple[int, np.ndarray]] = {}
             for ti, t in enumerate(w.slots):
-                lo, hi = max(r0, t_rows[ti][0]), min(r1, t_rows[ti][1])
+                lo, hi = max(r0, w.t_rows[ti][0]), min(r1, w.t_rows[ti][1])
                 if hi > lo:
                     ys[ti] = (lo, read_raw(t.source, lo + o, hi + o, slot_buf[ti]) if w.fused
                               else t.rows(lo + o, hi + o, _block(fbuf[ti], hi - lo, t.width)))
             for xi, x in enumerate(w.xs):
-                lo, hi = max(r0, x_rows[xi][0]), min(r1, x_rows[xi][1])
+                x0, x1 = w.x_rows[xi]
+                lo, hi = max(r0, x0), min(r1, x1)
                 if hi <= lo:
                     continue
-                x0 = x_rows[xi][0]
+                x_sq = w.x_sq[xi][lo - x0 : hi - x0]
+                # its pairs over every row of the block, and over some
+                whole: list[tuple[int, int, int]] = []
+                part: list[tuple[int, int, int]] = []
+                for k in w.x_keys[xi]:
+                    s0, s1 = w.span[k]
+                    p0, p1 = max(lo, s0), min(hi, s1)
+                    if p1 > p0:
+                        (whole if (p0, p1) == (lo, hi) else part).append((k, p0, p1))
                 if w.fused:
                     xb = read_raw(x, lo, hi, xbuf)
-                    first = x_keys[xi][0]
-                    if (max(lo, clip[first][0]), min(hi, clip[first][1])) != (lo, hi):  # else its first pair's pass
-                        fused.rows_sq_into(xb, None, x_sq[xi][lo - x0 : hi - x0], None)
-                else:
-                    xb = read(x, lo, hi, _block(xf, hi - lo, extent(x)[1]))
-                    row_sq_norms(xb, out=x_sq[xi][lo - x0 : hi - x0])
-                for k in x_keys[xi]:
-                    p0, p1 = max(lo, clip[k][0]), min(hi, clip[k][1])
-                    if p1 <= p0:
-                        continue
-                    y0, yb = ys[w.slot_of[k]]
-                    xs, ys_ = xb[p0 - lo : p1 - lo], yb[p0 - y0 : p1 - y0]
-                    at = slice(p0 - clip[k][0], p1 - clip[k][0])
-                    if w.fused:
-                        nx2 = x_sq[xi][p0 - x0 : p1 - x0] if k == first else nx2_scratch[: p1 - p0]
-                        fused.rows_sq_into(xs, ys_, nx2, d_sq[k][at])
+                    if whole:  # x read once for all of them, its norms too
+                        fused.rows_sq_many(xb, [_y_rows(ys[w.slot_of[k]], p0, p1) for k, p0, p1 in whole], x_sq,
+                                           [w.d_sq[k][p0 - w.span[k][0] : p1 - w.span[k][0]] for k, p0, p1 in whole])
                     else:
-                        d = _block(dbuf, p1 - p0, xb.shape[1])
-                        np.subtract(xs, ys_, out=d)
-                        row_sq_norms(d, out=d_sq[k][at])
-        x_out = {}
-        for xi, (lo, _) in x_rows.items():
-            norms = np.sqrt(x_sq[xi]).astype(np.float32)
-            bad = np.flatnonzero(~np.isfinite(norms) | (norms == 0))
-            x_out[xi] = (lo, norms, {int(i): read(w.xs[xi], lo + int(i), lo + int(i) + 1)[0].copy() for i in bad})
-        pair_out = {}
-        for k, (lo, hi) in clip.items():
-            if hi <= lo:
-                continue
-            x_lo, norms, _ = x_out[w.x_of[k]]
-            t = w.slots[w.slot_of[k]]
-            pair_out[k] = token_metrics(norms[lo - x_lo : hi - x_lo], t.norms[lo + o : hi + o],
-                                         np.sqrt(d_sq[k]).astype(np.float32))
-    return x_out, pair_out
+                        fused.rows_sq_into(xb, None, x_sq, None)
+                    for k, p0, p1 in part:
+                        fused.rows_sq_into(xb[p0 - lo : p1 - lo], _y_rows(ys[w.slot_of[k]], p0, p1),
+                                           nx2_scratch[: p1 - p0], w.d_sq[k][p0 - w.span[k][0] : p1 - w.span[k][0]])
+                    continue
+                xb = read(x, lo, hi, _block(xf, hi - lo, extent(x)[1]))
+                row_sq_norms(xb, out=x_sq)
+                for k, p0, p1 in whole + part:
+                    d = _block(dbuf, p1 - p0, xb.shape[1])
+                    np.subtract(xb[p0 - lo : p1 - lo], _y_rows(ys[w.slot_of[k]], p0, p1), out=d)
+                    row_sq_norms(d, out=w.d_sq[k][p0 - w.span[k][0] : p1 - w.span[k][0]])
+
+
+def _y_rows(got: tuple[int, np.ndarray], p0: int, p1: int) -> np.ndarray:
+    """Inference rows ``[p0, p1)`` of a training block read from inference row ``got[0]`` on."""
+    return got[1][p0 - got[0] : p1 - got[0]]
 
 
 def score_many(pairs: Sequence[tuple[TrainSlot, np.ndarray | Capture, int]],
@@ -240,34 +257,39 @@ def score_many(pairs: Sequence[tuple[TrainSlot, np.ndarray | Capture, int]],
     walks = _walks(pairs)
     tasks = [(w, a, min(a + _task_rows(w), hi)) for w in walks for lo, hi in [w.extent(w.ks)]
              for a in range(lo, hi, _task_rows(w))]
-    parts: dict[int, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {k: [] for w in walks for k in w.ks}
     with ThreadPoolExecutor(max_workers=THREADS) as pool:
-        for n, (w, (x_out, pair_out)) in enumerate(zip((t[0] for t in tasks), in_order(pool, _compare_rows, tasks))):
+        for n, _ in enumerate(in_order(pool, _compare_rows, tasks)):
             if progress is not None:
                 progress(n, len(tasks))
-            for xi, (start, norms, odd) in x_out.items():
-                if stats is None or not norms.size:
-                    continue
-                for st in {id(stats[k]): stats[k] for k in w.ks if w.x_of[k] == xi and stats[k] is not None}.values():
-                    st.add_norms(start, norms, odd)  # type: ignore[union-attr]
-            for k, r in pair_out.items():
-                parts[k].append(r)
     if progress is not None:
         progress(len(tasks), len(tasks))
-    for w in walks:
-        for k in w.ks:
-            t, x, o = pairs[k]
-            i0, i1 = w.span[k]
-            err, cos, ratio = (np.concatenate(p) for p in zip(*parts[k]))
-            out[k] = _summarise(err, cos, ratio, t.sinks[i0 + o : i1 + o], extent(x)[1])
-            if errors is not None:
-                errors[k] = err
+    with np.errstate(all="ignore"):
+        for w in walks:
+            for xi, (x0, _) in w.x_rows.items():
+                norms = np.sqrt(w.x_sq[xi]).astype(np.float32)
+                bad = np.flatnonzero(~np.isfinite(norms) | (norms == 0))
+                odd = {int(i): read(w.xs[xi], x0 + int(i), x0 + int(i) + 1)[0].copy() for i in bad}
+                if stats is not None and norms.size:
+                    for st in {id(stats[k]): stats[k] for k in w.x_keys[xi] if stats[k] is not None}.values():
+                        st.add_norms(x0, norms, odd)  # type: ignore[union-attr]
+                for k in w.x_keys[xi]:
+                    t, x, o = pairs[k]
+                    i0, i1 = w.span[k]
+                    err, cos, ratio = token_metrics(norms[i0 - x0 : i1 - x0], t.norms[i0 + o : i1 + o],
+                                                    np.sqrt(w.d_sq[k]).astype(np.float32))
+                    out[k] = _summarise(err, cos, ratio, t.sinks[i0 + o : i1 + o], extent(x)[1])
+                    if errors is not None:
+                        errors[k] = err
     return out
 
 
+#: The fewest rows per task: each task reads a block of every tensor of its walk.
+_MIN_TASK_ROWS = 64
+
+
 def _task_rows(w: _Walk) -> int:
-    """Rows per task: a chunk's worth, fewer when that would leave a thread idle (at least four tasks
-    per thread when the rows allow it)."""
+    """Rows per task: a chunk's worth, fewer when that would leave a thread idle (at least three tasks
+    per thread when the rows allow it: a short dump's walk is a few tasks, and each costs the same)."""
     lo, hi = w.extent(w.ks)
     block = raw_block_rows(w.width) if w.fused else block_rows(w.width)
-    return max(block, min(CHUNK_BYTES // (4 * max(1, w.width)), -(-(hi - lo) // (4 * THREADS))))
+    return max(min(block, _MIN_TASK_ROWS), min(CHUNK_BYTES // (4 * max(1, w.width)), -(-(hi - lo) // (3 * THREADS))))

@@ -33,6 +33,24 @@ def _bf16(x: np.ndarray) -> np.ndarray:
     return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16).view(np_dtype("bfloat16"))
 
 
+@needs_loop
+@pytest.mark.parametrize("k", [1, 3, 4, 5, 9])
+@pytest.mark.parametrize("width", [7, 16, 33, 576])
+def test_one_x_against_many_gives_the_bits_of_one_call_per_pair(k, width):
+    """rows_sq_many reads x once for several training slots (slices of one concatenated block, so row
+    strides wider than the rows, and mixed dtypes): each norm has the bits of rows_sq pair by pair."""
+    rng = np.random.default_rng(k * 1000 + width)
+    x = _bf16(rng.standard_normal((6, width)).astype(np.float32) * np.float32(20))
+    block = rng.standard_normal((6, k * width)).astype(np.float32) * np.float32(20)
+    ys = [(_bf16(block) if j % 2 else block)[:, j * width : (j + 1) * width] for j in range(k)]
+    for portable in (False, True):
+        nx2, d2s = np.full(6, np.nan), [np.full(6, np.nan) for _ in range(k)]
+        fused.rows_sq_many(x, ys, nx2, d2s, portable)
+        for y, d2 in zip(ys, d2s):
+            one_nx2, one_d2 = fused.rows_sq(x, y, portable=portable)
+            assert np.array_equal(nx2, one_nx2) and np.array_equal(d2, one_d2)
+
+
 def test_the_loop_is_built_where_a_compiler_is():
     if shutil.which("cc") is None and shutil.which("gcc") is None:
         pytest.skip("no C compiler: the numpy path is used")

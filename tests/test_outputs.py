@@ -80,6 +80,56 @@ def test_a_dump_rewritten_while_read_is_refused(tmp_path):
         cap.read_rows(0, 8)
 
 
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc")
+def test_files_held_open_for_a_walk_are_bounded_and_closed(tmp_path):
+    """Within files_held a thread opens each file once for all its reads (a path lookup per read cost
+    as much as the read), holds at most HOLD_AT_MOST files, and closes them all when it ends."""
+    from safetensors.numpy import save_file
+
+    from hsdiff.model import files_held
+    from hsdiff.readers._container.filerows import HOLD_AT_MOST
+
+    caps = []
+    for i in range(HOLD_AT_MOST + 6):
+        path = tmp_path / f"f{i}.safetensors"
+        save_file({"hidden_states.layer_2": np.full((16, 8), i, dtype=np.float32)}, str(path))
+        caps.append(scan(path, INFER).captures[0])
+        caps[-1].read_rows(0, 1)  # its mapping is made (and holds a descriptor of its own)
+    before = _open_fds()
+    with files_held():
+        for c in caps[:3]:
+            for r in range(0, 16, 4):
+                c.read_rows(r, r + 4)
+        assert _open_fds() == before + 3
+        for i, c in enumerate(caps):
+            assert float(c.read_rows(5, 6)[0, 0]) == i
+        assert _open_fds() == before + HOLD_AT_MOST
+    assert _open_fds() == before
+    caps[0].read_rows(0, 4)
+    assert _open_fds() == before
+
+
+def test_a_dump_rewritten_while_held_is_refused(tmp_path):
+    """A file read again under a held descriptor after another scan saw it changed is refused too."""
+    from safetensors.numpy import save_file
+
+    from hsdiff.model import files_held
+
+    path = tmp_path / "a.safetensors"
+    save_file({"hidden_states.layer_2": np.ones((40, 64), dtype=np.float32)}, str(path))
+    old = scan(path, INFER).captures[0]
+    with files_held():
+        old.read_rows(0, 8)
+        save_file({"hidden_states.layer_2": np.zeros((80, 64), dtype=np.float32)}, str(path))
+        new = scan(path, INFER).captures[0]
+        with pytest.raises(FormatError, match="changed while hsdiff read it"):
+            new.read_rows(0, 8)
+
+
 def test_many_training_files_under_a_low_open_file_limit(tmp_path):
     """A training set of more files than the soft open-file limit: the command line raises the limit."""
     import torch

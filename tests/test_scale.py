@@ -178,3 +178,23 @@ def test_one_sink_token_recommends_no_null(tmp_path, monkeypatch):
     if report.verdict == "ok":
         assert None not in report.recommended.ids
         assert list(report.recommended.ids) == [1, 14, 26]
+
+
+def test_a_curve_is_rounded_in_one_go_as_value_by_value():
+    """The report's per-token error curves (thousands of values) are rounded to four significant digits
+    in one formatting pass: the same floats as rounding each value, and None where one is not finite."""
+    import math
+
+    import numpy as np
+
+    from hsdiff.comparison.profiles import _sig, _sigs
+
+    rng = np.random.default_rng(3)
+    for scale in (1e-9, 1e-4, 0.02, 1.0, 3e3, 1e7):
+        v = (rng.standard_normal(500) * scale).astype(np.float32)
+        assert _sigs(v) == [_sig(x) for x in v.tolist()]
+    v[[3, 40, 41]] = [np.nan, np.inf, -np.inf]
+    got = _sigs(v)
+    assert got[3] is None and got[40] is None and got[41] is None
+    assert got == [_sig(x) for x in v.tolist()] and all(x is None or math.isfinite(x) for x in got)
+    assert _sigs(np.zeros(0, dtype=np.float32)) == []

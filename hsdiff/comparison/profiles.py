@@ -182,7 +182,7 @@ def _curve(train: Capture, cap: Capture, offset: int, known: Norms, done: np.nda
                       i0 + offset + kept)
     return {
         "first_token": i0 + offset,
-        "error": [_sig(v) for v in err.tolist()],
+        "error": _sigs(err),
         "sink_tokens": [i0 + offset + int(i) for i in np.flatnonzero(sinks).tolist()],
         "tokens_left_out": (i1 - i0) - kept,
     }
@@ -212,3 +212,9 @@ def _sig(v: float) -> float | None:
     if not math.isfinite(v):
         return None
     return float(f"{v:.4g}")
+
+
+def _sigs(v: np.ndarray) -> list[float | None]:
+    """:func:`_sig` of each value, formatted in one go (a curve is thousands of values)."""
+    got: list[float | None] = list(map(float, (("%.4g " * v.size) % tuple(v.tolist())).split()))
+    return got if bool(np.isfinite(v).all()) else [x if math.isfinite(x) else None for x in got]  # type: ignore[arg-type]

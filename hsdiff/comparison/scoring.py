@@ -13,7 +13,7 @@ import numpy as np
 
 from .. import align, fused
 from ..arrays import lower_median
-from ..model import Candidate, Capture, Metrics, NormCheck, PrintedEvidence, Score
+from ..model import Candidate, Capture, Metrics, NormCheck, PrintedEvidence, Score, files_held
 from ..rows import RowStats, chunks, extent, read
 from ..verify import score_many, sketch
 from . import validate
@@ -258,21 +258,23 @@ def _verify_all(jobs: list[_Job], sources: dict[int, np.ndarray | Capture | None
 
 def _sketch(jobs: list[_Job], sources: dict[int, np.ndarray | Capture | None], stats: dict[int, RowStats],
             progress: Progress | None) -> None:
-    """Every pair's metrics on a sample of :data:`SKETCH_TOKENS` ordinary tokens (rows read alone). A
-    capture's pairs are consecutive, and share the rows it read (reading the samples on a second thread
-    was slower here: the reads are short, and the threads contend for the interpreter)."""
+    """Every pair's metrics on a sample of :data:`SKETCH_TOKENS` ordinary tokens (rows read alone, from
+    files held open while sampling). A capture's pairs are consecutive, and share the rows it read
+    (sampling captures on a second thread was no quicker here: the reads are short, and the threads
+    contend for the interpreter)."""
     cache: dict = {}  # rows read of the capture at hand, and its samples
     columns: dict = {}  # its columns and norms read for the search by value, shared by its training slots
-    for i, j in enumerate(jobs):
-        if progress:
-            progress("sampling pairs", i, len(jobs))
-        if i and jobs[i - 1].capture is not j.capture:
-            _count_sampled({id(jobs[i - 1].capture): cache}, stats)
-            cache, columns = {}, {}
-        src = _src(j, sources)
-        offsets = j.offsets or [align.search_offset(j.train, src, columns)]
-        tried = [(o, sketch(j.train, src, o, SKETCH_TOKENS, cache)) for o in offsets]
-        j.result = min(tried, key=lambda r: (_err(r[1]), abs(r[0])))
+    with files_held():
+        for i, j in enumerate(jobs):
+            if progress:
+                progress("sampling pairs", i, len(jobs))
+            if i and jobs[i - 1].capture is not j.capture:
+                _count_sampled({id(jobs[i - 1].capture): cache}, stats)
+                cache, columns = {}, {}
+            src = _src(j, sources)
+            offsets = j.offsets or [align.search_offset(j.train, src, columns)]
+            tried = [(o, sketch(j.train, src, o, SKETCH_TOKENS, cache)) for o in offsets]
+            j.result = min(tried, key=lambda r: (_err(r[1]), abs(r[0])))
     if jobs:
         _count_sampled({id(jobs[-1].capture): cache}, stats)
     if progress:
@@ -283,7 +285,7 @@ def _count_sampled(cache: dict[int, dict], stats: dict[int, RowStats]) -> None:
     """What the rows sampled of each capture hold (``cache``: its samples of rows, with their norms)."""
     for key, got in cache.items():
         for sample, value in got.items():
-            if isinstance(sample, tuple):
+            if isinstance(sample, tuple) and sample[0] == "sample":
                 stats[key].add_at(value[0], sample[1:], value[1])
 
 

@@ -10,7 +10,7 @@ A capture is a *description* of a tensor plus a loader: nothing is read from dis
 tens of GB can be opened and scanned cheaply.
 """
 
-from .capture import INFER, TRAIN, Capture, Dump, Layer, Observation, Origin, RowBuffer
+from .capture import INFER, TRAIN, Capture, Dump, Layer, Observation, Origin, RowBuffer, files_held, held_files
 from .results import (
     Candidate,
     Configured,
@@ -38,6 +38,8 @@ __all__ = [
     "Capture",
     "Dump",
     "RowBuffer",
+    "files_held",
+    "held_files",
     "Evidence",
     "Status",
     "Verdict",

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Sequence
+import os
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +27,8 @@ __all__ = [
     "Capture",
     "Dump",
     "RowBuffer",
+    "files_held",
+    "held_files",
 ]
 
 TRAIN = "train"
@@ -44,6 +49,33 @@ class RowBuffer:
         if self.bytes.nbytes < nbytes:
             self.bytes, self.holds = np.empty(max(nbytes, 2 * self.bytes.nbytes), dtype=np.uint8), None
         return self.bytes
+
+
+_held = threading.local()
+
+
+@contextmanager
+def files_held() -> Iterator[None]:
+    """While it lasts, the calling thread keeps open each file it reads rows from (checked once, when
+    opened) instead of opening it for every read: a block of a walk reads dozens of tensors of one
+    file, and a path's lookup cost as much as reading a few rows. The files are closed when it ends
+    (nested, the outer one closes them)."""
+    if getattr(_held, "fds", None) is not None:
+        yield
+        return
+    _held.fds = {}
+    try:
+        yield
+    finally:
+        fds, _held.fds = _held.fds, None
+        for fd, _ in fds.values():
+            os.close(fd)
+
+
+def held_files() -> dict[str, tuple[int, Any]] | None:
+    """The files the calling thread holds open in :func:`files_held` (path -> descriptor and what it
+    was checked against), None outside it."""
+    return getattr(_held, "fds", None)
 
 
 @dataclass(frozen=True)

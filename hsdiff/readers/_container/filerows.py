@@ -18,13 +18,13 @@ import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
 from ...arrays import as_f32
 from ...errors import FormatError
-from ...model import RowBuffer
+from ...model import RowBuffer, held_files
 
 __all__ = ["file_rows", "identity"]
 
@@ -60,6 +60,10 @@ def _file_place(a: np.ndarray) -> tuple[str, int] | None:
     return os.fspath(name), int(root.offset) + (a.ctypes.data - root.ctypes.data)  # type: ignore[attr-defined]
 
 
+#: Files a thread keeps open at most within :func:`~hsdiff.model.files_held` (others are opened for
+#: each read): a sketch over a training set of thousands of files stays far from the open-file limit.
+HOLD_AT_MOST = 64
+
 _ids = itertools.count()
 _local = threading.local()
 
@@ -69,7 +73,9 @@ class _FileRows:
     file scanned (device, inode, size, modification time): a file changed while hsdiff reads it is an
     error, not rows of another file. When the path is gone (a gzip member's temporary file is removed
     once mapped) the rows are sliced from the mapping made while it was there. No descriptor is held
-    between reads, so a training set of thousands of files costs none."""
+    between reads, so a training set of thousands of files costs none, except within
+    :func:`~hsdiff.model.files_held`, where the calling thread keeps up to :data:`HOLD_AT_MOST` files
+    open until it ends."""
 
     def __init__(self, path: str, offset: int, a: np.ndarray, ident: tuple[int, ...] | None = None) -> None:
         self.path, self.offset = path, offset
@@ -106,7 +112,10 @@ class _FileRows:
         return got
 
     def _pread(self, dst: np.ndarray, i0: int) -> None:
-        fd = self._open()
+        held = held_files()
+        if held is not None and self.path not in held and len(held) >= HOLD_AT_MOST:
+            held = None  # opened for this read alone
+        fd = self._held(held) if held is not None else self._open()
         if fd is None:  # the file mapped is no longer at its path
             dst.reshape(-1, self.width)[...] = self.mapped[i0 : i0 + dst.size // self.width]  # the same dtype: bits
             return
@@ -121,7 +130,21 @@ class _FileRows:
                                       hint="the file changed or was truncated while it was read; re-copy it")
                 done += got
         finally:
-            os.close(fd)
+            if held is None:
+                os.close(fd)
+
+    def _held(self, held: dict[str, tuple[int, Any]]) -> int | None:
+        """This file's descriptor among those the thread holds open (:func:`~hsdiff.model.files_held`),
+        opened and kept on first use."""
+        if self.path not in held:
+            fd = self._open()
+            if fd is None:
+                return None
+            held[self.path] = (fd, self.ident)
+        fd, ident = held[self.path]
+        if self.ident is not None and ident != self.ident:  # two scans of a file that changed between them
+            self._changed()
+        return fd
 
     def _open(self) -> int | None:
         """A descriptor of the file scanned, None when its path names no file any more."""
@@ -132,9 +155,12 @@ class _FileRows:
         st = os.fstat(fd)
         if self.ident is not None and (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) != self.ident:
             os.close(fd)
-            raise FormatError("the file changed while hsdiff read it", path=Path(self.path),
-                              hint="let whatever writes it finish, then run hsdiff again")
+            self._changed()
         return fd
+
+    def _changed(self) -> NoReturn:
+        raise FormatError("the file changed while hsdiff read it", path=Path(self.path),
+                          hint="let whatever writes it finish, then run hsdiff again")
 
 
 def identity(path: str | os.PathLike) -> tuple[int, ...] | None:
