@@ -11,10 +11,11 @@ split the rows into tasks for :data:`THREADS` threads, each with its own buffers
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
@@ -253,17 +254,47 @@ def row_buffers(n: int) -> list[RowBuffer]:
     return got[:n]
 
 
-def in_order(pool: ThreadPoolExecutor, fn: Callable[..., Any], tasks: Iterable[tuple], ahead: int = 2 * THREADS
-             ) -> Iterator[Any]:
-    """``fn(*task)`` of each task on ``pool``, yielded in order, with at most ``ahead`` tasks queued
-    (two per thread: what waits to be used stays small)."""
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def _row_pool() -> ThreadPoolExecutor:
+    """The :data:`THREADS` threads that read and compare rows, kept for the process: their buffers
+    (:func:`scratch`, :func:`row_buffers`) are then allocated and faulted in once, not per pass. Only
+    :func:`in_order` submits to it, and never from one of its own tasks."""
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix="hsdiff-rows")
+        return _pool
+
+
+def _forget_pool() -> None:  # a forked child has none of its parent's threads
+    global _pool
+    _pool = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool)
+
+
+def in_order(fn: Callable[..., Any], tasks: Iterable[tuple], ahead: int = 2 * THREADS) -> Iterator[Any]:
+    """``fn(*task)`` of each task on the row threads, yielded in order, with at most ``ahead`` tasks
+    queued (two per thread: what waits to be used stays small). Left early (an error, a consumer that
+    stops), it cancels the tasks not started and waits for the others."""
+    pool = _row_pool()
     pending: deque[Future] = deque()
-    for task in tasks:
-        pending.append(pool.submit(fn, *task))
-        if len(pending) >= ahead:
+    try:
+        for task in tasks:
+            pending.append(pool.submit(fn, *task))
+            if len(pending) >= ahead:
+                yield pending.popleft().result()
+        while pending:
             yield pending.popleft().result()
-    while pending:
-        yield pending.popleft().result()
+    finally:
+        for f in pending:
+            f.cancel()
+        wait(pending)
 
 
 def norms_of(srcs: Sequence[np.ndarray | Capture]) -> list[tuple[np.ndarray, dict[int, np.ndarray]]]:
@@ -297,8 +328,7 @@ def norms_of(srcs: Sequence[np.ndarray | Capture]) -> list[tuple[np.ndarray, dic
                         row_sq_norms(x, out=o[r0 - a : r1 - a])
         return [np.sqrt(o).astype(np.float32) for o in out]
 
-    with ThreadPoolExecutor(max_workers=THREADS) as pool:
-        parts = list(in_order(pool, task, tasks))
+    parts = list(in_order(task, tasks))
     got = []
     for i, src in enumerate(srcs):
         norms = np.concatenate([p[i] for p in parts]) if parts else np.zeros(0, dtype=np.float32)

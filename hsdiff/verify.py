@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -257,10 +256,9 @@ def score_many(pairs: Sequence[tuple[TrainSlot, np.ndarray | Capture, int]],
     walks = _walks(pairs)
     tasks = [(w, a, min(a + _task_rows(w), hi)) for w in walks for lo, hi in [w.extent(w.ks)]
              for a in range(lo, hi, _task_rows(w))]
-    with ThreadPoolExecutor(max_workers=THREADS) as pool:
-        for n, _ in enumerate(in_order(pool, _compare_rows, tasks)):
-            if progress is not None:
-                progress(n, len(tasks))
+    for n, _ in enumerate(in_order(_compare_rows, tasks)):
+        if progress is not None:
+            progress(n, len(tasks))
     if progress is not None:
         progress(len(tasks), len(tasks))
     with np.errstate(all="ignore"):

@@ -62,3 +62,26 @@ def test_read_safetensors_header_names_the_damage(tmp_path: Path, header, data, 
     with pytest.raises(FormatError, match=words) as e:
         read_safetensors_header(f)
     assert e.value.path == str(f)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rows_read_into_buffers_at_any_alignment_are_the_rows(tmp_path, dtype):
+    """Rows are read from the file into buffers placed to share the file's alignment (a skewed copy
+    is slow): whatever the caller's buffer offset, the values are the tensor's rows."""
+    from hsdiff.arrays import as_f32
+    from hsdiff.model import INFER, RowBuffer
+    from hsdiff.readers import scan
+
+    rng = np.random.default_rng(7)
+    t = torch.from_numpy(rng.standard_normal((50, 36)).astype(np.float32)).to(dtype)
+    save_file({"hidden_states.layer_3": t}, str(tmp_path / "a.safetensors"))
+    cap = scan(tmp_path / "a.safetensors", INFER).captures[0]
+    assert cap.reads_rows
+    want = t.float().numpy()
+    buf = RowBuffer()
+    big = np.empty(50 * 36 + 64, dtype=np.float32)
+    for i0, i1 in [(0, 50), (1, 2), (3, 17), (17, 49), (3, 17)]:
+        assert np.array_equal(as_f32(cap.read_rows(i0, i1, buf, raw=True)), want[i0:i1])
+        for skew in range(16):  # float32 offsets: 0 to 60 bytes
+            out = big[skew : skew + (i1 - i0) * 36].reshape(i1 - i0, 36)
+            assert np.array_equal(cap.read_rows(i0, i1, out), want[i0:i1])

@@ -94,17 +94,23 @@ class _FileRows:
         whole = c0 == 0 and (c1 is None or c1 >= self.width)
         if whole and self.dtype == np.float32 and not self.dtype.metadata:
             dst = np.empty((max(0, i1 - i0), self.width), dtype=np.float32) if out is None else out
-            self._pread(dst, i0)
+            if _skew(self.offset + i0 * self.row_bytes, dst) == 0:
+                self._pread(dst, i0)
+            else:  # the kernel's copy into a skewed destination is slow: read, then copy here
+                dst[...] = self._raw(i0, i1)
             return dst
         return _copy(self._raw(i0, i1)[:, c0:c1], out)
 
     def _raw(self, i0: int, i1: int, buf: RowBuffer | None = None) -> np.ndarray:
         """Rows ``[i0, i1)`` in the stored dtype, in ``buf`` or this thread's buffer: read again only when
-        that buffer holds other rows."""
+        that buffer holds other rows. They start in the buffer where their first byte's file offset
+        would, modulo :data:`ALIGN`."""
         if buf is None:
             buf = _local.__dict__.setdefault("buf", RowBuffer())
         n = max(0, i1 - i0)
-        got = buf.fit(n * self.row_bytes)[: n * self.row_bytes].view(self.dtype).reshape(n, self.width)
+        mem = buf.fit(n * self.row_bytes + ALIGN)
+        at = _skew(self.offset + i0 * self.row_bytes, mem)
+        got = mem[at : at + n * self.row_bytes].view(self.dtype).reshape(n, self.width)
         if buf.holds != (self.key, i0, i1):
             buf.holds = None
             self._pread(got, i0)
@@ -161,6 +167,18 @@ class _FileRows:
     def _changed(self) -> NoReturn:
         raise FormatError("the file changed while hsdiff read it", path=Path(self.path),
                           hint="let whatever writes it finish, then run hsdiff again")
+
+
+#: Reads land at the same offset modulo this as their bytes have in the file. Measured here (an AMD
+#: EPYC under Linux 6.18), ``pread`` into a buffer 8 or 16 bytes off the file's alignment copied at a
+#: third of the speed of an aligned one (1.2 against 4 GB/s), and numpy's buffers start 16 bytes into
+#: an allocation.
+ALIGN = 64
+
+
+def _skew(pos: int, buf: np.ndarray) -> int:
+    """How far into ``buf`` a read of file offset ``pos`` should start to share its alignment."""
+    return (pos - buf.ctypes.data) % ALIGN
 
 
 def identity(path: str | os.PathLike) -> tuple[int, ...] | None:
