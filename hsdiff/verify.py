@@ -35,7 +35,7 @@ from .rows import (
     scratch,
 )
 
-__all__ = ["read_sample", "sketch", "score_many"]
+__all__ = ["read_sample", "sketch", "sketch_all", "score_many"]
 
 
 def sketch(train: TrainSlot, x: np.ndarray | Capture, offset: int, n: int,
@@ -43,20 +43,37 @@ def sketch(train: TrainSlot, x: np.ndarray | Capture, offset: int, n: int,
     """Metrics on at most ``n`` ordinary tokens, in a few runs of neighbours spread over the overlap at
     ``offset``: an estimate that reads a few rows of each side (``cache``: see :func:`read_sample`).
     With the C loop the rows stay in their stored dtype and it sums their norms."""
-    got = read_sample(train, x, offset, n, cache)
-    if got is None:
-        return Metrics.empty()
-    rows, pick, xs, nx = got
-    raw = _raw_sample(train, x)
-    ys = train.sample([r + offset for r in rows], raw)
-    with np.errstate(all="ignore"):
-        if raw:
-            diff = np.sqrt(fused.rows_sq(xs, ys)[1]).astype(np.float32)  # type: ignore[arg-type]
-        else:
-            (d,) = scratch(1, xs.size)
-            diff = row_norms(np.subtract(xs, ys, out=d.reshape(xs.shape)))
-    err, cos, ratio = token_metrics(nx, train.norms[pick + offset], diff)
-    return _summarise(err, cos, ratio, np.zeros(len(rows), dtype=bool), extent(x)[1])
+    return sketch_all([train], x, offset, n, cache)[0]
+
+
+def sketch_all(trains: Sequence[TrainSlot], x: np.ndarray | Capture, offset: int, n: int,
+               cache: dict | None = None) -> list[Metrics]:
+    """:func:`sketch` of each training slot against ``x``, the same results: the slots that sample the
+    same rows (the slots of one sample) are compared with them in one pass over them."""
+    out = [Metrics.empty()] * len(trains)
+    got: dict[int, tuple[list[int], np.ndarray, np.ndarray, np.ndarray]] = {}
+    same: dict[tuple[tuple[int, ...], bool], list[int]] = {}  # slots by the rows they sample
+    for i, t in enumerate(trains):
+        g = read_sample(t, x, offset, n, cache)
+        if g is not None:
+            got[i] = g
+            same.setdefault((tuple(g[0]), _raw_sample(t, x)), []).append(i)
+    for (rows, raw), idx in same.items():
+        _, pick, xs, nx = got[idx[0]]
+        ys = [trains[i].sample([r + offset for r in rows], raw) for i in idx]
+        with np.errstate(all="ignore"):
+            if raw:
+                d2 = [np.empty(len(rows)) for _ in idx]
+                fused.rows_sq_many(xs, ys, np.empty(len(rows)), d2)
+                diff = np.sqrt(np.stack(d2)).astype(np.float32)
+            else:
+                (d,) = scratch(1, xs.size)
+                diff = np.stack([row_norms(np.subtract(xs, y, out=d.reshape(xs.shape))) for y in ys])
+        err, cos, ratio = token_metrics(nx, np.stack([trains[i].norms[pick + offset] for i in idx]), diff)
+        sinks = np.zeros(len(rows), dtype=bool)
+        for k, i in enumerate(idx):
+            out[i] = _summarise(err[k], cos[k], ratio[k], sinks, extent(x)[1])
+    return out
 
 
 def _raw_sample(train: TrainSlot, x: np.ndarray | Capture) -> bool:

@@ -15,7 +15,7 @@ from .. import align, fused
 from ..arrays import lower_median
 from ..model import Candidate, Capture, Metrics, NormCheck, PrintedEvidence, Score, files_held
 from ..rows import RowStats, chunks, extent, read
-from ..verify import score_many, sketch
+from ..verify import score_many, sketch, sketch_all
 from . import validate
 from .slots import Slots
 
@@ -259,26 +259,45 @@ def _verify_all(jobs: list[_Job], sources: dict[int, np.ndarray | Capture | None
 def _sketch(jobs: list[_Job], sources: dict[int, np.ndarray | Capture | None], stats: dict[int, RowStats],
             progress: Progress | None) -> None:
     """Every pair's metrics on a sample of :data:`SKETCH_TOKENS` ordinary tokens (rows read alone, from
-    files held open while sampling). A capture's pairs are consecutive, and share the rows it read
-    (sampling captures on a second thread was no quicker here: the reads are short, and the threads
-    contend for the interpreter)."""
-    cache: dict = {}  # rows read of the capture at hand, and its samples
-    columns: dict = {}  # its columns and norms read for the search by value, shared by its training slots
+    files held open while sampling). A capture's pairs are consecutive and share the rows it read; its
+    pairs at the same offsets are sampled together (:func:`~hsdiff.verify.sketch_all`). Sampling
+    captures on a second thread, or reading the next capture's rows ahead there, was slower here: the
+    reads are short, and the threads contend for the interpreter."""
+    done = 0
     with files_held():
-        for i, j in enumerate(jobs):
+        for group in _by_capture(jobs):
             if progress:
-                progress("sampling pairs", i, len(jobs))
-            if i and jobs[i - 1].capture is not j.capture:
-                _count_sampled({id(jobs[i - 1].capture): cache}, stats)
-                cache, columns = {}, {}
-            src = _src(j, sources)
-            offsets = j.offsets or [align.search_offset(j.train, src, columns)]
-            tried = [(o, sketch(j.train, src, o, SKETCH_TOKENS, cache)) for o in offsets]
-            j.result = min(tried, key=lambda r: (_err(r[1]), abs(r[0])))
-    if jobs:
-        _count_sampled({id(jobs[-1].capture): cache}, stats)
+                progress("sampling pairs", done, len(jobs))
+            cache: dict = {}  # rows read of the capture, and its samples
+            columns: dict = {}  # its columns and norms read for the search by value, shared by its training slots
+            together: dict[tuple, list[_Job]] = {}
+            for j in group:
+                src = _src(j, sources)
+                if j.offsets:
+                    together.setdefault((id(src), *j.offsets), []).append(j)
+                    continue
+                o = align.search_offset(j.train, src, columns)
+                j.result = (o, sketch(j.train, src, o, SKETCH_TOKENS, cache))
+            for js in together.values():
+                src, offsets = _src(js[0], sources), js[0].offsets or []
+                tried = [sketch_all([j.train for j in js], src, o, SKETCH_TOKENS, cache) for o in offsets]
+                for k, j in enumerate(js):
+                    j.result = min(((o, m[k]) for o, m in zip(offsets, tried)), key=lambda r: (_err(r[1]), abs(r[0])))
+            _count_sampled({id(group[0].capture): cache}, stats)
+            done += len(group)
     if progress:
         progress("sampling pairs", len(jobs), len(jobs))
+
+
+def _by_capture(jobs: list[_Job]) -> list[list[_Job]]:
+    """Runs of consecutive jobs of one capture."""
+    groups: list[list[_Job]] = []
+    for i, j in enumerate(jobs):
+        if i and jobs[i - 1].capture is j.capture:
+            groups[-1].append(j)
+        else:
+            groups.append([j])
+    return groups
 
 
 def _count_sampled(cache: dict[int, dict], stats: dict[int, RowStats]) -> None:
