@@ -18,7 +18,7 @@ import numpy as np
 
 from . import fused
 from .align import TrainSlot, _summarise, token_metrics
-from .arrays import row_norms, row_sq_norms, unique_ints
+from .arrays import as_f32, row_norms, row_sq_norms, unique_ints
 from .model import Capture, Metrics, files_held
 from .rows import (
     CHUNK_BYTES,
@@ -42,7 +42,8 @@ def sketch(train: TrainSlot, x: np.ndarray | Capture, offset: int, n: int,
            cache: dict | None = None) -> Metrics:
     """Metrics on at most ``n`` ordinary tokens, in a few runs of neighbours spread over the overlap at
     ``offset``: an estimate that reads a few rows of each side (``cache``: see :func:`read_sample`).
-    With the C loop the rows stay in their stored dtype and it sums their norms."""
+    The norms of ``x - y`` come from the C loop when it is built (whatever the size: an estimate), those
+    of ``x`` from numpy."""
     return sketch_all([train], x, offset, n, cache)[0]
 
 
@@ -62,7 +63,7 @@ def sketch_all(trains: Sequence[TrainSlot], x: np.ndarray | Capture, offset: int
         _, pick, xs, nx = got[idx[0]]
         ys = [trains[i].sample([r + offset for r in rows], raw) for i in idx]
         with np.errstate(all="ignore"):
-            if raw:
+            if fused.AVAILABLE and fused.handles(xs, *ys):  # bf16 rows as read, or float32: the same sums
                 d2 = [np.empty(len(rows)) for _ in idx]
                 fused.rows_sq_many(xs, ys, np.empty(len(rows)), d2)
                 diff = np.sqrt(np.stack(d2)).astype(np.float32)
@@ -77,8 +78,8 @@ def sketch_all(trains: Sequence[TrainSlot], x: np.ndarray | Capture, offset: int
 
 
 def _raw_sample(train: TrainSlot, x: np.ndarray | Capture) -> bool:
-    """Whether the sample is read in its stored dtype and compared by the C loop (an estimate: its sums
-    whatever the size)."""
+    """Whether the sample is read in its stored dtype, for the C loop to convert as it sums (bfloat16 to
+    float32 is exact: the same sums as on converted rows)."""
     return fused.reads([train.source, x])
 
 
@@ -87,7 +88,7 @@ def read_sample(train: TrainSlot, x: np.ndarray | Capture, offset: int, n: int, 
     """The rows :func:`sketch` compares at ``offset`` (None: the sides do not overlap), their
     positions in the training slot less ``offset``, and those rows of ``x`` (in their stored dtype with
     the C loop) with their norms. ``cache`` keeps the rows read, by row number, and each sample with its
-    norms, by ``("sample", *rows)`` (the training slots of one sample at one offset sample the same
+    norms, by ``("sample", raw, *rows)`` (the training slots of one sample at one offset sample the same
     rows); the training rows are read too (:meth:`TrainSlot.sample` keeps them)."""
     ti, tt = extent(x)[0], train.tokens
     i0, i1 = max(0, -offset), min(ti, tt - offset)
@@ -95,13 +96,12 @@ def read_sample(train: TrainSlot, x: np.ndarray | Capture, offset: int, n: int, 
         return None
     pick, rows = train.kept(("pick", i0, i1, offset, n), lambda: _pick(train, i0, i1, offset, n))
     cache = {} if cache is None else cache
-    key = ("sample", *rows)
+    raw = _raw_sample(train, x)
+    key = ("sample", raw, *rows)
     if key not in cache:
-        raw = _raw_sample(train, x)
         xs = read_at(x, rows, cache, raw)
         with np.errstate(all="ignore"):
-            nx = np.sqrt(fused.rows_sq(xs)[0]).astype(np.float32) if raw else row_norms(xs)
-        cache[key] = (xs, nx)
+            cache[key] = (xs, row_norms(as_f32(xs)))
         train.sample([r + offset for r in rows], raw)
     return (rows, pick, *cache[key])
 

@@ -162,3 +162,31 @@ def test_without_the_loop_compare_gives_the_same_answer(tmp_path, monkeypatch):
     flag, rest = off.stdout.split(" ", 1)
     assert flag == "False" and f"ok {list(gen.TRAIN_B)}" in rest
     assert on.stdout.split(" ", 1)[1] == rest  # the same verdict, boundaries and errors to 4 decimals
+
+
+def test_a_capture_sampled_against_slots_of_other_dtypes_gives_each_its_own_sketch(tmp_path):
+    """One capture's samples are shared by the training slots that sample the same rows; a slot the C
+    loop reads in its stored dtype (bfloat16) and one it does not (float16) must not share the
+    capture's rows as read for the other (bfloat16 bits are not float32 values)."""
+    import torch
+    from safetensors.torch import save_file
+
+    from hsdiff.model import INFER
+    from hsdiff.training import TrainSlot
+    from hsdiff.verify import sketch, sketch_all
+
+    rng = np.random.default_rng(5)
+    base = torch.from_numpy(rng.standard_normal((128, 64)).astype(np.float32) * 3)
+    noise = torch.from_numpy(rng.standard_normal((128, 64)).astype(np.float32) * 0.01)
+    caps = {}
+    for name, t in [("x", base.to(torch.bfloat16)), ("bf16", (base + noise).to(torch.bfloat16)),
+                    ("f16", (base + noise).to(torch.float16))]:
+        save_file({"hidden_states.layer_2": t.contiguous()}, str(tmp_path / f"{name}.safetensors"))
+        caps[name] = scan(tmp_path / f"{name}.safetensors", INFER).captures[0]
+    x, a, b = caps["x"], TrainSlot.load(caps["bf16"]), TrainSlot.load(caps["f16"])
+    alone = [sketch(t, x, 0, 64, {}) for t in (a, b)]
+    assert alone[1].rel_err < 0.01 and alone[1].cosine > 0.999
+    cache: dict = {}
+    assert [sketch(t, x, 0, 64, cache) for t in (a, b)] == alone
+    assert sketch_all([b, a], x, 0, 64, {}) == alone[::-1]
+    assert sketch_all([a, b], x, 0, 64, cache) == alone

@@ -114,20 +114,38 @@ def test_files_held_open_for_a_walk_are_bounded_and_closed(tmp_path):
 
 
 def test_a_dump_rewritten_while_held_is_refused(tmp_path):
-    """A file read again under a held descriptor after another scan saw it changed is refused too."""
+    """A file held open for a walk is checked at every read: rewritten in place (same size), its next
+    read is refused; replaced by another file, a capture of the new file is refused the descriptor of
+    the old one, and the old file's capture goes on reading what was scanned."""
+    import time
+
     from safetensors.numpy import save_file
 
     from hsdiff.model import files_held
 
     path = tmp_path / "a.safetensors"
     save_file({"hidden_states.layer_2": np.ones((40, 64), dtype=np.float32)}, str(path))
+    cap = scan(path, INFER).captures[0]
+    with files_held():
+        assert float(cap.read_rows(0, 8)[0, 0]) == 1.0
+        time.sleep(0.01)
+        with open(path, "r+b") as f:  # the same size, other values
+            f.seek(-4 * 64, os.SEEK_END)
+            f.write(np.zeros(64, dtype=np.float32).tobytes())
+        with pytest.raises(FormatError, match="changed while hsdiff read it"):
+            cap.read_rows(8, 16)
+
+    save_file({"hidden_states.layer_2": np.ones((40, 64), dtype=np.float32)}, str(path))
     old = scan(path, INFER).captures[0]
     with files_held():
         old.read_rows(0, 8)
-        save_file({"hidden_states.layer_2": np.zeros((80, 64), dtype=np.float32)}, str(path))
+        other = tmp_path / "b.safetensors"
+        save_file({"hidden_states.layer_2": np.full((80, 64), 2.0, dtype=np.float32)}, str(other))
+        os.replace(other, path)
         new = scan(path, INFER).captures[0]
         with pytest.raises(FormatError, match="changed while hsdiff read it"):
             new.read_rows(0, 8)
+        assert float(old.read_rows(16, 24)[0, 0]) == 1.0
 
 
 def test_many_training_files_under_a_low_open_file_limit(tmp_path):

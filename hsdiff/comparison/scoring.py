@@ -304,8 +304,8 @@ def _count_sampled(cache: dict[int, dict], stats: dict[int, RowStats]) -> None:
     """What the rows sampled of each capture hold (``cache``: its samples of rows, with their norms)."""
     for key, got in cache.items():
         for sample, value in got.items():
-            if isinstance(sample, tuple) and sample[0] == "sample":
-                stats[key].add_at(value[0], sample[1:], value[1])
+            if isinstance(sample, tuple) and sample[0] == "sample":  # ("sample", raw, *rows)
+                stats[key].add_at(value[0], sample[2:], value[1])
 
 
 def _verify_shortlist(jobs: list[_Job], sources: dict[int, np.ndarray | Capture | None],

@@ -141,15 +141,19 @@ class _FileRows:
 
     def _held(self, held: dict[str, tuple[int, Any]]) -> int | None:
         """This file's descriptor among those the thread holds open (:func:`~hsdiff.model.files_held`),
-        opened and kept on first use."""
+        opened and kept on first use, and checked again at each read (``fstat``: no path lookup; a
+        path since replaced by another file is read from the one scanned, still open)."""
         if self.path not in held:
             fd = self._open()
             if fd is None:
                 return None
             held[self.path] = (fd, self.ident)
-        fd, ident = held[self.path]
-        if self.ident is not None and ident != self.ident:  # two scans of a file that changed between them
-            self._changed()
+            return fd
+        fd, _ = held[self.path]
+        if self.ident is not None:
+            st = os.fstat(fd)
+            if (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) != self.ident:  # rewritten in place
+                self._changed()
         return fd
 
     def _open(self) -> int | None:
