@@ -63,7 +63,7 @@ def sketch_all(trains: Sequence[TrainSlot], x: np.ndarray | Capture, offset: int
         _, pick, xs, nx = got[idx[0]]
         ys = [trains[i].sample([r + offset for r in rows], raw) for i in idx]
         with np.errstate(all="ignore"):
-            if fused.AVAILABLE and fused.handles(xs, *ys):  # bf16 rows as read, or float32: the same sums
+            if fused.handles(xs, *ys):  # bf16 rows as read, or float32: the same sums
                 d2 = [np.empty(len(rows)) for _ in idx]
                 fused.rows_sq_many(xs, ys, np.empty(len(rows)), d2)
                 diff = np.sqrt(np.stack(d2)).astype(np.float32)
