@@ -106,10 +106,7 @@ class TrainSlot:
     def sample(self, rows: list[int], raw: bool = False) -> np.ndarray:
         """:meth:`rows_at`, kept: the sketch samples the same rows of a slot for every capture (``raw``: in
         the stored dtype, see :func:`~hsdiff.rows.read_at`)."""
-        key = ("sample", raw, *rows)
-        if key not in self._rows:
-            self._rows[key] = read_at(self._source, rows, self._rows, raw)
-        return self._rows[key]
+        return self.kept(("sample", raw, *rows), lambda: read_at(self._source, rows, self._rows, raw))
 
     def columns(self, cols: np.ndarray) -> np.ndarray:
         """Columns ``cols`` of every token, float32 ``[T, len(cols)]``, read in chunks and kept."""

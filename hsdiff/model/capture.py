@@ -68,13 +68,12 @@ def files_held() -> Iterator[None]:
         yield
     finally:
         fds, _held.fds = _held.fds, None
-        for fd, _ in fds.values():
+        for fd in fds.values():
             os.close(fd)
 
 
-def held_files() -> dict[str, tuple[int, Any]] | None:
-    """The files the calling thread holds open in :func:`files_held` (path -> descriptor and what it
-    was checked against), None outside it."""
+def held_files() -> dict[str, int] | None:
+    """The files the calling thread holds open in :func:`files_held` (path -> descriptor), None outside it."""
     return getattr(_held, "fds", None)
 
 

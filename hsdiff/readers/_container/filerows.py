@@ -139,22 +139,17 @@ class _FileRows:
             if held is None:
                 os.close(fd)
 
-    def _held(self, held: dict[str, tuple[int, Any]]) -> int | None:
+    def _held(self, held: dict[str, int]) -> int | None:
         """This file's descriptor among those the thread holds open (:func:`~hsdiff.model.files_held`),
         opened and kept on first use, and checked again at each read (``fstat``: no path lookup; a
         path since replaced by another file is read from the one scanned, still open)."""
         if self.path not in held:
             fd = self._open()
-            if fd is None:
-                return None
-            held[self.path] = (fd, self.ident)
+            if fd is not None:
+                held[self.path] = fd
             return fd
-        fd, _ = held[self.path]
-        if self.ident is not None:
-            st = os.fstat(fd)
-            if (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) != self.ident:  # rewritten in place
-                self._changed()
-        return fd
+        self._check(held[self.path])
+        return held[self.path]
 
     def _open(self) -> int | None:
         """A descriptor of the file scanned, None when its path names no file any more."""
@@ -162,11 +157,18 @@ class _FileRows:
             fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         except FileNotFoundError:
             return None
+        try:
+            self._check(fd)
+        except FormatError:
+            os.close(fd)
+            raise
+        return fd
+
+    def _check(self, fd: int) -> None:
+        """Refuse a descriptor whose file is not the one scanned (device, inode, size, modification time)."""
         st = os.fstat(fd)
         if self.ident is not None and (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) != self.ident:
-            os.close(fd)
             self._changed()
-        return fd
 
     def _changed(self) -> NoReturn:
         raise FormatError("the file changed while hsdiff read it", path=Path(self.path),
