@@ -31,12 +31,18 @@ def test_checked_in_notebook_matches_its_builder_and_has_no_outputs(name):
 
 
 def _execute(name: str, tmp_path: Path) -> tuple[str, int]:
-    nb = nbformat.read(NOTEBOOKS / name, as_version=4)
+    return _run(nbformat.read(NOTEBOOKS / name, as_version=4), tmp_path)
+
+
+def _run(nb, tmp_path: Path) -> tuple[str, int]:
     env = dict(os.environ)
     os.environ["HSDIFF_ROOT"] = str(NOTEBOOKS.parent)
     os.environ.pop("MPLBACKEND", None)  # the kernel's inline backend, as in Jupyter
     try:
-        client = nbclient.NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}})
+        # coalesce_streams: a print's pieces reach the kernel's stdout as separate writes, and a busy machine
+        # can flush between them, splitting one line over two outputs (a front end shows them as one line)
+        client = nbclient.NotebookClient(nb, timeout=600, kernel_name="python3", coalesce_streams=True,
+                                         resources={"metadata": {"path": str(tmp_path)}})
         client.execute()
     finally:
         os.environ.clear()
@@ -45,6 +51,13 @@ def _execute(name: str, tmp_path: Path) -> tuple[str, int]:
     text = "\n".join(o.get("text", "") + str(o.get("data", {}).get("text/plain", "")) for o in outs)
     images = sum("image/png" in o.get("data", {}) for o in outs)
     return text, images
+
+
+def test_a_line_printed_in_pieces_reads_as_one_line(tmp_path):
+    # what a machine busy enough to flush the kernel's stdout between two writes of one print does
+    code = 'import sys, time\nsys.stdout.write("mismatch"); sys.stdout.flush(); time.sleep(0.3); print(" — cause")'
+    text, _ = _run(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)]), tmp_path)
+    assert "mismatch — cause" in text
 
 
 def test_investigate_notebook_executes(tmp_path):

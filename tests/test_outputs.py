@@ -128,7 +128,7 @@ def test_a_dump_rewritten_while_held_is_refused(tmp_path):
     cap = scan(path, INFER).captures[0]
     with files_held():
         assert float(cap.read_rows(0, 8)[0, 0]) == 1.0
-        time.sleep(0.01)
+        time.sleep(0.05)  # past the file system's timestamp granularity (a jiffy: up to 10 ms)
         with open(path, "r+b") as f:  # the same size, other values
             f.seek(-4 * 64, os.SEEK_END)
             f.write(np.zeros(64, dtype=np.float32).tobytes())
