@@ -56,10 +56,10 @@ _held = threading.local()
 
 @contextmanager
 def files_held() -> Iterator[None]:
-    """While it lasts, the calling thread keeps open each file it reads rows from (checked once, when
-    opened) instead of opening it for every read: a block of a walk reads dozens of tensors of one
-    file, and a path's lookup cost as much as reading a few rows. The files are closed when it ends
-    (nested, the outer one closes them)."""
+    """While it lasts, the calling thread keeps open each file it reads rows from (checked with ``fstat``
+    at every read, so a file rewritten meanwhile is still refused) instead of opening it for every
+    read: a block of a walk reads dozens of tensors of one file, and a path's lookup cost as much as
+    reading a few rows. The files are closed when it ends (nested, the outer one closes them)."""
     if getattr(_held, "fds", None) is not None:
         yield
         return
