@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from .arrays import lower_median, quantile, row_norms, unique_ints
-from .model import Capture, Metrics
+from .model import Capture, Metrics, best_of
 from .rows import RowStats, chunks, extent, source
 from .token_ids import id_offsets, shared_prefix
 from .training import SINK_FACTOR, TrainSlot, sink_mask
@@ -239,7 +239,7 @@ def best_alignment(
     the inference tensor, or the capture itself to read it in chunks."""
     if offsets:
         results = [(o, score(train, x if x is not None else infer, o, stats)) for o in offsets]
-        return min(results, key=lambda r: (r[1].rel_err, abs(r[0])))
+        return best_of(results, lambda r: r[1].rel_err, lambda r: abs(r[0]))
     if infer.observation is not None:
         return _search_observation(train, infer)
     assert x is not None

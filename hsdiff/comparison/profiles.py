@@ -59,7 +59,7 @@ def measure(report: Report, train_slots: dict[int, list[Capture]], infer: Iterab
 def _norms(report: Report, train_slots: dict[int, list[Capture]], infer: list[Capture], known: Norms) -> list[dict]:
     out: list[dict] = []
     matched = [s.match.sample for s in report.slots if s.match is not None]
-    usual = max(set(matched), key=matched.count) if matched else None
+    usual = max(dict.fromkeys(matched), key=matched.count) if matched else None  # a tie: the first
     for s in report.slots:
         cap = _train_capture(train_slots, s, usual)
         if cap is None:

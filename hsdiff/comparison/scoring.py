@@ -7,13 +7,13 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Callable, Collection, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from .. import align, fused
 from ..arrays import lower_median
-from ..model import Candidate, Capture, Metrics, NormCheck, PrintedEvidence, Score, files_held
+from ..model import Candidate, Capture, Metrics, NormCheck, PrintedEvidence, Score, best_of, files_held, ranked
 from ..rows import RowStats, chunks, extent, read
 from ..verify import score_many, sketch, sketch_all
 from . import validate
@@ -115,17 +115,13 @@ def score_all(slots: Slots, infer: list[Capture], tolerance: float, progress: Pr
     for c in infer:
         if id(c) in stats:
             warnings += validate.inference_rows(c, stats[id(c)], extent(sources[id(c)])[0])  # type: ignore[arg-type]
-    best: dict[tuple[int, int], list[tuple[Candidate, float]]] = defaultdict(list)
+    best: dict[tuple[int, int], list[tuple[Candidate, align.TrainSlot]]] = defaultdict(list)
     rows: list[Score] = []
     for j in sorted(jobs + partial, key=lambda j: j.order):
         assert j.result is not None
         off, m = j.result
-        c, s, ts = j.capture, j.slot, j.train
-        seen = best[(s, id(c))]
-        cand = Candidate(c, j.sample, off, m)
-        if (c.is_partial or c.norm is not None) and (not seen or m.rel_err < min(e for _, e in seen)):
-            cand = _with_evidence(cand, ts)
-        seen.append((cand, m.rel_err))
+        c, s = j.capture, j.slot
+        best[(s, id(c))].append((Candidate(c, j.sample, off, m), j.train))
         label_source = None if c.layer is None else c.layer.source
         rows.append(Score(s, j.sample, c.label(), c.boundary, label_source, off, m))
     for g in sorted(x for x in ids_failed if x is not None):
@@ -140,13 +136,16 @@ def score_all(slots: Slots, infer: list[Capture], tolerance: float, progress: Pr
             warnings.append(f"{g}: its token ids appear in no training sample; tokens were aligned by value instead")
     out: dict[int, list[Candidate]] = defaultdict(list)
     for (s, _), cands in best.items():
-        cands.sort(key=lambda x: x[1])
-        top = cands[0][0]
+        # the same tokens in two samples score alike up to rounding: the sample the capture is read
+        # against must not depend on which CPU summed the rows
+        top, ts = best_of(cands, lambda x: x[0].metrics.rel_err, lambda x: _tie_key(x[0]))
         tol = max(tolerance * 0.1, top.metrics.rel_err * 1.02 + 1e-6)
-        tied = sum(1 for _, e in cands if e <= tol)
-        out[s].append(Candidate(top.capture, top.sample, top.offset, top.metrics, tied, top.printed, top.norm_check))
-    for s in out:
-        out[s].sort(key=lambda c: c.metrics.rel_err)
+        tied = sum(1 for x, _ in cands if x.metrics.rel_err <= tol)
+        if top.capture.is_partial or top.capture.norm is not None:
+            top = _with_evidence(top, ts)
+        out[s].append(replace(top, samples_tied=tied))
+    for s in out:  # captures of one tensor (replicas, a layer dumped twice) tie: not ordered by rounding
+        out[s] = ranked(out[s], lambda c: c.metrics.rel_err, _tie_key)
     norms = {id(j.train.capture): (j.train.norms, np.arange(j.train.tokens), j.train.tokens) for j in jobs + partial}
     for key, st in stats.items():
         got = st.norms_read()
@@ -282,7 +281,8 @@ def _sketch(jobs: list[_Job], sources: dict[int, np.ndarray | Capture | None], s
                 src, offsets = _src(js[0], sources), js[0].offsets or []
                 tried = [sketch_all([j.train for j in js], src, o, SKETCH_TOKENS, cache) for o in offsets]
                 for k, j in enumerate(js):
-                    j.result = min(((o, m[k]) for o, m in zip(offsets, tried)), key=lambda r: (_err(r[1]), abs(r[0])))
+                    j.result = best_of([(o, m[k]) for o, m in zip(offsets, tried)], lambda r: r[1].rel_err,
+                                       lambda r: abs(r[0]))
             _count_sampled({id(group[0].capture): cache}, stats)
             done += len(group)
     if progress:
@@ -356,6 +356,11 @@ def _verify_at(pairs: list[tuple[_Job, int]], sources: dict[int, np.ndarray | Ca
         j.result, j.verified = (o, m), True
         if e is not None:
             errors[(id(j.train.capture), id(j.capture), o)] = e
+
+
+def _tie_key(c: Candidate) -> tuple[int, int]:
+    """Between candidates whose errors tie: the one compared on more tokens, then nearer offset 0."""
+    return -c.metrics.tokens, abs(c.offset)
 
 
 def _err(m: Metrics) -> float:

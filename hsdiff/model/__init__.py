@@ -25,8 +25,10 @@ from .results import (
     SlotResult,
     Status,
     Verdict,
+    best_of,
     layers_in_words,
     pct,
+    ranked,
 )
 
 __all__ = [
@@ -55,4 +57,6 @@ __all__ = [
     "Report",
     "pct",
     "layers_in_words",
+    "best_of",
+    "ranked",
 ]
