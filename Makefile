@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 PIP    := $(BIN)/pip install --disable-pip-version-check -q -c constraints.txt
 OUT    ?= out
 
-.PHONY: demo test lint bench calibrate fixtures notebooks clean browser
+.PHONY: demo test test-kernels lint bench calibrate fixtures notebooks clean browser
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,18 @@ demo: $(VENV)/.installed
 ## test: the whole test suite on every core, a test file per worker (with Debian's chromium for the HTML report test when it can be installed)
 test: $(VENV)/.installed browser
 	$(BIN)/python -m pytest -q -n auto --dist loadfile --durations=10
+
+## test-kernels: the golden and metric tests again under other BLAS kernels (OPENBLAS_CORETYPE: Prescott,
+##   Nehalem, Sandybridge, and Haswell where the CPU has AVX2) and without the C loop (HSDIFF_NO_C=1):
+##   another CPU sums in another order, and the suite must not notice
+KERNEL_TESTS := tests/test_golden.py tests/test_golden_compare.py tests/test_fused.py tests/test_align_real.py \
+	tests/decide tests/test_scale.py tests/test_partial_evidence.py
+test-kernels: $(VENV)/.installed
+	@set -e; kernels="Prescott Nehalem Sandybridge"; \
+	grep -qw avx2 /proc/cpuinfo 2>/dev/null && kernels="$$kernels Haswell"; \
+	for k in $$kernels; do echo "== OPENBLAS_CORETYPE=$$k"; \
+	  OPENBLAS_CORETYPE=$$k $(BIN)/python -m pytest -q -n auto --dist loadfile -p no:cacheprovider $(KERNEL_TESTS); done; \
+	echo "== HSDIFF_NO_C=1"; HSDIFF_NO_C=1 $(BIN)/python -m pytest -q -n auto --dist loadfile -p no:cacheprovider $(KERNEL_TESTS)
 
 ## browser: install Debian's chromium if missing, as root with apt-get (~2 min measured); never fails,
 ## the browser test is skipped without it. HSDIFF_BROWSER=0 skips the install.
