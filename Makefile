@@ -37,13 +37,15 @@ test: $(VENV)/.installed browser
 	$(BIN)/python -m pytest -q -n auto --dist loadfile --durations=10
 
 ## test-kernels: the golden and metric tests again under other BLAS kernels (OPENBLAS_CORETYPE: Prescott,
-##   Nehalem, Sandybridge, and Haswell where the CPU has AVX2) and without the C loop (HSDIFF_NO_C=1):
+##   Nehalem, Sandybridge, Haswell where the CPU has AVX2, SkylakeX where it has AVX-512) and without the
+##   C loop (HSDIFF_NO_C=1):
 ##   another CPU sums in another order, and the suite must not notice
 KERNEL_TESTS := tests/test_golden.py tests/test_golden_compare.py tests/test_fused.py tests/test_align_real.py \
 	tests/decide tests/test_scale.py tests/test_partial_evidence.py
 test-kernels: $(VENV)/.installed
 	@set -e; kernels="Prescott Nehalem Sandybridge"; \
 	grep -qw avx2 /proc/cpuinfo 2>/dev/null && kernels="$$kernels Haswell"; \
+	grep -qw avx512f /proc/cpuinfo 2>/dev/null && kernels="$$kernels SkylakeX"; \
 	for k in $$kernels; do echo "== OPENBLAS_CORETYPE=$$k"; \
 	  OPENBLAS_CORETYPE=$$k $(BIN)/python -m pytest -q -n auto --dist loadfile -p no:cacheprovider $(KERNEL_TESTS); done; \
 	echo "== HSDIFF_NO_C=1"; HSDIFF_NO_C=1 $(BIN)/python -m pytest -q -n auto --dist loadfile -p no:cacheprovider $(KERNEL_TESTS)

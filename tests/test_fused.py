@@ -19,6 +19,8 @@ from hsdiff.comparison import scoring
 from hsdiff.model import TRAIN
 from hsdiff.readers import scan
 
+from .golden.compare import summed_noise
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
@@ -117,8 +119,13 @@ def test_the_loop_and_numpy_give_the_same_answers_and_metrics_to_float32_accurac
     for a, b in zip(with_loop.slots, with_numpy.slots):
         assert a.match is not None and b.match is not None
         assert a.match.metrics.tokens == b.match.metrics.tokens
-        for name in ("rel_err", "cosine", "p90_err", "norm_ratio"):
-            assert getattr(a.match.metrics, name) == pytest.approx(getattr(b.match.metrics, name), rel=1e-5)
+        # numpy's float32 sums over a row of 576 values, in the order the CPU's BLAS kernel takes, against
+        # the loop's: within the noise the golden comparison derives for them (tests/golden/compare.py)
+        delta = summed_noise(576)
+        for name in ("rel_err", "p90_err", "norm_ratio"):
+            assert getattr(a.match.metrics, name) == pytest.approx(getattr(b.match.metrics, name), rel=delta)
+        r = b.match.metrics.norm_ratio
+        assert a.match.metrics.cosine == pytest.approx(b.match.metrics.cosine, abs=delta * (r + 1 / r + 2))
 
 
 @needs_loop
