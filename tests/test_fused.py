@@ -56,6 +56,8 @@ def test_one_x_against_many_gives_the_bits_of_one_call_per_pair(k, width):
 def test_the_loop_is_built_where_a_compiler_is():
     if shutil.which("cc") is None and shutil.which("gcc") is None:
         pytest.skip("no C compiler: the numpy path is used")
+    if os.environ.get("HSDIFF_NO_C") == "1":
+        pytest.skip("HSDIFF_NO_C=1: the numpy path on request")
     assert fused.AVAILABLE, "hsdiff/_fused.c should have been built by pip install"
 
 
