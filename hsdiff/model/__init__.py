@@ -14,6 +14,7 @@ from .capture import INFER, TRAIN, Capture, Dump, Layer, Observation, Origin, Ro
 from .results import (
     Candidate,
     Configured,
+    EngineIds,
     Evidence,
     Metrics,
     NormCheck,
@@ -28,6 +29,7 @@ from .results import (
     layers_in_words,
     pct,
 )
+from .settings import EngineVersion, Settings
 
 __all__ = [
     "TRAIN",
@@ -51,6 +53,9 @@ __all__ = [
     "SlotDecision",
     "SlotResult",
     "Recommendation",
+    "EngineIds",
+    "EngineVersion",
+    "Settings",
     "Configured",
     "Report",
     "pct",
