@@ -253,3 +253,25 @@ def test_a_report_of_schema_1_is_still_read(kimi_reports, wrong_copy, tmp_path):
     assert r.exit_code == 0 and "does not record the engine version" in r.stderr
     text = render_text(json.loads(old.read_text()))
     assert "for SGLang (engine version not recorded" in text and "vLLM [3, 31, 59]" in text
+
+
+def test_gate_check_config_and_ids_name_the_same_version(tmp_path, wrong_copy):
+    gate_json = tmp_path / "gate.json"
+    r = gate("infer-wrong", wrong_copy, *KIMI, "--engine-version", "sglang==0.5.12", "--json", str(gate_json))
+    assert r.exit_code == 1, r.output
+    doc = json.loads(gate_json.read_text())
+    rule = "SGLang ≤ 0.5.12, DeepSeek family (+1 always)"
+    assert (doc["settings"]["engine_version"], doc["settings"]["rule"]) == ("0.5.12", rule)
+    assert doc["settings"] == doc["report"]["settings"]  # the gate's record is its comparison's
+    assert doc["settings"]["model_family_source"] == "--model-family kimi_k25"
+    assert doc["settings"]["num_hidden_layers"] == 61 and doc["settings"]["num_hidden_layers_source"] == "the target config (--model-config)"
+    assert f"(for SGLang 0.5.12, rule: {rule})" in r.output
+    r = run("fix-config", str(wrong_copy), "--from-report", str(gate_json))
+    assert r.exit_code == 0 and _written(wrong_copy) == [2, 30, 58], r.output
+    check = tmp_path / "check.json"
+    r = run("check-config", str(wrong_copy), "--target-config", TARGET, *KIMI, "--engine-version", "sglang==0.5.12",
+            "--json", str(check))
+    assert r.exit_code == 0, r.output
+    assert json.loads(check.read_text())["settings"]["rule"] == rule and f"engine: SGLang 0.5.12, rule: {rule}" in r.output
+    r = run("ids", "2,30,58", "--from", "sglang", "--to", "vllm", *KIMI, "--engine-version", "sglang==0.5.12", "--explain")
+    assert r.stdout.strip() == "3,31,59" and f"SGLang 0.5.12, rule: {rule} → vLLM 0.33" in r.stderr

@@ -30,7 +30,7 @@ def num_layers(given: int | None, model_cfg: dict | None, train: Dump, infer: Du
     if model_cfg is not None:
         n = target_shape(model_cfg).num_layers
         if n:
-            return n, "--model-config"
+            return n, "the target config (--model-config)"
     for path, cfg in train.configs + infer.configs:
         if not is_draft_config(cfg) and cfg.get("num_hidden_layers"):
             return int(cfg["num_hidden_layers"]), f"{Path(path).name} beside the dump"
@@ -52,7 +52,7 @@ def hidden_size(given: int | None, model_cfg: dict | None, train: Dump, infer: D
         _check_fits(int(given), stated, train, infer, layer_ids)
         return int(given), "--hidden-size"
     if stated is not None:
-        return stated[0], stated[1] if stated[1].startswith("--") else f"{Path(stated[1]).name} beside the dump"
+        return stated[0], stated[1] if stated[1].startswith("the target config") else f"{Path(stated[1]).name} beside the dump"
     train_widths = {c.width for c in train.captures if c.width}
     plain_train = Counter(c.width for c in train.captures if not c.concat and c.width)
     if plain_train:
@@ -92,7 +92,7 @@ def hidden_size(given: int | None, model_cfg: dict | None, train: Dump, infer: D
 def _stated_hidden_size(model_cfg: dict | None, train: Dump, infer: Dump) -> tuple[int, str] | None:
     """The target's hidden size as a config states it, and which config."""
     if model_cfg is not None and model_cfg.get("hidden_size"):
-        return int(model_cfg["hidden_size"]), "--model-config"
+        return int(model_cfg["hidden_size"]), "the target config (--model-config)"
     configs = train.configs + infer.configs
     for path, cfg in configs:
         if is_draft_config(cfg) and cfg.get("target_hidden_size"):
