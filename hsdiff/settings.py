@@ -82,6 +82,8 @@ def settings_for(
 ) -> Settings:
     """The :class:`Settings` record for these options (see the module's example)."""
     own = engine_version(engine, version, model_family)
+    if not given and own.version != conv.default_version(own.engine):  # a version given through the library
+        given = (f"{own.engine}=={own.version}",)
     train = None if train_engine is None else engine_version(train_engine, train_version, model_family)
     return Settings(
         own, family_key(model_family), family_source, tuple(given),
