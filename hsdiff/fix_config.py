@@ -108,7 +108,8 @@ def ids_from_report(path: str | os.PathLike, engine: str | None = None, *, model
         assumed = settings.version_of(key)
         version = assumed.version if assumed is not None else None
     at = engine_version(key, version, family)
-    differs = _contradiction(own, settings.model_family, at, family)
+    differs = _contradiction(own, settings.model_family, at, family,
+                             f"--engine {key}" if engine else "--engine-version " + ", ".join(engine_versions))
     if differs and not translate:
         fam = (f" ({settings.model_family} family)", f" ({family} family)") if differs.startswith("--model") else ("", "")
         raise InputError(
@@ -132,14 +133,19 @@ def ids_from_report(path: str | os.PathLike, engine: str | None = None, *, model
 
 
 def _named_engine(given: Sequence[str], own: str) -> str:
-    """The engine ``--engine-version`` values name, when none of them names ``own`` (else ``own``)."""
-    named = []
+    """The engine ``--engine-version`` values name, when they do not name ``own`` (or its alias, SpecForge's
+    ``sglang==``); else ``own``."""
+    try:
+        conv.versions(given, [own])
+        return own
+    except InputError:  # another engine's version: the one asked for
+        pass
     for v in given:
         try:
-            named.append(conv.rule(v.split("==")[0].strip()).key if "==" in v else own)
+            return conv.rule(v.split("==")[0].strip()).key
         except InputError:
-            named.append(own)  # a name such as tensorrt_llm: conv.versions checks it against the engine
-    return own if not named or own in named else named[0]
+            continue
+    return own
 
 
 def _confident_report(p: Path) -> dict:
@@ -175,10 +181,10 @@ def _confident_report(p: Path) -> dict:
     return report
 
 
-def _contradiction(own: EngineVersion, own_family: str, at: EngineVersion, family: str) -> str:
+def _contradiction(own: EngineVersion, own_family: str, at: EngineVersion, family: str, engine_option: str) -> str:
     """Which option asks for other ids than the report's ("--engine vllm"), or ""."""
     if at.engine != own.engine:
-        return f"--engine {at.engine}"
+        return engine_option
     if own.version is not None and at.version != own.version:
         return f"--engine-version {at.engine}=={at.version}"
     if family != own_family and at.rule != own.rule:

@@ -275,3 +275,13 @@ def test_gate_check_config_and_ids_name_the_same_version(tmp_path, wrong_copy):
     assert json.loads(check.read_text())["settings"]["rule"] == rule and f"engine: SGLang 0.5.12, rule: {rule}" in r.output
     r = run("ids", "2,30,58", "--from", "sglang", "--to", "vllm", *KIMI, "--engine-version", "sglang==0.5.12", "--explain")
     assert r.stdout.strip() == "3,31,59" and f"SGLang 0.5.12, rule: {rule} → vLLM 0.33" in r.stderr
+
+
+def test_a_version_of_another_engine_asks_for_that_engine(kimi_reports, wrong_copy):
+    args = ("fix-config", str(wrong_copy), "--from-report", str(kimi_reports["0.5.12"]), "--engine-version", "vllm==0.31")
+    r = run(*args)
+    assert r.exit_code == 2 and "made for SGLang 0.5.12" in r.output and "--engine-version vllm==0.31 asks for vLLM 0.31" in r.output
+    r = run(*args, "--translate")
+    assert r.exit_code == 0, r.output
+    assert json.loads(wrong_copy.read_text())["eagle_aux_hidden_state_layer_ids"] == [3, 31, 59]
+    assert "eagle_aux_hidden_state_layer_ids = [3, 31, 59] for vLLM 0.31" in r.stdout
