@@ -176,10 +176,12 @@ def kimi_reports(tmp_path_factory):
     d = tmp_path_factory.mktemp("reports")
     out = {}
     for version in ("0.5.12", "0.5.23"):
-        path = d / f"r-{version}.json"
+        path, md = d / f"r-{version}.json", d / f"r-{version}.md"
         r = run("compare", str(SEED / "train"), str(SEED / "infer-wrong"), "--layer-ids=-1,2,30", *KIMI,
-                "--engine-version", f"sglang=={version}", "--json", str(path))
+                "--engine-version", f"sglang=={version}", "--json", str(path), "--markdown", str(md))
         assert r.exit_code == 1, r.output
+        for text in (r.output, md.read_text()):  # the text and Markdown reports say it beside the ids
+            assert f"(for SGLang {version}, rule: SGLang " in text and f"SGLang {version}, rule:" in text
         out[version] = path
     return out
 
