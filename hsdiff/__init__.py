@@ -6,6 +6,7 @@ Typical use in a notebook::
     report = hsdiff.compare("train_dump/", "sglang_dump/", layer_ids=[-1, 2, 30])
     report.verdict               # 'mismatch'
     report.recommended.ids       # (2, 30, 58)
+    report.settings.words()      # 'for SGLang 0.5.23, rule: SGLang, llama rule (+1)': what the ids are right for
     report.slots_frame()         # one row per training slot (pandas)
     hsdiff.report.pictures.heatmap(report)   # error of every slot against every capture (a Figure)
     hsdiff.inspect("sglang_dump/")           # what a dump holds, without comparing
@@ -31,7 +32,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .comparison import Options, compare
     from .gate import check_config, run_gate
     from .inspection import Inspection, inspect
-    from .model import Capture, Dump, Report
+    from .model import Capture, Dump, Report, Settings
 
 __version__ = "0.1.0"
 
@@ -44,6 +45,7 @@ __all__ = [
     "Inspection",
     "Options",
     "Report",
+    "Settings",
     "Capture",
     "Dump",
     "ENGINES",
@@ -69,6 +71,7 @@ _LAZY = {
     "inspect": ("inspection", "inspect"),
     "Inspection": ("inspection", "Inspection"),
     "Report": ("model", "Report"),
+    "Settings": ("model", "Settings"),
     "Capture": ("model", "Capture"),
     "Dump": ("model", "Dump"),
 }

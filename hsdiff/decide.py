@@ -31,10 +31,12 @@ from .errors import InputError
 from .model import (
     Candidate,
     Configured,
+    EngineIds,
     Evidence,
     Metrics,
     Recommendation,
     Report,
+    Settings,
     SlotDecision,
     SlotResult,
     Status,
@@ -411,20 +413,24 @@ def verdict(results: Sequence[SlotResult], configured: Configured | None,
     return Verdict.INCONCLUSIVE
 
 
-def recommend(engine: str, family: str, boundaries: Sequence[int | None],
-              num_layers: int | None, version: str | None = None) -> tuple[Recommendation, list[str]]:
-    """The ids that make ``engine`` capture ``boundaries``, the same layers on every engine, and
+def recommend(settings: Settings, boundaries: Sequence[int | None]) -> tuple[Recommendation, list[str]]:
+    """The ids that make the settings' engine, at its version, capture ``boundaries``; the same layers on
+    every engine at the version ``settings`` assumes for it (the report's own engine: its own answer);
     warnings for what stands in the way of serving them (:func:`hsdiff.serving.serve`)."""
-    served = serve(list(boundaries), engine, num_layers=num_layers, model_family=family, version=version)
-    by_engine: dict[str, list[int | None]] = {}
-    for e in conv.ENGINES:
+    own, family, L = settings.engine, settings.model_family, settings.num_layers
+    served = serve(list(boundaries), own.engine, num_layers=L, model_family=family, version=own.version)
+    by_engine: dict[str, EngineIds] = {}
+    for at in settings.versions:
+        if at.engine == own.engine:
+            by_engine[at.engine] = EngineIds(own, served.ids)
+            continue
         try:
-            by_engine[e] = list(serve(list(boundaries), e, num_layers=num_layers,
-                                      model_family=family if e in ("sglang", "specforge") else None).ids)
+            ids = serve(list(boundaries), at.engine, num_layers=L, model_family=family, version=at.version).ids
         except InputError:  # a rule that needs the layer count, which is not known
-            by_engine[e] = [None] * len(boundaries)
-    return Recommendation(engine, family, served.ids, tuple(boundaries), by_engine, tuple(served.sentences())), \
-        list(served.notes)
+            ids = tuple(None for _ in boundaries)
+        by_engine[at.engine] = EngineIds(at, ids)
+    return Recommendation(own.engine, family, served.ids, tuple(boundaries), by_engine, tuple(served.sentences()),
+                          own.version, own.rule), list(served.notes)
 
 
 def to_recommend(results: Sequence[SlotResult]) -> list[int | None]:
@@ -442,8 +448,7 @@ def count_warning(configured: Configured | None, k: int) -> list[str]:
     return []
 
 
-def runs_disagree(reports: Mapping[str, Report], run: str, doubt: Collection[int], engine: str, family: str,
-                  engine_version: str | None = None) -> Report:
+def runs_disagree(reports: Mapping[str, Report], run: str, doubt: Collection[int], settings: Settings) -> Report:
     """The report on dumper run ``run`` when the inference side holds several runs that disagree (another
     verdict, or slots ``doubt`` whose layer another run puts elsewhere): those slots are left open, an
     OK becomes inconclusive, and the cause says the configured ids describe at most one run."""
@@ -452,7 +457,7 @@ def runs_disagree(reports: Mapping[str, Report], run: str, doubt: Collection[int
         replace(s, boundary_index=None, layer_id=None, evidence=Evidence.NONE, confidence=0.0,
                 note=f"{s.note}; the other runs captured another layer under the same configured ids".lstrip("; "))
         if s.slot in doubt else s for s in report.slots)
-    recommended, _ = recommend(engine, family, [s.boundary_index for s in results], report.num_layers, engine_version)
+    recommended, _ = recommend(settings, [s.boundary_index for s in results])
     verdict = report.verdict if report.verdict == Verdict.MISMATCH else Verdict.INCONCLUSIVE
     cause = (f"The dumper runs in the inference directory disagree ({', '.join(f'{n}: {r.verdict}' for n, r in reports.items())}); "
              f"the configured ids describe at most one of them. On run {run}: {report.cause}")

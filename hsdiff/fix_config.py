@@ -25,7 +25,9 @@ from typing import Any
 from . import conventions as conv
 from .configs import config_value, parse_json, read_json
 from .errors import ConfigError, InputError
+from .model import EngineVersion, Settings
 from .serving import as_written, serve
+from .settings import TITLES, engine_version, family_key
 
 __all__ = ["FixResult", "fix_config", "ids_from_report", "ReportIds"]
 
@@ -34,13 +36,28 @@ _UNSETTLED = ("ambiguous", "unobserved", "unmatched", "matched-unlabelled")
 
 @dataclass(frozen=True)
 class ReportIds:
-    """The ids a report recommends, re-expressed for one engine."""
+    """The ids a report recommends, for the engine and version they are written for.
+
+    ``at`` is the engine, version and convention-table row the ids are right for: the report's own, or,
+    when the caller asked to translate, the one asked for (``translated_from`` then names the report's).
+    """
 
     ids: tuple[int, ...]
     boundaries: tuple[int, ...]
     num_layers: int | None
     model_family: str | None
     verdict: str
+    at: EngineVersion
+    translated_from: EngineVersion | None = None
+    notes: tuple[str, ...] = ()
+
+    @property
+    def engine(self) -> str:
+        return self.at.engine
+
+    @property
+    def version(self) -> str | None:
+        return self.at.version
 
 
 @dataclass(frozen=True)
@@ -55,19 +72,84 @@ class FixResult:
     changed: bool
     written: bool
     warnings: tuple[str, ...] = ()
+    version: str | None = None  # the engine version the ids are written for
 
     def to_dict(self) -> dict:
-        return {"path": self.path, "backup": self.backup, "engine": self.engine, "key": self.key, "old": self.old,
-                "new": list(self.new), "changed": self.changed, "written": self.written, "warnings": list(self.warnings)}
+        return {"path": self.path, "backup": self.backup, "engine": self.engine, "version": self.version,
+                "key": self.key, "old": self.old, "new": list(self.new), "changed": self.changed,
+                "written": self.written, "warnings": list(self.warnings)}
 
 
-def ids_from_report(path: str | os.PathLike, engine: str, *, model_family: str | None = None,
-                    version: str | None = None) -> ReportIds:
-    """The recommended layers of a JSON report, as ``engine`` ids; refuses a report that is not confident.
+def ids_from_report(path: str | os.PathLike, engine: str | None = None, *, model_family: str | None = None,
+                    engine_versions: Sequence[str] = (), translate: bool = False) -> ReportIds:
+    """The ids a JSON report recommends, for the engine and version the report was made for; refuses a
+    report that is not confident.
 
+    ``engine``, its version and ``model_family`` (None: the report's) must agree with the report's
+    settings: the same layers are other ids on another engine, version or model family, so a
+    contradiction is an :class:`InputError` naming both, unless ``translate`` asks for the ids that
+    make the engine asked for capture the report's layers. ``engine_versions`` are ``--engine-version``
+    values (``sglang==0.5.23``); one naming another engine than the report's asks for that engine.
+    A report of schema 1 recorded no engine version: its ids are taken when they read back as its
+    layers at the version given (default the newest).
     Accepts the JSON of ``hsdiff compare --json`` and of ``hsdiff gate --json``.
     """
     p = Path(path)
+    report = _confident_report(p)
+    settings = Settings.from_doc(report, TITLES)
+    own = settings.engine
+    rec = report["recommended"]
+    bs = [int(b) for b in rec["boundary_indices"]]
+    L = report.get("num_hidden_layers")
+    key = rule_key(engine or _named_engine(engine_versions, own.engine))
+    family = settings.model_family if model_family is None else family_key(model_family)
+    version = conv.versions(engine_versions, [key])[key] if engine_versions else None
+    if version is None:  # the report's own version, or the one it assumed for ``key`` in by_engine
+        assumed = settings.version_of(key)
+        version = assumed.version if assumed is not None else None
+    at = engine_version(key, version, family)
+    differs = _contradiction(own, settings.model_family, at, family,
+                             f"--engine {key}" if engine else "--engine-version " + ", ".join(engine_versions))
+    if differs and not translate:
+        fam = (f" ({settings.model_family} family)", f" ({family} family)") if differs.startswith("--model") else ("", "")
+        raise InputError(
+            f"the report was made for {own.words()}{fam[0]}, but {differs} asks for {at.words()}{fam[1]}: "
+            "its ids are right only for the engine, version and family they were derived for", path=p,
+            hint=f"drop the option to write the report's ids for {own.title}"
+                 f"{' ' + own.version if own.version else ''}, or add --translate to write the ids of the same "
+                 f"layers for {at.title} {at.version}")
+    served = serve(bs, key, num_layers=L, model_family=family, version=at.version)
+    if not served.ok or any(i is None for i in served.ids):
+        raise InputError(
+            "no ids make the engine feed the draft what it was trained on: " + " ".join(served.sentences()), path=p,
+            hint="serve the draft where the report says it can be served, or retrain it",
+        )
+    ids = [int(i) for i in served.ids if i is not None]
+    notes: list[str] = []
+    if not differs:
+        ids, notes = _own_ids(p, rec, own, at, bs, L, family, ids)
+    return ReportIds(tuple(ids), tuple(bs), L, family, str(report.get("verdict")), at,
+                     own if differs else None, tuple(notes))
+
+
+def _named_engine(given: Sequence[str], own: str) -> str:
+    """The engine ``--engine-version`` values name, when they do not name ``own`` (or its alias, SpecForge's
+    ``sglang==``); else ``own``."""
+    try:
+        conv.versions(given, [own])
+        return own
+    except InputError:  # another engine's version: the one asked for
+        pass
+    for v in given:
+        try:
+            return conv.rule(v.split("==")[0].strip()).key
+        except InputError:
+            continue
+    return own
+
+
+def _confident_report(p: Path) -> dict:
+    """The report in a compare or gate JSON file, refused when its ids would be a guess."""
     obj = read_json(p, what="report", error=InputError, missing="no such report",
                     missing_hint="give the file written by hsdiff gate/compare --json",
                     bad_hint="give the file written by --json")
@@ -88,8 +170,7 @@ def ids_from_report(path: str | os.PathLike, engine: str, *, model_family: str |
             problems.append(f"slot {s.get('slot')} {s.get('status') or 'unidentified'}")
     if not any(s.get("evidence") == "observed" for s in slots):
         problems.append("no slot was observed")
-    rec = report.get("recommended") or {}
-    bs = rec.get("boundary_indices") or []
+    bs = (report.get("recommended") or {}).get("boundary_indices") or []
     if not bs or any(b is None for b in bs):
         problems.append("the recommendation has unknown layers")
     if problems:
@@ -97,18 +178,43 @@ def ids_from_report(path: str | os.PathLike, engine: str, *, model_family: str |
             f"the report is not confident ({'; '.join(problems)}): its ids would be a guess", path=p,
             hint="capture more layers (docs/capture.md) and re-run hsdiff gate, or give --layer-ids explicitly",
         )
-    L = report.get("num_hidden_layers")
-    family = None
-    if rule_key(engine) in ("sglang", "specforge"):  # SGLang's family rules (SpecForge captures through SGLang)
-        family = model_family or rec.get("model_family") or (report.get("inputs") or {}).get("model_family")
-    served = serve([int(b) for b in bs], engine, num_layers=L, model_family=family, version=version)
-    if not served.ok or any(i is None for i in served.ids):
+    return report
+
+
+def _contradiction(own: EngineVersion, own_family: str, at: EngineVersion, family: str, engine_option: str) -> str:
+    """Which option asks for other ids than the report's ("--engine vllm"), or ""."""
+    if at.engine != own.engine:
+        return engine_option
+    if own.version is not None and at.version != own.version:
+        return f"--engine-version {at.engine}=={at.version}"
+    if family != own_family and at.rule != own.rule:
+        return f"--model-family {family}"
+    return ""
+
+
+def _own_ids(p: Path, rec: dict, own: EngineVersion, at: EngineVersion, bs: list[int], L: int | None, family: str,
+             derived: list[int]) -> tuple[list[int], list[str]]:
+    """The report's own ids, once read back as ``at`` reads them they capture the report's layers."""
+    ids = [int(i) for i in rec.get("eagle_aux_hidden_state_layer_ids") or () if i is not None]
+    try:
+        read = conv.to_boundary(ids, at.engine, num_layers=L, model_family=family, version=at.version)
+    except InputError:
+        read = []
+    if read == conv.slot_order(bs, at.engine, L, at.version) and len(ids) == len(bs):
+        notes = [] if own.version else [
+            f"the report does not record the engine version (schema 1); its ids {ids} capture its layers on "
+            f"{at.words()}, the version assumed"]
+        return ids, notes
+    if own.version is None:
         raise InputError(
-            "no ids make the engine feed the draft what it was trained on: " + " ".join(served.sentences()), path=p,
-            hint="serve the draft where the report says it can be served, or retrain it",
-        )
-    return ReportIds(tuple(int(i) for i in served.ids if i is not None), tuple(int(b) for b in bs), L, family,
-                     str(verdict))
+            f"the report does not record the engine version (schema 1), and its ids {ids} do not capture its layers "
+            f"B{bs} on {at.words()}", path=p,
+            hint=f"give --engine-version {at.engine}==VERSION, the version the report was made for, or re-run "
+                 "hsdiff compare to get a report that records it")
+    raise InputError(
+        f"the report's ids {ids} do not capture its layers B{bs} on {at.words()} as this hsdiff reads them "
+        f"({derived} would): its convention table differs from the one that wrote the report", path=p,
+        hint="re-run hsdiff compare (or gate) with this hsdiff and fix the config from the new report")
 
 
 def rule_key(engine: str) -> str:
@@ -131,14 +237,14 @@ def fix_config(
     """
     engine = rule_key(engine)
     key = conv.write_key(engine)
+    version = conv.parse_version(engine, version)
     p = Path(path)
     if p.is_dir():
         p = p / "config.json"
     ids = [int(i) for i in ids]
     if not ids:
         raise InputError("no layer ids to write", hint='give them, e.g. --layer-ids 2,30,58')
-    fam = model_family if engine in ("sglang", "specforge") else None
-    if not as_written(ids, engine, model_family=fam, version=version):
+    if not as_written(ids, engine, model_family=model_family, version=version):
         raise InputError(
             f"{ids} is not ascending without repeats; engines capture in layer order and once per layer",
             hint=f"write {sorted(set(ids))} if that is the order the draft was trained in",
@@ -172,11 +278,12 @@ def fix_config(
                                         fromfile=f"{p} (before)", tofile=f"{p} (after)"))
     if not changed or dry_run:
         return FixResult(str(p), None, engine, conv.key_name(key), old, tuple(ids), diff if changed else "",
-                         changed, False, tuple(warnings))
+                         changed, False, tuple(warnings), version)
     backup = _backup_path(p)
     _atomic_write(backup, raw, like=p)
     _atomic_write(p, new_text.encode("utf-8"), like=p)
-    return FixResult(str(p), str(backup), engine, conv.key_name(key), old, tuple(ids), diff, True, True, tuple(warnings))
+    return FixResult(str(p), str(backup), engine, conv.key_name(key), old, tuple(ids), diff, True, True, tuple(warnings),
+                     version)
 
 
 def _indent(text: str) -> int:

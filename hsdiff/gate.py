@@ -24,6 +24,7 @@ Example::
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,8 @@ from .comparison import Options, compare
 from .configs import load_config, load_draft, read_ids, target_shape
 from .errors import InputError
 from .gate_model import Check, GateResult, IdsSource
+from .model import Settings
+from .settings import settings_for
 
 __all__ = ["check_config", "run_gate"]
 
@@ -47,6 +50,8 @@ class _Setup:
     family: str | None
     family_source: str | None
     version: str
+    layers_source: str
+    hidden_source: str
 
 
 def _setup(draft_config: str | os.PathLike, target_config: str | os.PathLike | None, engine: str,
@@ -56,6 +61,8 @@ def _setup(draft_config: str | os.PathLike, target_config: str | os.PathLike | N
     target = target_shape(load_config(target_config) if target_config else None)
     L = num_layers or target.num_layers
     H = hidden_size or target.hidden_size
+    layers_source = "--num-layers" if num_layers else "--target-config" if target.num_layers else "not known"
+    hidden_source = "--hidden-size" if hidden_size else "--target-config" if target.hidden_size else "not known"
     family, source = None, None
     version = conv.parse_version(engine, engine_version)
     if engine in ("sglang", "specforge", "vllm"):  # the engines whose reading depends on the model family
@@ -67,7 +74,14 @@ def _setup(draft_config: str | os.PathLike, target_config: str | os.PathLike | N
             family, source = "llama", "the default llama rule"
         if engine == "vllm" and family not in ("deepseek", "deepseek-legacy"):
             family, source = None, None  # on vLLM only DeepSeek models read differently (no id 0)
-    return _Setup(cfg, path, L, H, family, source, version)
+    return _Setup(cfg, path, L, H, family, source, version, layers_source, hidden_source)
+
+
+def _static_settings(s: _Setup, engine: str, given: Sequence[str], vllm_runner: str) -> Settings:
+    """The settings of a result with no comparison (check-config, or a gate that stopped before comparing)."""
+    return settings_for(engine, s.version, s.family, s.family_source or "the default llama rule", given,
+                        num_layers=s.num_layers, num_layers_source=s.layers_source, hidden_size=s.hidden_size,
+                        hidden_size_source=s.hidden_source, vllm_runner=vllm_runner if engine == "vllm" else None)
 
 
 def _checked(s: _Setup, engine: str, vllm_runner: str) -> tuple[IdsSource, list[Check]]:
@@ -90,6 +104,7 @@ def check_config(
     hidden_size: int | None = None,
     strict: bool = False,
     engine_version: str | None = None,
+    engine_versions: Sequence[str] = (),
 ) -> GateResult:
     """The static checks alone (``hsdiff check-config``).
 
@@ -102,7 +117,8 @@ def check_config(
     s = _setup(draft_config, target_config, engine, model_family, num_layers, hidden_size, engine_version)
     ids, checks = _checked(s, engine, vllm_runner)
     return GateResult("check-config", str(s.path), None if target_config is None else str(target_config), engine, ids,
-                      tuple(checks), None, strict, s.num_layers, s.hidden_size, s.family)
+                      tuple(checks), None, strict, s.num_layers, s.hidden_size, s.family,
+                      settings=_static_settings(s, engine, engine_versions, vllm_runner))
 
 
 def run_gate(
@@ -137,13 +153,16 @@ def run_gate(
                   else f"{conv.rule(engine).title}'s default (no ids in {s.path})")
         opts = replace(opts, engine=engine, layer_ids=list(ids.ids),
                        model_family=s.family if s.family is not None else opts.model_family,
-                       engine_version=s.version,
+                       engine_version=s.version, model_family_source=s.family_source,
+                       vllm_runner=vllm_runner if engine == "vllm" else None,
                        model_config=None if target_config is None else str(target_config),
                        configured_source=source)
         report = compare(train, infer, opts)
+    settings = report.settings if report is not None and report.settings is not None else \
+        _static_settings(s, engine, opts.engine_versions, vllm_runner)
     return GateResult("gate", str(s.path), None if target_config is None else str(target_config), engine, ids,
                       tuple(checks), report, strict, s.num_layers, s.hidden_size, s.family, tuple(notes),
-                      {"train": str(train), "infer": str(infer)})
+                      {"train": str(train), "infer": str(infer)}, settings)
 
 
 def _runner(vllm_runner: str) -> None:

@@ -13,12 +13,13 @@ from typing import TYPE_CHECKING, Any
 from .jsonout import dumps
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .model import Report
+    from .model import Report, Settings
 
 __all__ = ["ERROR", "WARNING", "INFO", "SCHEMA_VERSION", "Check", "IdsSource", "GateResult"]
 
 ERROR, WARNING, INFO = "error", "warning", "info"
-SCHEMA_VERSION = 1
+#: 2: ``settings`` recorded (and the embedded report is of schema 2); 1: not
+SCHEMA_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -105,6 +106,7 @@ class GateResult:
     model_family: str | None = None
     notes: tuple[str, ...] = ()
     inputs: dict[str, str] = field(default_factory=dict)
+    settings: Settings | None = None  # what the ids and verdict rest on; the comparison's own when it ran
 
     @property
     def failed_checks(self) -> tuple[Check, ...]:
@@ -156,6 +158,7 @@ class GateResult:
             "num_hidden_layers": self.num_layers,
             "hidden_size": self.hidden_size,
             "strict": self.strict,
+            "settings": None if self.settings is None else self.settings.to_dict(),
             "ids": None if self.ids is None else self.ids.to_dict(),
             "checks": [c.to_dict() for c in self.checks],
             "notes": list(self.notes),

@@ -13,7 +13,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from . import conventions as conv
+from .model import EngineVersion
 from .serving import boundary_list, serve
+from .settings import engine_version
 
 __all__ = ["Translation", "translate_ids"]
 
@@ -31,10 +33,8 @@ class Translation:
     out: tuple[int | None, ...]
     num_layers: int | None
     model_family: str | None
-    src_version: str | None = None
-    dst_version: str | None = None
-    src_rule: str = ""
-    dst_rule: str = ""
+    src_at: EngineVersion  # the version of ``src`` the ids are read at, and the row it applies
+    dst_at: EngineVersion  # the version of ``dst`` they are written for
     warnings: tuple[str, ...] = ()
     obstacles: tuple[str, ...] = ()  # why ``dst`` cannot be given these layers in this order (hsdiff.serving)
 
@@ -45,10 +45,17 @@ class Translation:
     def line(self) -> str:
         return ",".join("?" if i is None else str(i) for i in self.out)
 
+    @property
+    def src_version(self) -> str | None:
+        return self.src_at.version
+
+    @property
+    def dst_version(self) -> str | None:
+        return self.dst_at.version
+
     def rules(self) -> str:
         """Which rows of the convention table were applied, one line."""
-        return (f"{conv.rule(self.src).title} {self.src_version}: {self.src_rule} → "
-                f"{conv.rule(self.dst).title} {self.dst_version}: {self.dst_rule}")
+        return f"{self.src_at.words()} → {self.dst_at.words()}"
 
     def explain(self) -> list[str]:
         """One sentence per id: which tensor it names on ``src`` and the id for it on ``dst``."""
@@ -100,5 +107,6 @@ def translate_ids(
         f"({src_rule.label}): no id of its convention names it, so data said to come from it is suspect"
         for x in b if not conv.capturable(x, src, num_layers, fam_src, sv)
     ] + list(served.notes)
-    return Translation(src, dst, tuple(int(i) for i in ids), tuple(b), served.ids, num_layers, family, sv, dv,
-                       src_rule.label, served.rule, tuple(warnings), tuple(served.sentences()))
+    return Translation(src, dst, tuple(int(i) for i in ids), tuple(b), served.ids, num_layers, family,
+                       engine_version(src, sv, fam_src), engine_version(dst, dv, fam_dst), tuple(warnings),
+                       tuple(served.sentences()))

@@ -193,7 +193,7 @@ fig = heatmap(full)"""),
 The training slots are B2, B15, B27; in SGLang's convention (the input of layer *id + 1*) those are
 ids 1, 14, 26. Redeploy with them, capture again, compare."""),
     ("code", """fix = list(full.recommended.ids)
-print("paste into the draft's config.json:", full.recommended.config_line(), "  (vLLM:", full.recommended.by_engine["vllm"], ")")
+print("paste into the draft's config.json:", full.recommended.config_line(), "  (vLLM:", list(full.recommended.by_engine["vllm"].ids), ")")
 fixed_dump, captured = engine_dump("engine-fixed", fix)
 fixed = hsdiff.compare(train, fixed_dump, layer_ids=fix)
 assert fixed.verdict == "ok", fixed.cause

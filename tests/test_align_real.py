@@ -43,7 +43,7 @@ def test_off_by_one_late(train, all_layers):
     r = compare(train, all_layers, layer_ids=[2, 15, 27])
     assert r.verdict == "mismatch" and r.exit_code == 1
     assert r.recommended.ids == (1, 14, 26)
-    assert r.recommended.by_engine["vllm"] == [2, 15, 27]
+    assert r.recommended.by_engine["vllm"].ids == (2, 15, 27)
     assert "one layer too late" in r.cause and "adds 1" in r.cause
     assert [s.configured_boundary for s in r.slots] == [3, 16, 28]
 
@@ -136,7 +136,7 @@ def test_real_peer_dumps_modelopt_vs_sglang_dumper():
     r = compare(B.REAL / "modelopt", B.REAL / "sglang-dumper")
     assert r.verdict == "ok"
     assert r.recommended.ids == (1, 14, 26)
-    assert r.recommended.by_engine["vllm"] == [2, 15, 27]
+    assert r.recommended.by_engine["vllm"].ids == (2, 15, 27)
     assert {s.match.sample for s in r.slots} == {"example-0"}
     doc = json.loads(r.to_json())
-    assert doc["schema_version"] == 1 and doc["verdict"] == "ok"
+    assert doc["schema_version"] == 2 and doc["verdict"] == "ok"

@@ -31,12 +31,15 @@ def test_seed_story_recommends_the_fix_and_explains_it(tmp_path):
     assert "shifted by 1 slot" in r.output and "B0 (the embeddings)" in r.output
     assert '"eagle_aux_hidden_state_layer_ids": [2, 30, 58]' in r.output
     doc = json.loads(out.read_text())
-    assert doc["schema_version"] == 1
+    assert doc["schema_version"] == 2
     assert doc["verdict"] == "mismatch"
     assert doc["recommended"]["engine"] == "sglang"
     assert doc["recommended"]["eagle_aux_hidden_state_layer_ids"] == [2, 30, 58]
     assert doc["recommended"]["boundary_indices"] == [3, 31, 59]
-    assert doc["recommended"]["by_engine"]["vllm"] == [3, 31, 59]
+    assert doc["recommended"]["by_engine"]["vllm"]["ids"] == [3, 31, 59]
+    assert doc["recommended"]["by_engine"]["vllm"]["version"] == "0.33"
+    assert doc["recommended"]["engine_version"] == doc["settings"]["engine_version"] == "0.5.23"
+    assert doc["recommended"]["by_engine"]["sglang"]["ids"] == [2, 30, 58]
     assert doc["configured"]["eagle_aux_hidden_state_layer_ids"] == [-1, 2, 30]
     assert doc["configured"]["boundary_indices"] == [0, 3, 31]
     slots = doc["slots"]

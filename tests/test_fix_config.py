@@ -9,7 +9,9 @@ import pytest
 from click.testing import CliRunner
 
 from hsdiff.cli import cli
+from hsdiff.configs import read_ids
 from hsdiff.fix_config import fix_config, ids_from_report
+from hsdiff.report.text import render_text
 
 from . import builders as B
 
@@ -69,13 +71,19 @@ def test_a_second_run_changes_nothing_and_keeps_the_first_backup(tmp_path, wrong
 def test_vllm_gets_the_top_level_key_in_its_own_convention(tmp_path, wrong_copy):
     report = tmp_path / "compare.json"
     run("compare", str(SEED / "train"), str(SEED / "infer-wrong"), "--layer-ids=-1,2,30", "--json", str(report))
+    before = wrong_copy.read_bytes()
     r = run("fix-config", str(wrong_copy), "--from-report", str(report), "--engine", "vllm")
+    assert r.exit_code == 2 and "made for SGLang 0.5.23" in r.output and "--engine vllm asks for vLLM 0.33" in r.output
+    assert wrong_copy.read_bytes() == before  # a report for SGLang is not written for vLLM unless asked to
+    r = run("fix-config", str(wrong_copy), "--from-report", str(report), "--engine", "vllm", "--translate")
     assert r.exit_code == 0, r.output
+    assert "translated the report's layers B[3, 31, 59] from SGLang 0.5.23" in r.stdout
+    assert "eagle_aux_hidden_state_layer_ids = [3, 31, 59] for vLLM 0.33" in r.stdout
     cfg = json.loads(wrong_copy.read_text())
     assert cfg["eagle_aux_hidden_state_layer_ids"] == [3, 31, 59]
     assert cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [-1, 2, 30]  # left alone, and said so
     assert "left as it is" in r.stderr
-    assert ids_from_report(report, "trtllm").ids == (2, 30, 58)
+    assert ids_from_report(report, "trtllm", translate=True).ids == (2, 30, 58)
 
 
 def test_dry_run_writes_nothing(wrong_copy):
@@ -155,3 +163,127 @@ def test_library_keeps_key_order_and_indent(tmp_path):
     text = p.read_text()
     assert text.startswith('{\n    "b": 1,\n    "a": {')
     assert list(json.loads(text)) == ["b", "a", "eagle_config"]
+
+
+# --------------------------------------------------------------------------- the engine version a report was made for
+
+KIMI = ("--model-family", "kimi_k25")
+
+
+@pytest.fixture(scope="module")
+def kimi_reports(tmp_path_factory):
+    """The seed story with a Kimi-K2.5 target, compared for SGLang 0.5.12 and for 0.5.23."""
+    d = tmp_path_factory.mktemp("reports")
+    out = {}
+    for version in ("0.5.12", "0.5.23"):
+        path, md = d / f"r-{version}.json", d / f"r-{version}.md"
+        r = run("compare", str(SEED / "train"), str(SEED / "infer-wrong"), "--layer-ids=-1,2,30", *KIMI,
+                "--engine-version", f"sglang=={version}", "--json", str(path), "--markdown", str(md))
+        assert r.exit_code == 1, r.output
+        for text in (r.output, md.read_text()):  # the text and Markdown reports say it beside the ids
+            assert f"(for SGLang {version}, rule: SGLang " in text and f"SGLang {version}, rule:" in text
+        out[version] = path
+    return out
+
+
+def _written(draft) -> list[int]:
+    return json.loads(draft.read_text())["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
+
+
+def test_a_0_5_12_report_writes_what_sglang_0_5_12_needs(kimi_reports, wrong_copy):
+    doc = json.loads(kimi_reports["0.5.12"].read_text())
+    rec = doc["recommended"]
+    assert (rec["engine_version"], rec["eagle_aux_hidden_state_layer_ids"]) == ("0.5.12", [2, 30, 58])
+    assert rec["by_engine"]["sglang"] == {"version": "0.5.12", "rule": rec["rule"], "ids": [2, 30, 58]}  # one answer
+    assert doc["settings"]["engine_version"] == "0.5.12" and doc["settings"]["engine_versions_given"] == ["sglang==0.5.12"]
+    r = run("fix-config", str(wrong_copy), "--from-report", str(kimi_reports["0.5.12"]))
+    assert r.exit_code == 0, r.output
+    assert _written(wrong_copy) == [2, 30, 58]  # 0.5.12 adds 1 to every id: B[3, 31, 59], the training layers
+    assert "= [2, 30, 58] for SGLang 0.5.12" in r.stdout
+
+
+def test_a_0_5_23_report_writes_what_sglang_0_5_23_needs(kimi_reports, wrong_copy):
+    doc = json.loads(kimi_reports["0.5.23"].read_text())
+    rec = doc["recommended"]
+    r = run("fix-config", str(wrong_copy), "--from-report", str(kimi_reports["0.5.23"]))
+    assert r.exit_code == 0, r.output
+    assert _written(wrong_copy) == rec["eagle_aux_hidden_state_layer_ids"] == rec["by_engine"]["sglang"]["ids"]
+    assert "for SGLang 0.5.23" in r.stdout
+    ids = read_ids(json.loads(wrong_copy.read_text()), "sglang", model_family="kimi_k25", version="0.5.23")
+    assert list(ids.boundaries) == rec["boundary_indices"]  # read back as 0.5.23 reads it: the report's layers
+
+
+def test_another_version_than_the_report_s_is_refused_unless_translated(kimi_reports, wrong_copy):
+    before = wrong_copy.read_bytes()
+    args = ("fix-config", str(wrong_copy), "--from-report", str(kimi_reports["0.5.12"]), "--engine-version", "sglang==0.5.23")
+    r = run(*args)
+    assert r.exit_code == 2
+    assert "made for SGLang 0.5.12" in r.output and "asks for SGLang 0.5.23" in r.output and "--translate" in r.output
+    assert wrong_copy.read_bytes() == before
+    r = run(*args, "--translate")
+    assert r.exit_code == 0, r.output
+    assert "translated the report's layers B[3, 31, 59] from SGLang 0.5.12" in r.stdout
+    assert "eagle_config.eagle_aux_hidden_state_layer_ids = [3, 31, 59] for SGLang 0.5.23" in r.stdout
+    assert _written(wrong_copy) == [3, 31, 59]  # the DeepSeek rule reads them as written
+    r = run("fix-config", str(wrong_copy), "--from-report", str(kimi_reports["0.5.12"]), "--model-family", "llama")
+    assert r.exit_code == 2 and "--model-family llama" in r.output
+
+
+def _schema_1(doc: dict) -> dict:
+    """A report as hsdiff wrote it before it recorded settings."""
+    old = {k: v for k, v in doc.items() if k != "settings"}
+    old["schema_version"] = 1
+    rec = {k: v for k, v in doc["recommended"].items() if k not in ("engine_version", "rule")}
+    rec["by_engine"] = {e: v["ids"] for e, v in rec["by_engine"].items()}
+    old["recommended"] = rec
+    return old
+
+
+def test_a_report_of_schema_1_is_still_read(kimi_reports, wrong_copy, tmp_path):
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps(_schema_1(json.loads(kimi_reports["0.5.12"].read_text()))))
+    before = wrong_copy.read_bytes()
+    r = run("fix-config", str(wrong_copy), "--from-report", str(old))  # its ids are wrong on the newest SGLang
+    assert r.exit_code == 2 and "does not record the engine version" in r.output and "--engine-version" in r.output
+    assert wrong_copy.read_bytes() == before
+    r = run("fix-config", str(wrong_copy), "--from-report", str(old), "--engine-version", "sglang==0.5.12")
+    assert r.exit_code == 0, r.output
+    assert _written(wrong_copy) == [2, 30, 58]
+    llama = tmp_path / "llama.json"  # the seed story on a llama target: the same ids on every SGLang version
+    llama.write_text(json.dumps(_schema_1(_report(tmp_path)[1])))
+    r = run("fix-config", str(wrong_copy), "--from-report", str(llama))
+    assert r.exit_code == 0 and "does not record the engine version" in r.stderr
+    text = render_text(json.loads(old.read_text()))
+    assert "for SGLang (engine version not recorded" in text and "vLLM [3, 31, 59]" in text
+
+
+def test_gate_check_config_and_ids_name_the_same_version(tmp_path, wrong_copy):
+    gate_json = tmp_path / "gate.json"
+    r = gate("infer-wrong", wrong_copy, *KIMI, "--engine-version", "sglang==0.5.12", "--json", str(gate_json))
+    assert r.exit_code == 1, r.output
+    doc = json.loads(gate_json.read_text())
+    rule = "SGLang ≤ 0.5.12, DeepSeek family (+1 always)"
+    assert (doc["settings"]["engine_version"], doc["settings"]["rule"]) == ("0.5.12", rule)
+    assert doc["settings"] == doc["report"]["settings"]  # the gate's record is its comparison's
+    assert doc["settings"]["model_family_source"] == "--model-family kimi_k25"
+    assert doc["settings"]["num_hidden_layers"] == 61 and doc["settings"]["num_hidden_layers_source"] == "the target config (--model-config)"
+    assert f"(for SGLang 0.5.12, rule: {rule})" in r.output
+    r = run("fix-config", str(wrong_copy), "--from-report", str(gate_json))
+    assert r.exit_code == 0 and _written(wrong_copy) == [2, 30, 58], r.output
+    check = tmp_path / "check.json"
+    r = run("check-config", str(wrong_copy), "--target-config", TARGET, *KIMI, "--engine-version", "sglang==0.5.12",
+            "--json", str(check))
+    assert r.exit_code == 0, r.output
+    assert json.loads(check.read_text())["settings"]["rule"] == rule and f"engine: SGLang 0.5.12, rule: {rule}" in r.output
+    r = run("ids", "2,30,58", "--from", "sglang", "--to", "vllm", *KIMI, "--engine-version", "sglang==0.5.12", "--explain")
+    assert r.stdout.strip() == "3,31,59" and f"SGLang 0.5.12, rule: {rule} → vLLM 0.33" in r.stderr
+
+
+def test_a_version_of_another_engine_asks_for_that_engine(kimi_reports, wrong_copy):
+    args = ("fix-config", str(wrong_copy), "--from-report", str(kimi_reports["0.5.12"]), "--engine-version", "vllm==0.31")
+    r = run(*args)
+    assert r.exit_code == 2 and "made for SGLang 0.5.12" in r.output and "--engine-version vllm==0.31 asks for vLLM 0.31" in r.output
+    r = run(*args, "--translate")
+    assert r.exit_code == 0, r.output
+    assert json.loads(wrong_copy.read_text())["eagle_aux_hidden_state_layer_ids"] == [3, 31, 59]
+    assert "eagle_aux_hidden_state_layer_ids = [3, 31, 59] for vLLM 0.31" in r.stdout

@@ -109,6 +109,7 @@ def _edits() -> list[tuple[str, str, Callable[[dict], bool]]]:
     def other_engine_id(d: dict) -> bool:
         by = _report(d)["recommended"]["by_engine"]
         ids = by[sorted(by)[-1]]
+        ids = ids["ids"] if isinstance(ids, dict) else ids
         i = next(i for i, v in enumerate(ids) if v is not None)
         ids[i] -= 1
         return True

@@ -68,7 +68,8 @@ def test_investigate_notebook_executes(tmp_path):
     assert "SGLang dumper: 1 run, 1 step; 2 ranks, replicated" in text
     assert "labelled B[3, 31, 59] by config.json" in text
     assert "shifted by 1 slot" in text
-    assert "'sglang': [2, 30, 58]" in text and "'vllm': [3, 31, 59]" in text
+    # by_engine: each engine's ids at the version assumed for it
+    assert "'sglang': <SGLang 0.5.23: [2, 30, 58]>" in text and "'vllm': <vLLM 0.33: [3, 31, 59]>" in text
     assert "('ok', (2, 30, 58))" in text
     assert images == 4  # heatmap, norms, tokens, and the heatmap after the fix
 

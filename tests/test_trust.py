@@ -180,7 +180,7 @@ def test_5_sorting_engines(tmp_path, every_layer, engine, ids):
     train = B.specforge(tmp_path / "train", [0, 1, 2], [15, 2, 27])
     r = hsdiff.compare(train, every_layer, engine=engine, layer_ids=ids)
     assert r.verdict == "mismatch" and r.exit_code == 1
-    assert r.recommended.ids == (None, None, None) and r.recommended.by_engine["hf"] == [15, 2, 27]
+    assert r.recommended.ids == (None, None, None) and r.recommended.by_engine["hf"].ids == (15, 2, 27)
     assert "(1, 0, 2)" in r.cause and re.search(r"(?i)no id list reproduces the training order", r.cause)
 
 
@@ -319,7 +319,7 @@ def test_13b_deepseek_rule_cannot_capture_b1_first(tmp_path):
     assert [s.boundary_index for s in r.slots] == [1]
     assert r.verdict != "ok" and r.exit_code == 1
     assert re.search(r"B ?1\b", text(r)) and re.search(r"(?i)cannot|never", text(r))
-    assert r.recommended.ids == (None,) and r.recommended.by_engine["vllm"] == [1]
+    assert r.recommended.ids == (None,) and r.recommended.by_engine["vllm"].ids == (1,)
     assert re.search(r"(?i)vLLM \(id 1\)", r.cause)  # what would work
 
 

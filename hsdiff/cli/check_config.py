@@ -36,5 +36,6 @@ def check_config_cmd(draft_config, engine, model_family, engine_versions, target
     capturable, the fc width, ids in a key the engine ignores, ids a model-family rule reads differently."""
     result = check_config(draft_config, engine=engine, target_config=target_config, model_family=model_family,
                           vllm_runner=vllm_runner, num_layers=num_layers, strict=strict,
-                          engine_version=conv.versions(engine_versions, [engine])[conv.rule(engine).key])
+                          engine_version=conv.versions(engine_versions, [engine])[conv.rule(engine).key],
+                          engine_versions=engine_versions)
     emit(result, json_path=json_path, junit_path=junit_path, markdown_path=markdown_path, github=github, quiet=quiet)

@@ -63,6 +63,7 @@ def options_from(kw: dict, *, engine: str, layer_ids: str | None, progress: bool
     return Options(
         engine_version=vs[conv.rule(engine).key],
         train_engine_version=vs[conv.rule(train_engine).key],
+        engine_versions=tuple(kw.get("engine_versions") or ()),
         layer_ids=None if layer_ids is None else conv.parse_ids(layer_ids),
         engine=engine,
         model_family=kw.get("model_family"),

@@ -7,14 +7,18 @@ import click
 from .. import conventions as conv
 from ..fix_config import fix_config, ids_from_report
 from ._group import cli
-from ._options import engine_option, engine_version_option, family_option, where_ids_are_read
+from ._options import engine_version_option, family_option, where_ids_are_read
 
 EPILOG = """\b
 Examples:
   hsdiff gate train/ dump/ --draft-config draft/config.json --json gate.json
   hsdiff fix-config draft/config.json --from-report gate.json
+  hsdiff fix-config draft/config.json --from-report gate.json --engine vllm --translate
   hsdiff fix-config draft/config.json --layer-ids 2,30,58 --engine sglang --dry-run
 \b
+With --from-report, the ids are the report's, for the engine, version and model family it was made
+for; an --engine, --engine-version or --model-family that says otherwise is refused (exit 2) unless
+--translate asks for the same layers on that engine and version.
 The original is kept beside the config as config.json.bak (byte for byte); nothing else is written.
 TensorRT-LLM reads no ids from a draft config.json: for it, set eagle3_layers_to_capture in its
 speculative config (hsdiff ids --to trtllm prints the values) instead.
@@ -26,28 +30,39 @@ speculative config (hsdiff ids --to trtllm prints the values) instead.
 @click.option("--from-report", "report", type=click.Path(path_type=str), default=None,
               help="A JSON report of hsdiff gate/compare whose verdict was confident.")
 @click.option("--layer-ids", default=None, metavar="IDS", help="The ids to write, in the --engine convention.")
-@engine_option
+@click.option("--engine", type=click.Choice(conv.ENGINES, case_sensitive=False), default=None,
+              help="The engine whose key and convention to write (default: the report's engine, else sglang).")
 @family_option
 @engine_version_option
+@click.option("--translate", is_flag=True,
+              help="With --from-report: write the report's layers for another --engine, --engine-version or "
+              "--model-family than the report's (otherwise refused).")
 @click.option("--dry-run", is_flag=True, help="Print the diff, write nothing.")
-def fix_config_cmd(draft_config, report, layer_ids, engine, model_family, engine_versions, dry_run) -> None:
+def fix_config_cmd(draft_config, report, layer_ids, engine, model_family, engine_versions, translate, dry_run) -> None:
     """Write the layer ids where ENGINE reads them, atomically, keeping a backup; print the diff."""
     if (report is None) == (layer_ids is None):
         raise click.UsageError("give exactly one of --from-report REPORT.json or --layer-ids IDS")
-    version = conv.versions(engine_versions, [engine])[conv.rule(engine).key]
+    if translate and report is None:
+        raise click.UsageError("--translate goes with --from-report")
     if report is not None:
-        found = ids_from_report(report, engine, model_family=model_family, version=version)
-        ids, model_family = list(found.ids), found.model_family
+        found = ids_from_report(report, engine, model_family=model_family, engine_versions=engine_versions,
+                                translate=translate)
+        ids, model_family, engine, version = list(found.ids), found.model_family, found.engine, found.version
+        for note in found.notes:
+            click.echo(f"hsdiff: note: {note}", err=True)
+        if found.translated_from is not None:
+            click.echo(f"translated the report's layers B{list(found.boundaries)} from "
+                       f"{found.translated_from.words()} to {found.at.words()}")
     else:
-        ids = conv.parse_ids(layer_ids)
+        ids, engine = conv.parse_ids(layer_ids), engine or "sglang"
+        version = conv.versions(engine_versions, [engine])[conv.rule(engine).key]
     result = fix_config(draft_config, ids, engine=engine, dry_run=dry_run, model_family=model_family, version=version)
     for w in result.warnings:
         click.echo(f"hsdiff: warning: {w}", err=True)
+    what = f"{result.key} = {list(result.new)} for {conv.rule(result.engine).title} {result.version}"
     if not result.changed:
-        click.echo(f"{result.path}: {result.key} is already {list(result.new)}; nothing to do")
+        click.echo(f"{result.path}: {what} already; nothing to do")
         return
     click.echo(result.diff, nl=False)
-    if result.written:
-        click.echo(f"wrote {result.path} ({result.key} = {list(result.new)}); the original is kept in {result.backup}")
-    else:
-        click.echo("dry run: nothing written")
+    click.echo(f"wrote {result.path} ({what}); the original is kept in {result.backup}" if result.written
+               else f"dry run: nothing written ({what})")

@@ -22,8 +22,9 @@ from .. import conventions as conv
 from .. import decide, explain
 from ..configs import load_config
 from ..errors import AlignmentError, InputError
-from ..model import INFER, TRAIN, Dump, Report
+from ..model import INFER, TRAIN, Dump, Report, Settings
 from ..readers import scan
+from ..settings import settings_for
 from . import profiles, scoring, shape, slots, validate
 
 __all__ = ["compare", "Options"]
@@ -54,6 +55,9 @@ class Options:
     configured_source: str = "--layer-ids"
     engine_version: str | None = None  # of ``engine``; None: the newest the convention table knows
     train_engine_version: str | None = None  # of ``train_engine`` (SpecForge: the SGLang it captures through)
+    engine_versions: Sequence[str] = ()  # every --engine-version as given (other engines' versions: by_engine)
+    model_family_source: str | None = None  # where the model family came from (default: the option, else llama)
+    vllm_runner: str | None = None  # the gate's vLLM runner, recorded in the settings
     log_pattern: str | None = None
     progress: Progress | None = field(default=None, repr=False, compare=False)
 
@@ -148,7 +152,9 @@ def _pipeline(train: Dump, infer: Dump, opts: Options, family: str, train_path: 
     doubt = slots.unsettled_by_runs(reports, run)
     if all(r.verdict == reports[run].verdict for r in reports.values()) and not doubt:
         return reports[run]
-    return decide.runs_disagree(reports, run, doubt, opts.engine, family, opts.engine_version)
+    settings = reports[run].settings
+    assert settings is not None
+    return decide.runs_disagree(reports, run, doubt, settings)
 
 
 def _compare(train: Dump, infer: Dump, opts: Options, family: str, train_path: str, infer_path: str,
@@ -158,8 +164,9 @@ def _compare(train: Dump, infer: Dump, opts: Options, family: str, train_path: s
     infer, w_infer = validate.with_values(infer, "inference", infer_path)
     warnings += w_train + w_infer
 
-    num_layers = shape.num_layers(opts.num_layers, model_cfg, train, infer)
-    hidden = shape.hidden_size(opts.hidden_size, model_cfg, train, infer, opts.layer_ids)
+    num_layers, layers_from = shape.num_layers(opts.num_layers, model_cfg, train, infer)
+    hidden, hidden_from = shape.hidden_size(opts.hidden_size, model_cfg, train, infer, opts.layer_ids)
+    settings = _settings(opts, family, num_layers, layers_from, hidden, hidden_from)
     configured = slots.configured(opts.layer_ids, opts.engine, family, opts.configured_source, num_layers,
                                   opts.engine_version)
     train_slots = slots.split_train(train, hidden)
@@ -187,8 +194,7 @@ def _compare(train: Dump, infer: Dump, opts: Options, family: str, train_path: s
     warnings += resolution.warnings
     results = resolution.slots
     warnings += explain.norm_warnings(results)
-    recommended, w_rec = decide.recommend(opts.engine, family, decide.to_recommend(results), num_layers,
-                                          opts.engine_version)
+    recommended, w_rec = decide.recommend(settings, decide.to_recommend(results))
     warnings += w_rec
     verdict = decide.verdict(results, configured, recommended)
     words = explain.explain(results, verdict, configured, claims, claim_src, resolution.label_offset, recommended,
@@ -201,9 +207,21 @@ def _compare(train: Dump, infer: Dump, opts: Options, family: str, train_path: s
         num_layers=num_layers, hidden_size=hidden, explanation=words.walkthrough,
         warnings=tuple(dict.fromkeys(warnings)), scores=scores.rows,
         inputs={"train": train_path, "infer": infer_path, "engine": opts.engine, "model_family": family},
-        tolerance=opts.tolerance,
+        tolerance=opts.tolerance, settings=settings,
     )
     return profiles.measure(report, train_slots, usable, scores.norms, scores.errors)  # what the pictures draw
+
+
+def _settings(opts: Options, family: str, num_layers: int | None, layers_from: str, hidden: int,
+              hidden_from: str) -> Settings:
+    """The record of what this comparison's answers rest on (:mod:`hsdiff.settings`)."""
+    source = opts.model_family_source or (f"--model-family {opts.model_family}" if opts.model_family
+                                          else "the default llama rule")
+    return settings_for(opts.engine, opts.engine_version, family, source, opts.engine_versions,
+                        train_engine=opts.train_engine, train_version=opts.train_engine_version,
+                        infer_index=opts.infer_index, train_index=opts.train_index, tolerance=opts.tolerance,
+                        num_layers=num_layers, num_layers_source=layers_from, hidden_size=hidden,
+                        hidden_size_source=hidden_from, vllm_runner=opts.vllm_runner)
 
 
 def _named(k: int, configured: Sequence[int | None], claims: Sequence[int | None]) -> dict[int, set[int]]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from ..configs import is_draft_config, target_shape
 from ..errors import AlignmentError, InputError
@@ -21,66 +22,66 @@ from ..model import Capture, Dump
 MAX_AUX_SLOTS = 8
 
 
-def num_layers(given: int | None, model_cfg: dict | None, train: Dump, infer: Dump) -> int | None:
-    """``num_hidden_layers``: the option, the model config, a target config beside a dump, or the
-    depth of an HF all-layer stack; None when nothing says."""
+def num_layers(given: int | None, model_cfg: dict | None, train: Dump, infer: Dump) -> tuple[int | None, str]:
+    """``num_hidden_layers`` and where it came from: the option, the model config, a target config beside
+    a dump, or the depth of an HF all-layer stack; ``(None, "not known")`` when nothing says."""
     if given:
-        return given
+        return given, "--num-layers"
     if model_cfg is not None:
         n = target_shape(model_cfg).num_layers
         if n:
-            return n
-    for _, cfg in train.configs + infer.configs:
+            return n, "the target config (--model-config)"
+    for path, cfg in train.configs + infer.configs:
         if not is_draft_config(cfg) and cfg.get("num_hidden_layers"):
-            return int(cfg["num_hidden_layers"])
+            return int(cfg["num_hidden_layers"]), f"{Path(path).name} beside the dump"
     caps = train.captures + infer.captures
     stacks = [c.boundary for c in caps if c.origin.format == "hf" and c.boundary is not None]
     posts = [c for c in caps if c.origin.format == "hf" and c.post_norm]
     if stacks:
-        return max(stacks) + (1 if posts else 0)
-    return None
+        return max(stacks) + (1 if posts else 0), "the depth of an all-layer stack"
+    return None, "not known"
 
 
 def hidden_size(given: int | None, model_cfg: dict | None, train: Dump, infer: Dump,
-                layer_ids: Sequence[int] | None) -> int:
+                layer_ids: Sequence[int] | None) -> tuple[int, str]:
     """The target's hidden size: the option (refused when it cannot fit the data), the configs, then
     what the tensor widths (a training file's final post-norm state is one hidden size wide) and the
-    number of configured ids imply."""
+    number of configured ids imply; with where it came from."""
     stated = _stated_hidden_size(model_cfg, train, infer)
     if given:
         _check_fits(int(given), stated, train, infer, layer_ids)
-        return int(given)
+        return int(given), "--hidden-size"
     if stated is not None:
-        return stated[0]
+        return stated[0], stated[1] if stated[1].startswith("the target config") else f"{Path(stated[1]).name} beside the dump"
     train_widths = {c.width for c in train.captures if c.width}
     plain_train = Counter(c.width for c in train.captures if not c.concat and c.width)
     if plain_train:
-        return plain_train.most_common(1)[0][0]
+        return plain_train.most_common(1)[0][0], "the training tensors' width"
     final = Counter(c.final_width for c in train.captures if c.final_width)  # the training file's final state
     for w, _ in final.most_common():
         if train_widths and all(tw % w == 0 for tw in train_widths):
-            return w
+            return w, "the training file's final hidden state"
     infer_widths = Counter(c.width for c in infer.captures if c.width)  # printed captures: their claimed shape
     one_layer = Counter(c.width for c in infer.captures  # tagged with a layer or slot: one layer each
                         if c.width and not c.is_partial and not c.concat and (c.layer is not None or c.slot is not None))
     for w, _ in one_layer.most_common():
         if train_widths and all(tw % w == 0 for tw in train_widths):
-            return w
+            return w, "the width of one inference capture"
     k = len(set(layer_ids)) if layer_ids else 0
     untagged = Counter(c.width for c in infer.captures if c.width and c.layer is None and c.slot is None)
     for w, _ in untagged.most_common():  # an untagged capture of the k configured slots side by side
         if k and w % k == 0 and train_widths and all(tw % (w // k) == 0 for tw in train_widths):
-            return w // k
+            return w // k, "an inference capture's width over the number of --layer-ids"
     for w, _ in infer_widths.most_common():
         if all(tw % w == 0 for tw in train_widths) and any(tw // w > 1 for tw in train_widths):
-            return w
+            return w, "the inference widths"
     if k and train_widths:
         w = max(train_widths)
         if w % k == 0:
-            return w // k
-    for _, cfg in train.configs + infer.configs:
+            return w // k, "the training width over the number of --layer-ids"
+    for path, cfg in train.configs + infer.configs:
         if cfg.get("hidden_size") and not cfg.get("target_hidden_size"):
-            return int(cfg["hidden_size"])
+            return int(cfg["hidden_size"]), f"{Path(path).name} beside the dump"
     raise AlignmentError(
         f"cannot tell the hidden size: training width {sorted(train_widths)} and inference widths "
         f"{sorted(infer_widths)} do not show how many slots are concatenated",
@@ -91,7 +92,7 @@ def hidden_size(given: int | None, model_cfg: dict | None, train: Dump, infer: D
 def _stated_hidden_size(model_cfg: dict | None, train: Dump, infer: Dump) -> tuple[int, str] | None:
     """The target's hidden size as a config states it, and which config."""
     if model_cfg is not None and model_cfg.get("hidden_size"):
-        return int(model_cfg["hidden_size"]), "--model-config"
+        return int(model_cfg["hidden_size"]), "the target config (--model-config)"
     configs = train.configs + infer.configs
     for path, cfg in configs:
         if is_draft_config(cfg) and cfg.get("target_hidden_size"):
@@ -142,7 +143,7 @@ def layout(infer: Dump, train: Dump, given_layers: int | None, model_cfg: dict |
             stacks[c.origin.path].append(c)
     if not stacks:
         return infer
-    n_layers = num_layers(given_layers, model_cfg, train, Dump((), infer.configs))  # not the stacks in question
+    n_layers = num_layers(given_layers, model_cfg, train, Dump((), infer.configs))[0]  # not the stacks in question
     k = len(set(layer_ids)) if layer_ids else None
     train_tokens = {c.tokens for c in train.captures if c.tokens}
     captures = list(infer.captures)

@@ -91,6 +91,7 @@ class PredictedAcceptance:
     reference: str
     rows: tuple[Prediction, ...]
     warnings: tuple[str, ...] = ()
+    ids_for: str = ""  # the engine version the rows' ids are written for: the report's ("SGLang 0.5.12, rule: ...")
 
     def row(self, name: str) -> Prediction | None:
         return next((r for r in self.rows if r.name == name), None)
@@ -120,6 +121,7 @@ class PredictedAcceptance:
             "draft": self.draft,
             "settings": {"num_steps": self.num_steps, "topk": self.topk, "num_draft_tokens": self.num_draft_tokens},
             "reference": self.reference,
+            "ids_for": self.ids_for,
             "configured": one(self.configured),
             "recommended": one(self.recommended),
             "training": one(self.training),
@@ -143,6 +145,8 @@ class PredictedAcceptance:
             b = "-" if r.boundaries is None else ",".join(map(str, r.boundaries))
             i = "-" if r.ids is None else ",".join("?" if x is None else str(x) for x in r.ids)
             lines.append(f"{r.name:<16} {b:<16} {i:<16} {r.acceptance_length:>10.2f} {r.top1:>6.1%}")
+        if self.ids_for:
+            lines.append(f"ids {self.ids_for}")
         return "\n".join(lines)
 
     def frame(self) -> Any:
@@ -313,13 +317,24 @@ def _report_dict(report: Any) -> dict:
     return report.to_dict()
 
 
-def _ids_for(boundaries: Sequence[int], engine: str, num_layers: int | None, family: str | None) -> list[int | None] | None:
+def _ids_for(boundaries: Sequence[int], engine: str, num_layers: int | None, family: str | None,
+             version: str | None) -> list[int | None] | None:
+    """The ids of a what-if row, for the report's engine at the report's version (its settings)."""
     from ..conventions import from_boundary
 
     try:
-        return from_boundary(list(boundaries), engine, num_layers=num_layers, model_family=family)
+        return from_boundary(list(boundaries), engine, num_layers=num_layers, model_family=family, version=version)
     except Exception:  # noqa: BLE001 - a boundary the engine cannot express: no ids
         return None
+
+
+def _ids_words(engine: str, version: str | None, family: str | None) -> str:
+    from ..settings import engine_version
+
+    try:
+        return "for " + engine_version(engine, version, family).words()
+    except InputError:  # a version this table does not know: say it as the report did
+        return f"for {engine} {version or ''}".rstrip()
 
 
 def predict_acceptance(
@@ -397,6 +412,8 @@ def predict_acceptance(
     rec = rep.get("recommended") or {}
     engine = rec.get("engine") or conf.get("engine") or "sglang"
     family = rec.get("model_family")
+    version = rec.get("engine_version")  # the report's own (None in a report of schema 1: the newest)
+    ids_for = _ids_words(engine, version, family)
     cb = list(conf.get("boundary_indices") or [])
     if cb and len(cb) == d.num_aux:
         engine_order = sorted(cb)  # the engines capture in layer order
@@ -424,7 +441,7 @@ def predict_acceptance(
             if min(bs) < 0 or (L is not None and max(bs) > L) or len(set(bs)) < len(bs):
                 continue
             items = prepared(isamples, tsamples, layers_of(bs))
-            row = _predict_row(d, name, "infer", bs, _ids_for(bs, engine, L, family), items, *args) if items else None
+            row = _predict_row(d, name, "infer", bs, _ids_for(bs, engine, L, family, version), items, *args) if items else None
             if row:
                 rows.append(row)
     if not any(r.side == "infer" for r in rows):
@@ -439,4 +456,4 @@ def predict_acceptance(
     reference = {frozenset({"greedy"}): "target greedy token (target lm_head on the dump's final hidden state)",
                  frozenset({"text"}): "the dump's next token"}.get(frozenset(modes), "mixed: target greedy where known, else the dump's next token")
     return PredictedAcceptance(draft=d.path, num_steps=num_steps, topk=topk, num_draft_tokens=ndt, reference=reference,
-                               rows=tuple(rows), warnings=tuple(warnings))
+                               rows=tuple(rows), warnings=tuple(warnings), ids_for=ids_for)

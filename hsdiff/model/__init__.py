@@ -14,6 +14,7 @@ from .capture import INFER, TRAIN, Capture, Dump, Layer, Observation, Origin, Ro
 from .results import (
     Candidate,
     Configured,
+    EngineIds,
     Evidence,
     Metrics,
     NormCheck,
@@ -30,6 +31,7 @@ from .results import (
     pct,
     ranked,
 )
+from .settings import EngineVersion, Settings
 
 __all__ = [
     "TRAIN",
@@ -53,6 +55,9 @@ __all__ = [
     "SlotDecision",
     "SlotResult",
     "Recommendation",
+    "EngineIds",
+    "EngineVersion",
+    "Settings",
     "Configured",
     "Report",
     "pct",

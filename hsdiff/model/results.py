@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..jsonout import dumps
 from .capture import Capture
+from .settings import EngineVersion, Settings
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -32,6 +33,7 @@ __all__ = [
     "SlotDecision",
     "SlotResult",
     "Recommendation",
+    "EngineIds",
     "Configured",
     "Report",
     "pct",
@@ -315,22 +317,43 @@ class SlotResult:
 
 
 @dataclass(frozen=True)
+class EngineIds:
+    """The recommended layers as ids of one engine, at the version (and convention-table row) assumed."""
+
+    at: EngineVersion
+    ids: tuple[int | None, ...]
+
+    def to_dict(self) -> dict:
+        return {"version": self.at.version, "rule": self.at.rule, "ids": list(self.ids)}
+
+    def __repr__(self) -> str:
+        return f"<{self.at.title} {self.at.version}: {list(self.ids)}>"
+
+
+@dataclass(frozen=True)
 class Recommendation:
+    """The ids for ``engine`` at ``version`` (the report's own), and the same layers on every engine
+    (``by_engine``: each at the version its :class:`EngineVersion` names; the report's engine at its own)."""
+
     engine: str
     model_family: str
     ids: tuple[int | None, ...]
     boundary_indices: tuple[int | None, ...]
-    by_engine: dict[str, list[int | None]]
+    by_engine: dict[str, EngineIds]
     #: why ``engine`` cannot feed the draft these slots whatever its ids (hsdiff.serving); () when it can
     unservable: tuple[str, ...] = field(default=(), compare=False)
+    version: str | None = None
+    rule: str = ""
 
     def to_dict(self) -> dict:
         return {
             "engine": self.engine,
+            "engine_version": self.version,
+            "rule": self.rule,
             "model_family": self.model_family,
             "eagle_aux_hidden_state_layer_ids": list(self.ids),
             "boundary_indices": list(self.boundary_indices),
-            "by_engine": self.by_engine,
+            "by_engine": {e: v.to_dict() for e, v in self.by_engine.items()},
         }
 
     def config_line(self) -> str:
@@ -380,8 +403,10 @@ class Report:
     inputs: dict = field(default_factory=dict)
     tolerance: float = 0.10
     profiles: dict = field(default_factory=dict)
+    settings: Settings | None = None  # what the verdict and ids rest on (hsdiff.settings)
 
-    SCHEMA_VERSION = 1
+    #: 2: ``settings`` recorded, ``by_engine`` states the version assumed per engine (1: neither)
+    SCHEMA_VERSION = 2
 
     @property
     def exit_code(self) -> int:
@@ -395,6 +420,7 @@ class Report:
             "num_hidden_layers": self.num_layers,
             "hidden_size": self.hidden_size,
             "tolerance": self.tolerance,
+            "settings": None if self.settings is None else self.settings.to_dict(),
             "recommended": self.recommended.to_dict(),
             "configured": None if self.configured is None else self.configured.to_dict(),
             "slots": [s.to_dict() for s in self.slots],

@@ -12,6 +12,8 @@ from typing import Any, Protocol
 
 from ..conventions import rule
 from ..errors import InputError
+from ..model.settings import Settings, by_engine_entries
+from ..settings import TITLES
 
 Doc = dict[str, Any]
 
@@ -66,6 +68,31 @@ def engine_title(result: Doc) -> str:
 def config_line(rec: Doc) -> str:
     ids = ", ".join("null" if i is None else str(i) for i in rec["eagle_aux_hidden_state_layer_ids"])
     return f'"eagle_aux_hidden_state_layer_ids": [{ids}]'
+
+
+def rec_words(rec: Doc) -> str:
+    """What a recommendation's ids are right for: ``"for SGLang 0.5.12, rule: SGLang ≤ 0.5.12, DeepSeek
+    family (+1 always)"``; a report of schema 1 did not record the version, and says so."""
+    title = TITLES.get(rec["engine"], rec["engine"])
+    if not rec.get("engine_version"):
+        return f"for {title} (engine version not recorded: check it before pasting)"
+    return f"for {title} {rec['engine_version']}, rule: {rec.get('rule') or '?'}"
+
+
+def other_engines(rec: Doc, engines: tuple[str, ...] | None = None) -> str:
+    """The same layers on the other engines, each at the version assumed: ``"vLLM 0.33 [3, 31, 59], ..."``."""
+    out = []
+    for e, (version, ids) in by_engine_entries(rec).items():
+        if e == rec["engine"] or (engines is not None and e not in engines):
+            continue
+        title = TITLES.get(e, e) + (f" {version}" if version else "")
+        out.append(f"{title} [{', '.join('null' if i is None else str(i) for i in ids)}]")
+    return ", ".join(out)
+
+
+def settings_lines(d: Doc) -> list[str]:
+    """The settings a report or gate result rests on, one line each (a schema-1 report: what it recorded)."""
+    return Settings.from_doc(d, TITLES).lines()
 
 
 def rel_err(part: Doc | None) -> float | None:

@@ -13,6 +13,7 @@ import math
 from typing import Any
 
 from ..conventions import describe_boundary
+from ._doc import config_line, other_engines, rec_words, settings_lines
 from .pictures import heatmap, norm_trajectory, png_bytes, report_data, token_errors
 
 __all__ = ["render_report_markdown", "render_html"]
@@ -46,16 +47,14 @@ _COLUMNS = ["slot", "training layer", "engine captures", "status", "evidence", "
 
 
 def _fix(data: dict) -> tuple[str, str]:
-    """Where to put the ids, and the JSON line."""
+    """Where to put the ids (and the engine version they are right for), and the JSON line."""
     rec = data["recommended"]
-    ids = ", ".join("null" if i is None else str(i) for i in rec["eagle_aux_hidden_state_layer_ids"])
     where = ' under "eagle_config"' if rec["engine"] == "sglang" else ""
-    return f"the draft's config.json{where} ({rec['engine']} convention)", f'"eagle_aux_hidden_state_layer_ids": [{ids}]'
+    return f"the draft's config.json{where} ({rec_words(rec)})", config_line(rec)
 
 
 def _others(data: dict) -> str:
-    rec = data["recommended"]
-    return ", ".join(f"{e} {v}" for e, v in (rec.get("by_engine") or {}).items() if e != rec["engine"])
+    return other_engines(data["recommended"])
 
 
 def render_report_markdown(report: Any) -> str:
@@ -85,6 +84,8 @@ def render_report_markdown(report: Any) -> str:
         out += ["", f"Same layers on other engines: {others}."]
     if data["verdict"] != "ok":
         out += ["", "Or run `hsdiff fix-config DRAFT_CONFIG --from-report REPORT.json` with this run's `--json` report."]
+    out += ["", "<details><summary>Settings</summary>", ""] + [f"- {_cell(x)}" for x in settings_lines(data)]
+    out += ["", "</details>"]
     if data.get("explanation"):
         out += ["", "<details><summary>How hsdiff decided</summary>", ""]
         out += [f"- {_cell(e)}" for e in data["explanation"]]
@@ -145,6 +146,7 @@ def render_html(report: Any, *, pictures: bool = True) -> str:
                               ("Norm trajectory", norm_trajectory), ("Per-token error of each matched pair", token_errors)):
             uri = "data:image/png;base64," + base64.b64encode(png_bytes(draw(data))).decode("ascii")
             parts.append(f'<h2>{e(caption)}</h2><img alt="{e(caption)}" src="{uri}">')
+    parts.append("<h2>Settings</h2><ul>" + "".join(f"<li>{e(x)}</li>" for x in settings_lines(data)) + "</ul>")
     if data.get("explanation"):
         parts.append("<h2>How hsdiff decided</h2><ul>" + "".join(f"<li>{e(x)}</li>" for x in data["explanation"]) + "</ul>")
     if data.get("warnings"):

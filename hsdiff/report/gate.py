@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import textwrap
 
-from ._doc import Doc, _HasDict, as_doc, engine_title
+from ._doc import Doc, _HasDict, as_doc, engine_title, settings_lines
 from .text import render_text
 
 __all__ = ["render_gate_text", "engine_title"]
@@ -30,6 +30,8 @@ def render_gate_text(result: Doc | _HasDict, *, verbose: bool = True) -> str:
         out.append(_wrap(f"  {c['status']:<7} {c['name']:<{width}}  {c['message']}", " " * (width + 12)))
     if d["report"] is not None:
         out += ["", render_text(d["report"], verbose=verbose)]
+    elif verbose:
+        out += ["", "settings:"] + [f"  {line}" for line in settings_lines(d)]
     for note in d["notes"]:
         out += ["", note]
     out += ["", f"{d['command']}: {d['verdict'].upper()} — {d['cause']}"]

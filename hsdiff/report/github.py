@@ -3,7 +3,7 @@ result: each failed check and each failed slot becomes an annotation on the draf
 
 from __future__ import annotations
 
-from ._doc import Doc, _HasDict, as_doc, check_fails, check_warns, config_line
+from ._doc import Doc, _HasDict, as_doc, check_fails, check_warns, config_line, rec_words
 
 __all__ = ["render_github"]
 
@@ -44,7 +44,7 @@ def render_github(result: Doc | _HasDict) -> str:
                                    d["draft_config"]))
         if report["verdict"] != "ok":
             lines.append(_line("error", f"hsdiff gate {report['verdict']}",
-                               f"{report['cause']} Fix: {config_line(report['recommended'])}", d["draft_config"]))
+                               f"{report['cause']} Fix ({rec_words(report['recommended'])}): {config_line(report['recommended'])}", d["draft_config"]))
     elif d["command"] == "gate":
         lines.append(_line("error", "hsdiff gate", d["cause"], d["draft_config"]))
     if d["verdict"] == "pass":

@@ -6,7 +6,7 @@ from __future__ import annotations
 from ..conventions import describe_boundary
 from ..model.results import pct
 from ..serving import boundary_label
-from ._doc import Doc, _HasDict, as_doc, config_line, rel_err
+from ._doc import Doc, _HasDict, as_doc, config_line, other_engines, rec_words, rel_err, settings_lines
 
 _STATUS = {
     "ok": "OK",
@@ -70,14 +70,15 @@ def render_text(report: Doc | _HasDict, *, verbose: bool = True) -> str:
         out.append("warnings:")
         out += [f"  ! {w}" for w in d["warnings"]]
     out.append("")
+    if verbose:
+        out += ["settings:"] + [f"  {line}" for line in settings_lines(d)] + [""]
     rec = d["recommended"]
     meaning = ", ".join(describe_boundary(b, d["num_hidden_layers"]) for b in rec["boundary_indices"])
-    out.append(f"recommended for {rec['engine']} ({rec['model_family']}): {meaning}")
-    nested = rec["engine"] == "sglang"
-    out.append("paste into the draft's config.json under \"eagle_config\":" if nested else "paste into the draft's config.json:")
+    out.append(f"recommended layers: {meaning}")
+    where = " under \"eagle_config\"" if rec["engine"] == "sglang" else ""
+    out.append(f"paste into the draft's config.json{where} ({rec_words(rec)}):")
     out.append(f"  {config_line(rec)}")
-    others = ", ".join(f"{e} {v}" for e, v in rec["by_engine"].items()
-                       if e != rec["engine"] and e in ("sglang", "vllm", "trtllm"))
+    others = other_engines(rec, ("sglang", "vllm", "trtllm"))
     if others:
         out.append(f"same layers on other engines: {others}")
     return "\n".join(out)

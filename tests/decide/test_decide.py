@@ -18,6 +18,7 @@ from hsdiff.model import (
     Status,
     Verdict,
 )
+from hsdiff.settings import settings_for
 
 TOL = decide.NOISE_TOLERANCE
 
@@ -201,14 +202,15 @@ def test_nothing_matched_is_a_mismatch() -> None:
 
 
 def test_recommend_refuses_a_boundary_the_engine_cannot_capture() -> None:
-    rec, _ = decide.recommend("sglang", "llama", [2, 15, 30], 30)
+    rec, _ = decide.recommend(settings_for("sglang", None, "llama", "test", num_layers=30), [2, 15, 30])
     assert rec.ids == (1, 14, None)
-    assert rec.by_engine["vllm"] == [2, 15, 30]
+    assert rec.by_engine["vllm"].ids == (2, 15, 30) and rec.by_engine["vllm"].at.version == "0.33"
+    assert rec.by_engine["sglang"].ids == rec.ids and rec.version == rec.by_engine["sglang"].at.version == "0.5.23"
     assert any("cannot capture B30" in w for w in rec.unservable)  # the cause, and the verdict a mismatch
 
 
 def test_recommend_says_when_no_engine_reproduces_the_order() -> None:
-    rec, _ = decide.recommend("vllm", "llama", [15, 2, 27], 30)
+    rec, _ = decide.recommend(settings_for("vllm", None, "llama", "test", num_layers=30), [15, 2, 27])
     assert rec.ids == (None, None, None)
     assert any("no id list reproduces the training order" in w for w in rec.unservable)
 

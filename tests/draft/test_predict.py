@@ -17,6 +17,7 @@ from safetensors.torch import save_file
 
 import hsdiff
 from hsdiff.cli import cli
+from hsdiff.conventions import from_boundary
 from hsdiff.draft import predict_acceptance
 
 from . import tiny
@@ -133,6 +134,26 @@ def test_compare_cli_json_carries_the_prediction(world, tmp_path):
     assert {"training", "configured", "recommended", "all -1", "slot 0 -1", "slot 2 -1"} <= set(names)
     assert "all +1" not in names  # B6 = L: the all-layer dump holds the post-norm state there, not B6
     assert plot.stat().st_size > 1000
+    assert pa["ids_for"] == "for SGLang 0.5.23, rule: SGLang, llama rule (+1)"  # the report's own settings
+
+
+def test_what_if_ids_are_for_the_report_s_engine_version(world, tmp_path):
+    """The what-if rows name ids for the version the report was made for: on a DeepSeek-family target,
+    SGLang 0.5.12 adds 1 to every id and 0.5.23 reads them as written."""
+    report = hsdiff.compare(world["train"], world["infer"], layer_ids=[b - 1 for b in WRONG]).to_dict()
+    rows = {}
+    for version in ("0.5.12", "0.5.23"):
+        doc = json.loads(json.dumps(report))
+        doc["recommended"].update(model_family="deepseek", engine_version=version)
+        pa = predict_acceptance(world["train"], world["infer"], doc, world["draft"], target=world["target"],
+                                num_steps=NUM_STEPS)
+        assert pa.ids_for.startswith(f"for SGLang {version}, rule: SGLang")
+        rows[version] = {r.name: (r.boundaries, r.ids) for r in pa.rows if r.side == "infer" and r.name != "configured"}
+    assert rows["0.5.12"].keys() == rows["0.5.23"].keys() and len(rows["0.5.12"]) > 3
+    for name, (bs, ids) in rows["0.5.12"].items():
+        assert ids == tuple(b - 1 for b in bs)  # +1 always
+        assert rows["0.5.23"][name][1] == tuple(from_boundary(list(bs), "sglang", num_layers=L, model_family="deepseek",
+                                                               version="0.5.23"))
 
 
 def test_gate_fails_below_min_acceptance(world, tmp_path):
