@@ -50,6 +50,8 @@ class ReportIds:
     at: EngineVersion
     translated_from: EngineVersion | None = None
     notes: tuple[str, ...] = ()
+    #: the dumps the report read (training, inference): a config inside one is their label, not a draft's
+    dumps: tuple[tuple[str, str], ...] = ()
 
     @property
     def engine(self) -> str:
@@ -128,8 +130,11 @@ def ids_from_report(path: str | os.PathLike, engine: str | None = None, *, model
     notes: list[str] = []
     if not differs:
         ids, notes = _own_ids(p, rec, own, at, bs, L, family, ids)
+    inputs = report.get("inputs")
+    dumps = tuple((side, inputs[side]) for side in ("train", "infer")
+                  if isinstance(inputs, dict) and isinstance(inputs.get(side), str))
     return ReportIds(tuple(ids), tuple(bs), L, family, str(report.get("verdict")), at,
-                     own if differs else None, tuple(notes))
+                     own if differs else None, tuple(notes), dumps)
 
 
 def _named_engine(given: Sequence[str], own: str) -> str:
@@ -229,11 +234,14 @@ def fix_config(
     dry_run: bool = False,
     model_family: str | None = None,
     version: str | None = None,
+    dumps: Sequence[tuple[str, str]] = (),
 ) -> FixResult:
     """Write ``ids`` into the draft config at the key ``engine`` reads; keep a byte-exact backup.
 
     Refuses an engine that reads no ids from a draft config (TensorRT-LLM reads ``eagle3_layers_to_capture``
-    from its speculative config), so that nothing is written where no engine looks.
+    from its speculative config), so that nothing is written where no engine looks; and a config inside
+    one of ``dumps`` (``(side, path)``, the dumps a report read): hsdiff reads a config beside a dump as
+    that dump's labels, so rewriting it would change the evidence of the next comparison.
     """
     engine = rule_key(engine)
     key = conv.write_key(engine)
@@ -241,6 +249,7 @@ def fix_config(
     p = Path(path)
     if p.is_dir():
         p = p / "config.json"
+    _outside_dumps(p, dumps)
     ids = [int(i) for i in ids]
     if not ids:
         raise InputError("no layer ids to write", hint='give them, e.g. --layer-ids 2,30,58')
@@ -284,6 +293,21 @@ def fix_config(
     _atomic_write(p, new_text.encode("utf-8"), like=p)
     return FixResult(str(p), str(backup), engine, conv.key_name(key), old, tuple(ids), diff, True, True, tuple(warnings),
                      version)
+
+
+def _outside_dumps(p: Path, dumps: Sequence[tuple[str, str]]) -> None:
+    """Refuse a config that sits in a dump's folder (a dump given as a file: the folder holding it)."""
+    where = p.resolve()
+    for side, d in dumps:
+        folder = Path(d).resolve()
+        if not folder.is_dir():
+            folder = folder.parent
+        if where.is_relative_to(folder):
+            what = "training" if side == "train" else "inference"
+            raise InputError(
+                f"this config sits in the {what} dump the report read ({d}): hsdiff reads it as that dump's "
+                "labels, so rewriting it would change the evidence of the next comparison", path=p,
+                hint="write the config of the draft you deploy: copy it out of the dump and give that copy")
 
 
 def _indent(text: str) -> int:

@@ -287,3 +287,20 @@ def test_a_version_of_another_engine_asks_for_that_engine(kimi_reports, wrong_co
     assert r.exit_code == 0, r.output
     assert json.loads(wrong_copy.read_text())["eagle_aux_hidden_state_layer_ids"] == [3, 31, 59]
     assert "eagle_aux_hidden_state_layer_ids = [3, 31, 59] for vLLM 0.31" in r.stdout
+
+
+def test_a_config_inside_a_dump_the_report_read_is_not_rewritten(tmp_path):
+    """A config.json beside a dump is that dump's labels: rewriting it from the report would make the
+    next compare read the new ids as training evidence. Refused, and nothing in the dump changes."""
+    train = tmp_path / "train"
+    shutil.copytree(SEED / "train", train)
+    report = tmp_path / "r.json"
+    assert run("compare", str(train), str(SEED / "infer-wrong"), "--layer-ids=-1,2,30", "--json", str(report)).exit_code == 1
+    before = {p: p.read_bytes() for p in train.rglob("*") if p.is_file()}
+    r = run("fix-config", str(train / "config.json"), "--from-report", str(report))
+    assert r.exit_code == 2 and "training dump the report read" in r.output and "Traceback" not in r.output
+    assert {p: p.read_bytes() for p in train.rglob("*") if p.is_file()} == before
+    outside = tmp_path / "draft"
+    outside.mkdir()
+    shutil.copyfile(train / "config.json", outside / "config.json")
+    assert run("fix-config", str(outside), "--from-report", str(report)).exit_code == 0

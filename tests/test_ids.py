@@ -22,6 +22,17 @@ def test_sglang_to_vllm_on_the_seed_target():
     assert r.stdout == "3,31,59\n"
 
 
+@pytest.mark.parametrize(("version", "want"), [("0.5.12", "3,31,59"), ("0.5.23", "2,30,58")])
+def test_the_answer_names_the_versions_it_assumed(version, want):
+    """stdout stays one line of ids for scripts; stderr says which engine versions and rules they rest on
+    (SGLang's DeepSeek-family rule changed at 0.5.13)."""
+    r = ids("2,30,58", "--from", "sglang", "--to", "vllm", "--num-layers", "61", "--model-family", "kimi_k25",
+            "--engine-version", f"sglang=={version}")
+    assert r.exit_code == 0, r.output
+    assert r.stdout == want + "\n"
+    assert f"SGLang {version}, rule:" in r.stderr and "vLLM 0.33" in r.stderr
+
+
 @pytest.mark.parametrize("L", [30, 61])
 @pytest.mark.parametrize("src,dst", list(itertools.product(conv.ENGINES, repeat=2)))
 def test_defaults_round_trip_between_every_pair(L, src, dst):

@@ -48,15 +48,17 @@ def fix_config_cmd(draft_config, report, layer_ids, engine, model_family, engine
         found = ids_from_report(report, engine, model_family=model_family, engine_versions=engine_versions,
                                 translate=translate)
         ids, model_family, engine, version = list(found.ids), found.model_family, found.engine, found.version
+        dumps = found.dumps
         for note in found.notes:
             click.echo(f"hsdiff: note: {note}", err=True)
         if found.translated_from is not None:
             click.echo(f"translated the report's layers B{list(found.boundaries)} from "
                        f"{found.translated_from.words()} to {found.at.words()}")
     else:
-        ids, engine = conv.parse_ids(layer_ids), engine or "sglang"
+        ids, engine, dumps = conv.parse_ids(layer_ids), engine or "sglang", ()
         version = conv.versions(engine_versions, [engine])[conv.rule(engine).key]
-    result = fix_config(draft_config, ids, engine=engine, dry_run=dry_run, model_family=model_family, version=version)
+    result = fix_config(draft_config, ids, engine=engine, dry_run=dry_run, model_family=model_family, version=version,
+                        dumps=dumps)
     for w in result.warnings:
         click.echo(f"hsdiff: warning: {w}", err=True)
     what = f"{result.key} = {list(result.new)} for {conv.rule(result.engine).title} {result.version}"

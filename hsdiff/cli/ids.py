@@ -34,7 +34,8 @@ _ENGINE = click.Choice(conv.ENGINES, case_sensitive=False)
 @engine_version_option
 @click.option("--explain", is_flag=True, help="Say in words which tensor each id names.")
 def ids_cmd(ids, src, dst, num_layers, model_family, engine_versions, explain) -> None:
-    """Print the same layers in another engine's convention, one comma-separated line."""
+    """Print the same layers in another engine's convention, one comma-separated line (on stderr: the
+    engine versions and rules it assumed)."""
     vs = conv.versions(engine_versions, [src, dst])
     t = translate_ids(conv.parse_ids(ids, what="IDS"), src, dst, num_layers=num_layers, model_family=model_family,
                       src_version=vs[conv.rule(src).key], dst_version=vs[conv.rule(dst).key])
@@ -43,6 +44,8 @@ def ids_cmd(ids, src, dst, num_layers, model_family, engine_versions, explain) -
     if explain:
         for line in t.explain():
             click.echo(line, err=True)
+    else:  # the versions the answer rests on, on stderr: stdout stays one line of ids for scripts
+        click.echo(f"hsdiff: {t.rules()}", err=True)
     if not t.complete:
         for why in t.obstacles:
             click.echo(f"hsdiff: {why}", err=True)
