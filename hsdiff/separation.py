@@ -21,7 +21,8 @@ from dataclasses import dataclass
 
 from .model import Candidate, pct
 
-__all__ = ["DEPTH_SPAN", "DEFAULT_DEPTH", "SIDE_SPREAD", "Separation", "neighbour_separation"]
+__all__ = ["DEPTH_SPAN", "DEFAULT_DEPTH", "SIDE_SPREAD", "BEST_OF_NEIGHBOURS", "BEST_MIN_TOKENS", "NOISE_FLOOR_RATIO",
+           "Separation", "neighbour_separation", "best_of_neighbours", "clears_noise_floor", "what_to_dump"]
 
 #: The smallest neighbour separation times the number of layers, measured on ordinary tokens: 5.6 on
 #: SmolLM2-135M (30 layers, 19 % at the closest pair), 2.25 on the 61-layer seed target (3.7 % at
@@ -34,6 +35,18 @@ DEFAULT_DEPTH = 61
 #: below, 27 % above; the seed at B50: 35 % and 8.6 %): when only one neighbour was captured, the
 #: other side is estimated as its separation divided by it.
 SIDE_SPREAD = 4.0
+#: With both neighbouring boundaries captured, the best of B-1, B, B+1 decides when its error is below
+#: this fraction of the next best, over at least :data:`BEST_MIN_TOKENS` ordinary tokens. A neighbour's
+#: error is the noise plus one layer update, but the two are not independent: on SmolLM2 depth
+#: up-scaled to 126 layers (bf16 against fp32, every boundary captured) the best was a neighbour once
+#: (B37 matched B38 at 4.9 %, B37 itself at 5.5 %: 1.13 times), and 12 of 124 boundaries had their
+#: next best within 1.25 times; at 61 layers the next best was at least 2.2 times away.
+BEST_OF_NEIGHBOURS = 0.8
+BEST_MIN_TOKENS = 8
+#: A separation that was estimated (neighbours not captured) must clear this multiple of the noise
+#: floor seen on the other slots, as it must clear the match's own error: an off-by-one error is that
+#: noise plus one layer update.
+NOISE_FLOOR_RATIO = 3.0
 
 
 @dataclass(frozen=True)
@@ -91,3 +104,22 @@ def neighbour_separation(top: Candidate, cands: Sequence[Candidate], num_layers:
 
 def _finite(x: float, default: float) -> float:
     return x if math.isfinite(x) else default
+
+
+def best_of_neighbours(top: Candidate, sep: Separation, runner: Candidate) -> bool:
+    """Whether ``top`` (a whole tensor, ordinary tokens) is clearly the best of its layer and both its
+    captured neighbours: then it is the layer, however close the neighbours."""
+    m = top.metrics
+    return (sep.measured and top.boundary is not None and not top.capture.is_partial and not m.sink_only
+            and m.tokens >= BEST_MIN_TOKENS and m.rel_err < BEST_OF_NEIGHBOURS * runner.metrics.rel_err)
+
+
+def clears_noise_floor(separation: float, err: float, floor: float) -> bool:
+    """Whether an estimated separation clearly exceeds the noise floor ``floor`` seen on other slots
+    (nothing to clear when the match's own error ``err`` is at least that floor)."""
+    return floor <= err or separation >= NOISE_FLOOR_RATIO * floor
+
+
+def what_to_dump(b: int | None, measured: bool) -> str:
+    """What to dump to tell B{b} from its neighbours: more tokens when they were captured, else them."""
+    return "dump more tokens" if measured or b is None else f"dump the neighbouring layers B{max(b - 1, 0)} and B{b + 1} or more tokens"

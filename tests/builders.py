@@ -27,29 +27,74 @@ H = 576
 
 
 @cache
-def states(i: int) -> dict[str, torch.Tensor]:
-    """Sample ``i``: ``input_ids`` [T], ``fp32`` [31, T, H] float32, ``bf16`` [31, T, H] bfloat16."""
+def states(i: int, depth: int = L) -> dict[str, torch.Tensor]:
+    """Sample ``i``: ``input_ids`` [T], ``fp32`` [depth+1, T, H] float32, ``bf16`` [depth+1, T, H] bfloat16.
+
+    ``depth`` other than 30: SmolLM2 depth up-scaled to ``depth`` layers as the seed fixture is
+    (layer k gets SmolLM2 layer ``k * 30 // depth``; :func:`deep_model`), run on the same token ids.
+    """
+    if depth != L:
+        return _deep_states(i, depth)
     d = load_file(str(SMOLLM2 / "states" / f"sample-{i}.safetensors"))
     return {"input_ids": d["input_ids"], "fp32": d["fp32.boundaries"], "bf16": d["bf16.boundaries"]}
 
 
-def concat(i: int, boundaries: Sequence[int], run: str = "fp32") -> torch.Tensor:
+@cache
+def deep_model(depth: int):
+    """(fp32, bf16) SmolLM2 depth up-scaled to ``depth`` layers by the seed fixture's recipe (decoder
+    layer k runs SmolLM2 layer ``k * 30 // depth``: the same modules, shared, so nothing is copied
+    but the bf16 cast); skips the test when the model cannot be loaded (see :func:`smollm2_model`)."""
+    import copy
+
+    out = []
+    for dtype in (torch.float32, torch.bfloat16):
+        model = copy.deepcopy(_smollm2_shared()).to(dtype)
+        layers = model.model.layers
+        model.model.layers = torch.nn.ModuleList([layers[k * L // depth] for k in range(depth)])
+        model.config.num_hidden_layers = model.model.config.num_hidden_layers = depth
+        out.append(model.eval())
+    return tuple(out)
+
+
+@cache
+def _smollm2_shared():
+    return smollm2_model()  # loaded once per process for the deep models (a GGUF load takes ~30 s)
+
+
+def _deep_states(i: int, depth: int) -> dict[str, torch.Tensor]:
+    ids = states(i)["input_ids"]
+    out = {"input_ids": ids}
+    with torch.no_grad():
+        for run, model in zip(("fp32", "bf16"), deep_model(depth)):
+            got: list[torch.Tensor] = []  # B=depth before the final norm (HF's last entry is after it)
+            handle = model.model.layers[-1].register_forward_hook(
+                lambda m, a, o, got=got: got.append(o[0] if isinstance(o, tuple) else o))
+            try:
+                hs = model(input_ids=ids[None], output_hidden_states=True, use_cache=False).hidden_states
+            finally:
+                handle.remove()
+            out[run] = torch.stack([h[0] for h in hs[:depth]] + [got[-1][0]]).contiguous()  # the last of the shared module's runs
+    return out
+
+
+def concat(i: int, boundaries: Sequence[int], run: str = "fp32", depth: int = L) -> torch.Tensor:
     """[T, k*H]: the given boundaries of sample ``i`` side by side (EAGLE-3 aux layout)."""
-    s = states(i)[run]
+    s = states(i, depth)[run]
     return torch.cat([s[b] for b in boundaries], dim=-1)
 
 
-def specforge(root: Path, samples: Sequence[int], boundaries: Sequence[int], *, gz: bool = False) -> Path:
+def specforge(root: Path, samples: Sequence[int], boundaries: Sequence[int], *, gz: bool = False,
+              depth: int = L) -> Path:
     """SpecForge offline layout: ``rows_0-2000/data_{i}.ckpt`` with aux concat [1, T, k*H]."""
     d = root / "rows_0-2000"
     d.mkdir(parents=True, exist_ok=True)
     for i in samples:
-        s = states(i)
+        s = states(i, depth)
         obj = {
             "input_ids": s["input_ids"].clone(),
             "loss_mask": torch.ones_like(s["input_ids"]),
-            "aux_hidden_state": concat(i, boundaries).unsqueeze(0).clone(),
-            "hidden_state": s["fp32"][L].unsqueeze(0).clone(),
+            "aux_hidden_state": concat(i, boundaries, depth=depth).unsqueeze(0).clone(),
+            "hidden_state": s["fp32"][depth].unsqueeze(0).clone(),
         }
         path = d / f"data_{i}.ckpt"
         if gz:
@@ -76,6 +121,7 @@ def sglang_dump(
     tag_layers: bool = False,
     tokens: slice | None = None,
     tag_shift: int = 0,
+    depth: int = L,
 ) -> Path:
     """SGLang dumper (current format) directory with what the engine captured at ``boundaries``.
 
@@ -84,7 +130,7 @@ def sglang_dump(
     """
     exp = root / "dump_20261130_000000_000001"
     exp.mkdir(parents=True, exist_ok=True)
-    s = states(sample)
+    s = states(sample, depth)
     sl = tokens or slice(None)
     ids = s["input_ids"][sl]
     for r in range(ranks):
@@ -93,7 +139,7 @@ def sglang_dump(
             torch.save({"value": ids.clone(), "meta": {**base, "dump_index": 0, "name": "input_ids"}},
                        exp / f"step=0___rank={r}___dump_index=0___name=input_ids___recompute_status=disabled.pt")
         if concat_slots:
-            v = concat(sample, boundaries, "bf16")[sl].clone()
+            v = concat(sample, boundaries, "bf16", depth)[sl].clone()
             torch.save({"value": v, "meta": {**base, "dump_index": 1, "name": "aux_hidden_states"}},
                        exp / f"step=0___rank={r}___dump_index=1___name=aux_hidden_states___recompute_status=disabled.pt")
         else:

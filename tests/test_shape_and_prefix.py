@@ -105,7 +105,9 @@ def test_a_large_minority_of_wrong_tokens_is_not_ok(tmp_path, train):
         cols.append(x)
     dumper_records(tmp_path / "dump", [("input_ids", s["input_ids"], {}), ("aux_hidden_states", torch.cat(cols, dim=-1), {})])
     r = hsdiff.compare(train, tmp_path, layer_ids=SGL)
-    assert [x["boundary_index"] for x in r.to_dict()["slots"]] == TRAIN_B
+    found = [x["boundary_index"] for x in r.to_dict()["slots"]]
+    # B27 at 2.8 % cannot rule out its neighbours (estimated 7.5 %) and only the configured ids name it
+    assert found[:2] == TRAIN_B[:2] and found[2] in (TRAIN_B[2], None)
     assert r.verdict == "inconclusive" and r.exit_code == 1
     assert "Part of the sequence differs" in r.cause and "prefill chunk" in r.cause
 

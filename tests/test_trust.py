@@ -236,12 +236,19 @@ def test_9a_sink_token_print_with_agreeing_labels_is_consistent(tmp_path, train)
     assert r.verdict != "ok" and r.exit_code == 1  # a gate passes only on ordinary tokens
 
 
-def test_9b_thirty_six_values_at_three_percent_answer(tmp_path):
-    train = B.specforge(tmp_path / "train", [0, 1, 2], TRAIN_B)  # no training labels: the values must answer
+def test_9b_thirty_six_values_at_three_percent_answer_with_training_labels_only(tmp_path):
+    # 36 values at 3 % do not rule out a neighbour by themselves; the captures carry no labels, so the
+    # configured ids name them, and the configuration under test is not evidence for itself
     lines = [f"[2026-12-01 00:00:05 TP0] aux_hidden_states[{j}] h[6:10, :9]="
              + json.dumps([[round(float(v), 4) for v in row] for row in noisy(1, b, "fp32", 0.03)[6:10, :9]])
              for j, b in enumerate(TRAIN_B)]
-    r = hsdiff.compare(train, log_file(tmp_path / "server.log", lines), layer_ids=list(SGL))
+    log = log_file(tmp_path / "server.log", lines)
+    bare = B.specforge(tmp_path / "train", [0, 1, 2], TRAIN_B)
+    r = hsdiff.compare(bare, log, layer_ids=list(SGL))
+    assert r.verdict == "inconclusive" and r.exit_code == 1
+    assert None in r.recommended.ids and "not evidence for itself" in r.cause
+    B.draft_config(bare / "config.json", list(SGL))  # the training side's labels settle it with the values
+    r = hsdiff.compare(bare, log, layer_ids=list(SGL))
     assert r.recommended.ids == SGL
     assert all(s.evidence in ("observed", "consistent") for s in r.slots)
     assert r.verdict in ("ok", "inconclusive") and r.exit_code == (0 if r.verdict == "ok" else 1)

@@ -263,7 +263,8 @@ class SlotDecision:
     """What the values alone say one training slot is (before labels and configuration are weighed).
 
     ``status`` is IDENTIFIED, UNLABELLED, AMBIGUOUS, UNMATCHED or UNOBSERVED; ``candidate_boundary``
-    the layer an ambiguous match pointed at.
+    the layer an ambiguous match pointed at; ``separation`` how far its neighbouring layers were
+    judged to be (median per-token error), ``measured`` when every neighbour was captured.
     """
 
     slot: int
@@ -275,6 +276,8 @@ class SlotDecision:
     runner_up: Candidate | None
     note: str
     candidate_boundary: int | None = None
+    separation: float | None = None
+    measured: bool = False
 
     @property
     def identified(self) -> bool:

@@ -17,6 +17,7 @@ from hsdiff.model import (
     SlotDecision,
     Status,
     Verdict,
+    pct,
 )
 from hsdiff.settings import settings_for
 
@@ -82,9 +83,38 @@ def test_with_no_other_capture_the_model_depth_sets_the_separation() -> None:
 
 
 def test_close_runner_up_is_ambiguous_and_keeps_the_candidate() -> None:
-    d = decide.decide_slot(0, [cand(5, 0.02), cand(6, 0.04), cand(4, 0.5)], TOL)
+    d = decide.decide_slot(0, [cand(5, 0.02), cand(6, 0.024), cand(4, 0.5)], TOL)
     assert d.status == Status.AMBIGUOUS and d.boundary is None and d.candidate_boundary == 5
     assert d.confidence <= decide.AMBIGUOUS_CONFIDENCE and "cannot separate" in d.note
+
+
+def test_with_both_neighbours_captured_a_clear_best_decides() -> None:
+    d = decide.decide_slot(0, [cand(63, 0.026), cand(62, 0.05), cand(64, 0.071)], TOL, 126)
+    assert d.status == Status.IDENTIFIED and d.boundary == 63 and d.measured
+    assert d.confidence < decide.AMBIGUOUS_CONFIDENCE and "the best of B63" in d.note
+    d = decide.decide_slot(0, [cand(63, 0.026), cand(64, 0.071)], TOL, 126)  # B62 not captured: no say
+    assert d.status == Status.AMBIGUOUS and d.candidate_boundary == 63 and "B62 and B64" in d.note
+
+
+def test_a_separation_not_clearly_above_the_noise_floor_of_the_other_slots_is_open() -> None:
+    # slot 1 clears its own 1 % error 3x (4 %, estimated), but slot 0 shows the engine's noise at 2 %
+    far = cand(40, 0.9)
+    d0 = decide.decide_slot(0, [cand(5, 0.02), cand(4, 0.5), cand(6, 0.5)], TOL, 126)
+    d1 = decide.decide_slot(1, [cand(20, 0.01), far], TOL, 126)
+    assert d0.identified and d1.identified and not d1.measured
+    out = decide.at_noise_floor([d0, d1])
+    assert out[0] is d0 and out[1].status == Status.AMBIGUOUS and out[1].candidate_boundary == 20
+    assert "2%" in out[1].note and pct(d1.separation) in out[1].note and "B19 and B21" in out[1].note
+
+
+def test_the_configured_ids_are_not_evidence_for_themselves() -> None:
+    c = cand(101, 0.05, source="configured")
+    d = decide.decide_slot(0, [c], TOL, 126)
+    res = decide.resolve([d], [None], "none", Configured("sglang", (100,), (101,)), {0: [c]}, TOL,
+                         "sglang", "llama", 126)
+    s = res.slots[0]
+    assert s.evidence == Evidence.NONE and s.boundary_index is None and s.status != Status.OK
+    assert "not evidence for itself" in s.note and "B100 and B102" in s.note
 
 
 def test_sink_tokens_alone_never_identify() -> None:
