@@ -10,7 +10,8 @@ In the order :func:`hsdiff.compare` calls them:
   configured ids alone: the configuration under test is not evidence for itself), unobserved slots are inferred from the training labels and
   the offset the values show, labels that contradict the training side are said and never pass;
   then each slot against the configured ids (:class:`~hsdiff.model.SlotResult`);
-* :func:`verdict` and :func:`recommend` — the outcome, and the ids for every engine.
+* :func:`verdict` and :func:`recommend` — the outcome, and the ids for every engine (what can
+  override the verdict afterwards: :mod:`hsdiff.overrides`).
 
 Example, on records alone::
 
@@ -24,7 +25,7 @@ Example, on records alone::
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from . import conventions as conv
@@ -36,7 +37,6 @@ from .model import (
     Evidence,
     Metrics,
     Recommendation,
-    Report,
     Settings,
     SlotDecision,
     SlotResult,
@@ -51,7 +51,7 @@ from .serving import serve
 __all__ = [
     "NOISE_TOLERANCE", "AMBIGUOUS_RATIO", "SINK_CONFIDENCE", "CONSISTENT_CONFIDENCE", "coherent",
     "decide_slot", "evidence_cap", "at_noise_floor", "Resolution", "resolve", "verdict", "recommend",
-    "count_warning", "rank_conflict", "runs_disagree", "torn_tokens",
+    "count_warning",
 ]
 
 #: Largest median per-token relative error still read as "the same tensor" (bf16/fp16/fp8 noise).
@@ -469,57 +469,3 @@ def count_warning(configured: Configured | None, k: int) -> list[str]:
     if configured is not None and len(configured.boundary_indices) != k:
         return [f"{len(configured.boundary_indices)} ids are configured but the training side has {k} slots"]
     return []
-
-
-def runs_disagree(reports: Mapping[str, Report], run: str, doubt: Collection[int], settings: Settings) -> Report:
-    """The report on dumper run ``run`` when the inference side holds several runs that disagree (another
-    verdict, or slots ``doubt`` whose layer another run puts elsewhere): those slots are left open, an
-    OK becomes inconclusive, and the cause says the configured ids describe at most one run."""
-    report = reports[run]
-    results = tuple(
-        replace(s, boundary_index=None, layer_id=None, evidence=Evidence.NONE, confidence=0.0,
-                note=f"{s.note}; the other runs captured another layer under the same configured ids".lstrip("; "))
-        if s.slot in doubt else s for s in report.slots)
-    recommended, _ = recommend(settings, [s.boundary_index for s in results])
-    verdict = report.verdict if report.verdict == Verdict.MISMATCH else Verdict.INCONCLUSIVE
-    cause = (f"The dumper runs in the inference directory disagree ({', '.join(f'{n}: {r.verdict}' for n, r in reports.items())}); "
-             f"the configured ids describe at most one of them. On run {run}: {report.cause}")
-    return replace(report, verdict=verdict, cause=cause, slots=results, recommended=recommended)
-
-
-def rank_conflict(verdict: Verdict, cause: str, conflicts: Sequence[str]) -> tuple[Verdict, str]:
-    """Tensor-parallel ranks that hold different values for one tensor make the verdict a mismatch:
-    one rank is wrong, and the draft on that rank is fed wrong states whatever the compared rank shows."""
-    if not conflicts:
-        return verdict, cause
-    more = f" (and {len(conflicts) - 1} more tensor(s))" if len(conflicts) > 1 else ""
-    return Verdict.MISMATCH, (
-        f"Tensor-parallel ranks disagree: {conflicts[0]}{more}. Replicated ranks must hold the same hidden states; "
-        f"check the all-reduce and that every rank runs the same configuration. On the first rank: {cause}"
-    )
-
-
-#: A match whose 90th-percentile token error exceeds this multiple of the tolerance, over at least
-#: :data:`TORN_MIN_TOKENS` ordinary tokens, holds another tensor on part of the sequence: the median
-#: (a majority of tokens) matched, a tenth or more of the tokens did not.
-TORN_FACTOR = 2.0
-TORN_MIN_TOKENS = 10
-
-
-def torn_tokens(verdict: Verdict, cause: str, results: Sequence[SlotResult], tolerance: float) -> tuple[Verdict, str]:
-    """A slot that matches on most ordinary tokens but differs far beyond noise on a tenth or more of
-    them (a later prefill chunk or a cached prefix captured at another layer) is not OK: the draft is
-    fed wrong states on those tokens whatever the median says."""
-    torn = [r for r in results if r.match is not None and not r.match.metrics.sink_only
-            and r.match.metrics.tokens >= TORN_MIN_TOKENS and r.match.metrics.p90_err > TORN_FACTOR * tolerance]
-    if not torn:
-        return verdict, cause
-    what = "; ".join(f"slot {r.slot}: median error {pct(r.match.metrics.rel_err)}, but the worst tenth of its "
-                     f"{r.match.metrics.tokens} ordinary tokens beyond {pct(r.match.metrics.p90_err)}"
-                     for r in torn if r.match is not None)
-    return (Verdict.INCONCLUSIVE if verdict == Verdict.OK else verdict), (
-        f"Part of the sequence differs: {what}. The values match on most tokens and differ far beyond "
-        f"noise (over {pct(TORN_FACTOR * tolerance)}) on others, so the engine feeds another tensor on part of the "
-        f"sequence (a later prefill chunk, a cached prefix, decode steps), or the two sides ran prompts that share only part of their tokens: compare the per-token errors "
-        f"(--plot, tokens.png). {cause}"
-    )

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import conventions as conv
-from .. import decide, explain
+from .. import decide, explain, overrides
 from ..configs import load_config
 from ..errors import AlignmentError, InputError
 from ..model import INFER, TRAIN, Dump, Report, Settings
@@ -154,7 +154,7 @@ def _pipeline(train: Dump, infer: Dump, opts: Options, family: str, train_path: 
         return reports[run]
     settings = reports[run].settings
     assert settings is not None
-    return decide.runs_disagree(reports, run, doubt, settings)
+    return overrides.runs_disagree(reports, run, doubt, settings)
 
 
 def _compare(train: Dump, infer: Dump, opts: Options, family: str, train_path: str, infer_path: str,
@@ -200,8 +200,8 @@ def _compare(train: Dump, infer: Dump, opts: Options, family: str, train_path: s
     words = explain.explain(results, verdict, configured, claims, claim_src, resolution.label_offset, recommended,
                             num_layers, printed_evidence=any(c.is_partial for c in infer.captures))
     warnings += decide.count_warning(configured, k)
-    verdict, cause = decide.torn_tokens(verdict, words.cause, results, opts.tolerance)
-    verdict, cause = decide.rank_conflict(verdict, cause, train.rank_conflicts + infer.rank_conflicts)
+    verdict, cause = overrides.torn_tokens(verdict, words.cause, results, opts.tolerance)
+    verdict, cause = overrides.rank_conflict(verdict, cause, train.rank_conflicts + infer.rank_conflicts)
     report = Report(
         verdict=verdict, cause=cause, slots=results, recommended=recommended, configured=configured,
         num_layers=num_layers, hidden_size=hidden, explanation=words.walkthrough,
