@@ -128,7 +128,7 @@ def engine(prompts, tmp_path_factory) -> dict[str, EngineRun]:
     (out / "plan.json").write_text(json.dumps(plan))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "PYTEST", "OMP_"))}
     iomp = ENGINE_VENV / "lib" / "libiomp5.so"
-    if iomp.exists():  # as vLLM's CPU worker asks (v1/worker/cpu_worker.py:124-136): 14x faster drafting here
+    if iomp.exists():  # as vLLM's CPU worker asks (vllm==0.32.0 v1/worker/cpu_worker.py:128-137): 14x faster drafting here
         env["LD_PRELOAD"] = " ".join(x for x in (str(iomp), env.get("LD_PRELOAD", "")) if x)
     t0 = time.time()
     proc = subprocess.run([str(engine_python()), str(Path(__file__).with_name("vllm_run.py")), str(out / "plan.json"),

@@ -14,7 +14,7 @@ PLAN: ``{"target": DIR, "draft": DIR, "dtype": "float32", "runs": [RUN, ...]}`` 
   prompt + generated tokens (one full prefill, recorded by a forward hook on vLLM's own model),
   written as vLLM's hidden-states connector writes a request with ``include_output_tokens``
   (vllm==0.32.0 distributed/kv_transfer/kv_connector/v1/example_hidden_states_connector.py:540-542,
-  :419-422: ``hidden_states`` [T, k, H], ``token_ids`` [T] = all tokens but the last). The
+  :415-418: ``hidden_states`` [T, k, H], ``token_ids`` [T] = all tokens but the last). The
   connector itself copies through CUDA streams and events, so it does not run on the CPU.
 
 Only vLLM, torch and safetensors are imported: this runs in the engine's own environment.
