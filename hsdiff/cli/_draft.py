@@ -1,4 +1,5 @@
-"""``--draft DIR`` and its settings, shared by ``compare`` and ``gate``: predicted acceptance."""
+"""``--draft DIR`` and its settings, shared by ``compare`` and ``gate``: predicted acceptance; and
+``--engine-log FILE``: the acceptance the engine measured (and the ids it logged)."""
 
 from __future__ import annotations
 
@@ -31,24 +32,52 @@ def draft_options(f: F) -> F:
                      help="Precision of the draft's CPU forward."),
         click.option("--acceptance-plot", type=click.Path(path_type=str), default=None,
                      help="With --draft: save a PNG of the predicted acceptance length of every setting."),
+        click.option("--engine-log", type=click.Path(path_type=str), default=None, metavar="FILE",
+                     help="The engine's own log: vLLM's 'Using auxiliary layers from speculative config' line (the "
+                     "ids it chose) and its 'SpecDecoding metrics' lines, or SGLang's 'accept len' lines (the "
+                     "acceptance it measured)."),
     ]):
         f = d(f)
     return f
 
 
+def engine_log(kw: dict) -> Any:
+    """The :class:`~hsdiff.engine_log.EngineLog` of ``--engine-log`` (read once, kept in ``kw``), or None."""
+    path = kw.get("engine_log")
+    if path is None or not isinstance(path, str):
+        return path
+    from ..engine_log import read_engine_log
+
+    kw["engine_log"] = read_engine_log(path)
+    return kw["engine_log"]
+
+
 def attach(record: Any, report: Any, train: str, infer: str, kw: dict, *, target_config: str | None = None,
            minimum: float | None = None) -> tuple[Any, str | None]:
-    """With ``--draft``: ``record`` (a report or gate result) carrying the prediction, and its text; else unchanged."""
+    """With ``--draft`` or ``--engine-log``: ``record`` (a report or gate result) carrying the prediction and
+    the engine's measured acceptance, and their text; else unchanged."""
     plot = kw.pop("acceptance_plot", None)
-    if minimum is not None and not kw.get("draft_dir"):
-        raise click.UsageError("--min-acceptance needs --draft DIR")
+    log = engine_log(kw)
+    kw.pop("engine_log", None)
+    measured = None if log is None else log.acceptance
+    if minimum is not None and not kw.get("draft_dir") and measured is None:
+        raise click.UsageError("--min-acceptance needs --draft DIR, or an --engine-log with acceptance lines")
     prediction = predict(report, train, infer, kw, target_config)
-    if prediction is None:  # no --draft, or the comparison did not run (the gate fails on its own)
+    if prediction is None and log is None:  # neither, or the comparison did not run (the gate fails on its own)
         return record, None
-    from ..draft.attach import acceptance_check, prediction_text, with_prediction
+    from ..draft.attach import acceptance_check, measured_text, prediction_text, with_prediction
+    from ..engine_log import ids_check
 
-    check = acceptance_check(prediction, minimum) if hasattr(record, "checks") else None
-    if plot:
+    checks = []
+    if hasattr(record, "checks"):
+        if log is not None and record.ids is not None:
+            checks.append(ids_check(log, record.ids))
+        if prediction is not None or measured is not None:
+            checks.append(acceptance_check(prediction, minimum, measured))
+    text = [] if prediction is None else [prediction_text(prediction)]
+    if measured is not None:
+        text.append(measured_text(measured, prediction))
+    if plot and prediction is not None:
         import matplotlib
 
         matplotlib.use("Agg")
@@ -59,7 +88,8 @@ def attach(record: Any, report: Any, train: str, infer: str, kw: dict, *, target
         fig.tight_layout()
         fig.savefig(plot, dpi=120)
         plt.close(fig)
-    return with_prediction(record, prediction, check), "\n" + prediction_text(prediction)
+    out = with_prediction(record, prediction, tuple(c for c in checks if c is not None), log)
+    return out, ("\n" + "\n".join(text)) if text else None
 
 
 def predict(report: Any, train: str, infer: str, kw: dict, target_config: str | None = None) -> Any:

@@ -7,8 +7,9 @@ import click
 from .. import conventions as conv
 from ..comparison import Options, compare
 from ..decide import NOISE_TOLERANCE
+from ..engine_log import configured_ids
 from ..report.text import render_text
-from ._draft import attach, draft_options
+from ._draft import attach, draft_options, engine_log
 from ._group import cli
 from ._options import dump_options, engine_option, progress_printer
 from ._output import write_documents, write_json, write_plot
@@ -20,6 +21,7 @@ Examples:
   hsdiff compare train_dump/ sglang_dump/ --engine vllm --model-config target/config.json
   hsdiff compare train_dump/ sglang_dump/ --layer-ids 2,30,58 --plot pictures/ --html report.html
   hsdiff compare train/ all_layers/ --layer-ids=-1,1,14 --draft draft/ --target-model target/ --num-steps 5
+  hsdiff compare train/ vllm_dump/ --engine-log vllm.log --model-config target/config.json   # ids from the log
 """
 
 
@@ -40,7 +42,11 @@ def compare_cmd(train, infer, layer_ids, engine, json_path, plot_path, markdown_
     TRAIN and INFER are files or directories (scanned recursively): SpecForge, ModelOpt, EAGLE,
     SGLang dumper, vLLM connector, per-layer tensors, HF all-layer stacks, or debug logs.
     """
-    opts = options_from(kw, engine=engine, layer_ids=layer_ids, progress=progress)
+    given = click.get_current_context().get_parameter_source("engine") != click.core.ParameterSource.DEFAULT
+    log = engine_log(kw)
+    ids, engine = configured_ids(log, layer_ids, engine, given)
+    source = "--layer-ids" if layer_ids is not None or ids is None else f"the engine log {log.path}:{log.aux_line}"
+    opts = options_from(kw, engine=engine, layer_ids=ids, progress=progress, source=source)
     report = compare(train, infer, opts)
     report, acceptance = attach(report, report, train, infer, kw)
     if json_path:

@@ -14,8 +14,11 @@ How, for each sample of a dump (token ids plus aux states):
    otherwise the dump's next token. A drafted token at depth ``j`` is accepted when it equals the
    reference at ``t + j`` and every shallower one was accepted; on a greedy generation the context
    of depth ``j`` is then exactly the dump's, so nothing is assumed about independence;
-3. the verification loop itself is replayed: starting where the target's greedy generation
-   begins (where the dump's text starts to equal the reference to its end), accept ``a(t)``,
+3. the verification loop itself is replayed: starting where the engine drafts first — at the
+   first generated token, which the prefill produced: where a training file's ``loss_mask`` says the
+   reply begins, else one position into the target's greedy run to the end (the dump's text equal
+   to the reference from there on; without a mask, a run that begins inside the prompt's
+   chat-template tail starts the replay early, on tokens a draft finds easy) — accept ``a(t)``,
    emit ``a(t) + 1`` tokens, continue at ``t + a(t) + 1``. The mean over the steps visited is the
    acceptance length; a mean over all positions would over-weight the easy stretches the engine
    skips through.
@@ -29,6 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 
 from ..errors import AlignmentError, InputError
@@ -57,6 +61,8 @@ class Prediction:
     steps: int                                 # verification steps replayed
     positions: int                             # start positions scored
     samples: int
+    #: P(drafted position j accepted) per replayed verification step: vLLM's per-position acceptance rate
+    per_position: tuple[float, ...] = ()
 
     @property
     def accepted_per_step(self) -> float:
@@ -71,6 +77,7 @@ class Prediction:
             "accepted_per_step": round(self.accepted_per_step, 4),
             "top1_agreement": round(self.top1, 4),
             "acceptance_by_depth": [None if p is None else round(p, 4) for p in self.per_depth],
+            "acceptance_by_position": [round(p, 4) for p in self.per_position],
             "verify_steps": self.steps, "positions": self.positions, "samples": self.samples,
         }
 
@@ -185,22 +192,34 @@ class _Sample:
     layers: dict[int, Any] = field(default_factory=dict)
     final: Any = None                      # post-norm final state capture
     last: Any = None                       # pre-norm B=L capture
+    reply_start: int | None = None         # where the last reply begins, from a training file's loss_mask
 
 
-def _samples(dump: Any, width: int, hidden: int, num_layers: int | None) -> dict[tuple[int, ...], _Sample]:
+def _samples(dump: Any, width: int, hidden: int, num_layers: int | None,
+             slots: Sequence[int] = ()) -> dict[tuple[int, ...], _Sample]:
+    """Per token sequence: its captures. A capture of one slot with no layer of its own (vLLM's
+    connector file) holds the boundary the configured ids put in that slot, ``slots`` (engine order)."""
     out: dict[tuple[int, ...], _Sample] = {}
     for c in dump.captures:
         if c.token_ids is None or c.is_partial or c.tokens != len(c.token_ids):
             continue
         s = out.setdefault(tuple(c.token_ids), _Sample(str(c.group), torch.tensor(c.token_ids, dtype=torch.long)))
+        boundary = c.boundary
+        if boundary is None and c.slot is not None and c.width == hidden and c.slot < len(slots):
+            boundary = slots[c.slot]
         if c.width == width and width != hidden:
             s.concat = s.concat or c
+            if s.reply_start is None and c.mask_loader is not None:
+                s.reply_start = _reply_start(c.mask_loader())
+            if s.final is None and c.final_loader is not None and c.final_width == hidden:
+                s.final = c.replace(loader=c.final_loader, rows=None, width=hidden, shape=None, concat=False,
+                                    post_norm=True, col_start=0, col_stop=None)
         elif c.width == hidden and c.post_norm:
             s.final = s.final or c
-        elif c.width == hidden and c.boundary is not None:
-            if num_layers is not None and c.boundary == num_layers:
+        elif c.width == hidden and boundary is not None:
+            if num_layers is not None and boundary == num_layers:
                 s.last = c
-            s.layers.setdefault(c.boundary, c)
+            s.layers.setdefault(boundary, c)
     return out
 
 
@@ -221,7 +240,7 @@ def _reference(s: _Sample, head: TargetHead | None, others: Sequence[_Sample]) -
                 final = (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + head.rms_norm_eps)).to(head.norm.dtype) * head.norm
             if final is not None:
                 ref = torch.cat([(final[i : i + 512] @ head.lm_head.T).argmax(-1) for i in range(0, T, 512)])
-                if T - 1 - _generation_start(s.tokens, ref) >= MIN_GENERATION:
+                if T - 1 - _greedy_run_start(s.tokens, ref) >= MIN_GENERATION:
                     return ref, torch.ones(T, dtype=torch.bool), "greedy"
                 break
     ref = torch.cat([s.tokens[1:], s.tokens.new_zeros(1)])
@@ -230,10 +249,31 @@ def _reference(s: _Sample, head: TargetHead | None, others: Sequence[_Sample]) -
     return ref, valid, "text"
 
 
-def _generation_start(tokens: torch.Tensor, ref: torch.Tensor) -> int:
-    """First position of the run, to the end, where each next token is the reference (the engine's first draft)."""
+def _greedy_run_start(tokens: torch.Tensor, ref: torch.Tensor) -> int:
+    """First position of the run, to the end, where each next token is the reference."""
     bad = (tokens[1:] != ref[:-1]).nonzero()
     return int(bad[-1]) + 1 if len(bad) else 0
+
+
+def _reply_start(mask: Any) -> int | None:
+    """The first position of the last run of ones in a ``loss_mask`` after a zero (the last reply), or None."""
+    m = np.asarray(mask).reshape(-1) != 0
+    zeros = np.flatnonzero(~m)
+    if not m.any() or len(zeros) == 0 or int(zeros[-1]) == len(m) - 1:
+        return None
+    return int(zeros[-1]) + 1
+
+
+def _generation_start(tokens: torch.Tensor, ref: torch.Tensor, reply_start: int | None = None) -> int:
+    """The first position the engine drafts from: the first generated token's.
+
+    The target's greedy run to the end begins at ``g``; its first token, at ``g + 1``, is the one the
+    prefill produced (never drafted), so the engine's first draft starts there at the earliest. A
+    greedy run often begins inside the prompt (its chat-template tail is predictable, and easy for
+    a draft too); the training file's loss mask says where the reply starts, and then that is the start.
+    """
+    first = _greedy_run_start(tokens, ref) + 1
+    return max(first, reply_start) if reply_start is not None else first
 
 
 def acceptance_from_tree(tokens: torch.Tensor, parents: torch.Tensor, depth: torch.Tensor, selected: torch.Tensor,
@@ -256,11 +296,11 @@ def acceptance_from_tree(tokens: torch.Tensor, parents: torch.Tensor, depth: tor
 
 
 def _score(d: Draft, feats: torch.Tensor, s: _Sample, ref: torch.Tensor, valid: torch.Tensor, mode: str,
-           num_steps: int, topk: int, ndt: int) -> tuple[list[int], torch.Tensor, torch.Tensor, torch.Tensor]:
+           reply_start: int | None, num_steps: int, topk: int, ndt: int) -> tuple[list[int], torch.Tensor, torch.Tensor, torch.Tensor]:
     """(accepted per visited step, per-start accepted, per-start top-1 hit, starts) for one sample."""
     T = len(s.tokens)
     nxt = torch.cat([s.tokens[1:], ref[-1:] if mode == "greedy" else s.tokens[-1:]])
-    first = _generation_start(s.tokens, ref) if mode == "greedy" else 0
+    first = _generation_start(s.tokens, ref, reply_start) if mode == "greedy" else (reply_start or 0)
     starts = torch.arange(first, T)
     starts = starts[valid[torch.clamp(starts + 1, max=T - 1)] & (starts + 1 < T)]
     if len(starts) == 0:
@@ -281,13 +321,13 @@ def _score(d: Draft, feats: torch.Tensor, s: _Sample, ref: torch.Tensor, valid: 
 
 
 def _predict_row(d: Draft, name: str, side: str, boundaries: Sequence[int] | None, ids: Any,
-                 items: list[tuple[_Sample, torch.Tensor, torch.Tensor, torch.Tensor, str]],
+                 items: list[tuple[_Sample, torch.Tensor, torch.Tensor, torch.Tensor, str, int | None]],
                  num_steps: int, topk: int, ndt: int) -> Prediction | None:
     visited: list[int] = []
     accs, tops = [], []
     n = 0
-    for s, feats, ref, valid, mode in items:
-        v, acc, top1, starts = _score(d, feats, s, ref, valid, mode, num_steps, topk, ndt)
+    for s, feats, ref, valid, mode, reply in items:
+        v, acc, top1, starts = _score(d, feats, s, ref, valid, mode, reply, num_steps, topk, ndt)
         if len(starts) == 0:
             continue
         n += 1
@@ -306,6 +346,7 @@ def _predict_row(d: Draft, name: str, side: str, boundaries: Sequence[int] | Non
         ids=None if ids is None else tuple(ids), acceptance_length=1.0 + sum(visited) / len(visited),
         top1=float(torch.cat(tops).float().mean()), per_depth=tuple(per_depth), steps=len(visited),
         positions=len(acc), samples=n,
+        per_position=tuple(sum(a >= j for a in visited) / len(visited) for j in range(1, num_steps + 1)),
     )
 
 
@@ -372,7 +413,8 @@ def predict_acceptance(
     width, H = d.num_aux * d.target_hidden_size, d.target_hidden_size
     tdump = train if hasattr(train, "captures") else scan(train, "train")
     idump = infer if hasattr(infer, "captures") else scan(infer, "infer")
-    tsamples, isamples = _samples(tdump, width, H, L), _samples(idump, width, H, L)
+    configured_slots = sorted((rep.get("configured") or {}).get("boundary_indices") or [])
+    tsamples, isamples = _samples(tdump, width, H, L), _samples(idump, width, H, L, configured_slots)
     warnings = list(d.warnings)
     modes: set[str] = set()
 
@@ -382,9 +424,11 @@ def predict_acceptance(
             feats = pick(s)
             if feats is None:
                 continue
-            ref, valid, mode = _reference(s, head, [o for o in (other.get(key),) if o is not None])
+            match = other.get(key)
+            ref, valid, mode = _reference(s, head, [match] if match is not None else [])
             modes.add(mode)
-            items.append((s, feats.float() if dtype == torch.float32 else feats.to(dtype), ref, valid, mode))
+            reply = s.reply_start if s.reply_start is not None else None if match is None else match.reply_start
+            items.append((s, feats.float() if dtype == torch.float32 else feats.to(dtype), ref, valid, mode, reply))
         return items
 
     def concat_of(s: _Sample) -> torch.Tensor | None:

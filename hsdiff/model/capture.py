@@ -169,6 +169,10 @@ class Capture:
     #: the target's hidden size as the file shows it apart from this tensor (a training file's final
     #: post-norm ``hidden_state`` beside a concatenated ``aux_hidden_state``), or None
     final_width: int | None = None
+    #: loads that final post-norm state (the target's greedy reference for a predicted acceptance), or None
+    final_loader: Callable[[], np.ndarray] | None = field(default=None, repr=False, compare=False)
+    #: loads the file's ``loss_mask`` [T] (1 on the assistant's reply: where generation starts), or None
+    mask_loader: Callable[[], np.ndarray] | None = field(default=None, repr=False, compare=False)
 
     @property
     def boundary(self) -> int | None:

@@ -94,6 +94,11 @@ def final_width(table: Table, name: str) -> int | None:
     return int(entry.shape[-1]) if entry is not None and entry.shape and len(entry.shape) >= 2 else None
 
 
+def final_loader(table: Table, name: str) -> Any:
+    """The loader of that final post-norm state, when the file holds one."""
+    return table.entries[name].loader if final_width(table, name) else None
+
+
 def make_capture(
     table: Table,
     entry: Entry,
@@ -111,6 +116,8 @@ def make_capture(
     shape: tuple[int, ...] | None = None,
     rows: Any = None,
     final_width: int | None = None,
+    final: Any = None,
+    mask: Any = None,
 ) -> Capture:
     return Capture(
         side=ctx.side,
@@ -127,6 +134,8 @@ def make_capture(
         loader=loader if loader is not None else entry.loader,
         rows=rows if rows is not None else (entry.rows if loader is None else None),
         final_width=final_width,
+        final_loader=final,
+        mask_loader=mask,
     )
 
 

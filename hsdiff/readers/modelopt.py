@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 from ..model import Capture
-from ._common import ReadContext, final_width, make_capture, sample_name, token_ids_of
+from ._common import ReadContext, final_loader, final_width, make_capture, sample_name, token_ids_of
 from ._container import Table
 
 KEY = "modelopt"
@@ -24,4 +24,5 @@ def read(table: Table, ctx: ReadContext) -> list[Capture]:
     conv = table.extras.get("conversation_id")
     group = str(conv) if isinstance(conv, (str, int)) else sample_name(table.path)
     return [make_capture(table, entry, ctx, fmt=KEY, group=group, token_ids=token_ids_of(table), concat=True,
-                         final_width=final_width(table, "hidden_states"))]
+                         final_width=final_width(table, "hidden_states"),
+                         final=final_loader(table, "hidden_states"))]

@@ -7,7 +7,7 @@ Each file is ``torch.save(dict)`` with ``input_ids`` [T], ``loss_mask`` [T], ``a
 from __future__ import annotations
 
 from ..model import Capture
-from ._common import ReadContext, final_width, make_capture, sample_name, token_ids_of
+from ._common import ReadContext, final_loader, final_width, make_capture, sample_name, token_ids_of
 from ._container import Table
 
 KEY = "specforge"
@@ -24,6 +24,7 @@ def read(table: Table, ctx: ReadContext) -> list[Capture]:
     return [
         make_capture(
             table, entry, ctx, fmt=KEY, group=sample_name(table.path), token_ids=token_ids_of(table), concat=True,
-            final_width=final_width(table, "hidden_state"),
+            final_width=final_width(table, "hidden_state"), final=final_loader(table, "hidden_state"),
+            mask=table.entries["loss_mask"].loader if "loss_mask" in table.entries else None,
         )
     ]

@@ -62,6 +62,7 @@ def measured(smollm2, tmp_path_factory):
     prompts = [ref_ids(tok, p) for p in PROMPTS]
     results: dict[str, dict] = {}
     texts = None
+    prompt_len = [len(p) for p in prompts]
     for case, (_, boundaries) in CASES.items():
         seqs, accepted = [], []
         for p in prompts:
@@ -83,7 +84,7 @@ def measured(smollm2, tmp_path_factory):
         for i, ids in enumerate(texts):
             out = model(input_ids=ids[None], output_hidden_states=True, use_cache=False)
             hs = out.hidden_states  # B0..B29, then the post-norm final state
-            torch.save({"input_ids": ids.clone(), "loss_mask": torch.ones_like(ids),
+            torch.save({"input_ids": ids.clone(), "loss_mask": (torch.arange(len(ids)) >= prompt_len[i]).long(),
                         "aux_hidden_state": torch.cat([hs[b] for b in CASES["right"][1]], -1).clone(),
                         "hidden_state": hs[-1].clone()}, train / f"data_{i}.ckpt")
             save_file({"hidden_states": torch.cat(hs).contiguous(), "input_ids": ids.clone()},

@@ -91,7 +91,7 @@ def world(tmp_path_factory):
     with torch.no_grad():
         for i, ids in enumerate(texts):
             hs = model(input_ids=ids[None], output_hidden_states=True).hidden_states
-            torch.save({"input_ids": ids, "loss_mask": torch.ones_like(ids),
+            torch.save({"input_ids": ids, "loss_mask": (torch.arange(len(ids)) >= 6).long(),  # the reply, as SpecForge masks it
                         "aux_hidden_state": torch.cat([hs[b] for b in RIGHT], -1), "hidden_state": hs[-1]},
                        train / f"data_{i}.ckpt")
             save_file({"hidden_states": torch.cat(hs).contiguous(), "input_ids": ids.clone()},
@@ -188,3 +188,19 @@ def test_malformed_draft_on_the_command_line_is_exit_2_one_line(world, tmp_path)
     assert r.exit_code == 2
     err = [line for line in r.output.splitlines() if "error" in line]
     assert len(err) == 1 and "lm_head.weight" in err[0] and str(bad) in err[0]
+
+
+def test_the_replay_starts_at_the_engines_first_draft():
+    """The engine drafts first from the first generated token (the prefill's): one token into the
+    greedy run, or where the loss mask says the reply begins when the run starts inside the prompt."""
+    from hsdiff.draft.predict import _generation_start, _greedy_run_start, _reply_start
+
+    tokens = torch.tensor([5, 6, 7, 8, 9, 10, 11, 12])
+    ref = torch.tensor([0, 7, 8, 9, 10, 11, 12, 13])  # the target's greedy token at each position
+    assert _greedy_run_start(tokens, ref) == 1
+    assert _generation_start(tokens, ref) == 2
+    assert _generation_start(tokens, ref, reply_start=5) == 5  # the run began in the template's tail
+    assert _generation_start(tokens, ref, reply_start=1) == 2
+    assert _reply_start([0, 0, 0, 0, 0, 1, 1, 1]) == 5
+    assert _reply_start([0, 1, 1, 0, 0, 1, 1, 1]) == 5  # several turns: the last reply
+    assert _reply_start([1] * 8) is None and _reply_start([0] * 8) is None

@@ -1,0 +1,190 @@
+"""An engine's own log as evidence: the layers it chose and the acceptance it measured.
+
+``--engine-log FILE`` on ``compare`` and ``gate``. The lines read are data
+(:data:`hsdiff.convention_rules.LOG_LINES`, each citing the engine's logging call):
+
+* vLLM's ``Using auxiliary layers from speculative config: (1, 14, 26)`` — the ids the engine took
+  from the draft config, as written (the engine sorts them afterwards); the line is absent when it
+  fell back to its default;
+* vLLM's ``SpecDecoding metrics: Mean acceptance length: …, Accepted: N tokens, Drafted: N tokens,
+  Per-position acceptance rate: …`` — one line per logging interval, each counting only that
+  interval, so the lines are summed back into the run's totals (drafts = drafted / positions);
+* SGLang's ``Decode batch. … accept len: X`` — per interval too, with no counts: their plain mean.
+
+>>> log = read_engine_log("server.log")     # doctest: +SKIP
+>>> log.aux_layers, round(log.acceptance.acceptance_length, 2)
+((1, 14, 26), 1.19)
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+from .convention_rules import LOG_LINES
+from .errors import InputError
+
+__all__ = ["EngineLog", "MeasuredAcceptance", "read_engine_log"]
+
+#: Largest log read (bytes): a server log is text, read line by line.
+MAX_LOG_BYTES = 2 << 30
+
+
+@dataclass(frozen=True)
+class MeasuredAcceptance:
+    """The acceptance an engine measured: tokens per verification step, the target's own token included."""
+
+    engine: str
+    acceptance_length: float
+    per_position: tuple[float, ...] | None  # P(position j accepted) per verification step (vLLM)
+    drafts: int | None                      # verification steps counted (vLLM)
+    accepted_tokens: int | None
+    drafted_tokens: int | None
+    lines: int                              # log lines summed
+    source: str                             # the log file
+
+    def to_dict(self) -> dict:
+        return {"engine": self.engine, "acceptance_length": round(self.acceptance_length, 4),
+                "acceptance_by_position": None if self.per_position is None else [round(p, 4) for p in self.per_position],
+                "verify_steps": self.drafts, "accepted_tokens": self.accepted_tokens,
+                "drafted_tokens": self.drafted_tokens, "log_lines": self.lines, "file": self.source}
+
+    def summary(self) -> str:
+        pos = "" if self.per_position is None else f"; per position {', '.join(f'{p:.3f}' for p in self.per_position)}"
+        steps = "" if self.drafts is None else f" over {self.drafts} verification steps"
+        return (f"measured by {self.engine} ({self.source}): acceptance length {self.acceptance_length:.2f} "
+                f"tokens/step{steps}{pos}")
+
+
+@dataclass(frozen=True)
+class EngineLog:
+    """What an engine log says: the ids it configured (with the line) and the acceptance it measured."""
+
+    path: str
+    engine: str | None
+    aux_layers: tuple[int, ...] | None
+    aux_line: int | None
+    acceptance: MeasuredAcceptance | None
+
+    def to_dict(self) -> dict:
+        return {"file": self.path, "engine": self.engine,
+                "eagle_aux_hidden_state_layer_ids": None if self.aux_layers is None else list(self.aux_layers),
+                "line": self.aux_line,
+                "measured_acceptance": None if self.acceptance is None else self.acceptance.to_dict()}
+
+
+_PATTERNS = [(r.engine, r.kind, re.compile(r.pattern)) for r in LOG_LINES]
+
+
+def read_engine_log(path: str | os.PathLike) -> EngineLog:
+    """Read an engine's log for its aux-layer line and its acceptance lines; raises :class:`InputError`
+    when the file cannot be read or holds neither."""
+    p = os.fspath(path)
+    try:
+        if os.path.getsize(p) > MAX_LOG_BYTES:
+            raise InputError(f"the engine log is larger than {MAX_LOG_BYTES >> 30} GiB", path=p,
+                             hint="give the part of the log around the run (grep 'SpecDecoding|accept len|auxiliary')")
+        fh = open(p, encoding="utf-8", errors="replace")
+    except OSError as e:
+        raise InputError(f"cannot read the engine log: {e.strerror or e}", path=p,
+                         hint="give the file the engine wrote its log to") from None
+    aux: tuple[int, ...] | None = None
+    aux_line = None
+    engines: set[str] = set()
+    vllm: list[tuple[int, int, list[float]]] = []  # (accepted, drafted, per-position rates) per line
+    sglang: list[float] = []
+    with fh:
+        for n, line in enumerate(fh, 1):
+            for engine, kind, rx in _PATTERNS:
+                m = rx.search(line)
+                if m is None:
+                    continue
+                engines.add(engine)
+                if kind == "aux_layers":
+                    aux = tuple(int(x) for x in re.findall(r"-?\d+", m["ids"]))
+                    aux_line = n
+                elif engine == "vllm":
+                    rates = [float(x) for x in re.findall(r"[\d.]+", m["per_pos"])]
+                    vllm.append((int(m["accepted"]), int(m["drafted"]), rates))
+                else:
+                    sglang.append(float(m["mean"]))
+    if aux is None and not vllm and not sglang:
+        raise InputError("no engine line found in the log (vLLM's 'Using auxiliary layers from speculative config' "
+                         "or 'SpecDecoding metrics', SGLang's 'Decode batch … accept len')", path=p,
+                         hint="give the engine's own log, with stats logging on (vLLM: not --disable-log-stats)")
+    if len(engines) > 1:
+        raise InputError(f"the log holds lines of several engines ({', '.join(sorted(engines))})", path=p,
+                         hint="give one engine's log")
+    measured = _vllm(vllm, p) if vllm else _sglang(sglang, p) if sglang else None
+    return EngineLog(path=p, engine=next(iter(engines)), aux_layers=aux, aux_line=aux_line, acceptance=measured)
+
+
+def _vllm(lines: list[tuple[int, int, list[float]]], path: str) -> MeasuredAcceptance | None:
+    k = max(len(r) for _, _, r in lines)
+    drafts = accepted = drafted = 0
+    per = [0.0] * k
+    for acc, dr, rates in lines:
+        if not rates or dr == 0:
+            continue
+        n = round(dr / len(rates))  # every draft proposes one token per position
+        drafts, accepted, drafted = drafts + n, accepted + acc, drafted + dr
+        for j, r in enumerate(rates):
+            per[j] += r * n
+    if drafts == 0:
+        return None
+    return MeasuredAcceptance("vllm", 1.0 + accepted / drafts, tuple(p / drafts for p in per), drafts, accepted,
+                              drafted, len(lines), path)
+
+
+def _sglang(values: list[float], path: str) -> MeasuredAcceptance:
+    return MeasuredAcceptance("sglang", sum(values) / len(values), None, None, None, None, len(values), path)
+
+
+def configured_ids(log: EngineLog | None, layer_ids: str | None, engine: str, engine_given: bool) -> tuple[str | None, str]:
+    """``(--layer-ids, --engine)`` for ``compare``: the ids the engine log names when none were given.
+
+    The log's ids are its engine's (vLLM's, as configured); given ``--layer-ids`` must say the same.
+    """
+    if log is None or log.aux_layers is None or log.engine is None:
+        return layer_ids, engine
+    logged = ",".join(map(str, log.aux_layers))
+    where = f"{log.path}:{log.aux_line}"
+    if engine_given and engine != log.engine:
+        raise InputError(f"the engine log is {log.engine}'s ({where}) but --engine is {engine}",
+                         hint=f"pass --engine {log.engine}, or leave --engine-log out")
+    if layer_ids is not None:
+        from .conventions import parse_ids
+
+        if parse_ids(layer_ids) != list(log.aux_layers):
+            raise InputError(f"--layer-ids {layer_ids} differ from the ids the engine logged, ({logged}) at {where}",
+                             hint="leave --layer-ids out to use the engine's, or give the log of the run you mean")
+    return logged, log.engine
+
+
+def ids_check(log: EngineLog, ids: object) -> object | None:
+    """The gate check ``engine-log-ids``: the engine chose the ids the gate read from the draft config.
+
+    ``ids`` is the gate's :class:`~hsdiff.gate_model.IdsSource`. vLLM logs the ids only when it took
+    them from the draft config, so a log with acceptance lines and no such line means its default.
+    """
+    from .gate_model import ERROR, Check
+
+    if log.engine != "vllm" or getattr(ids, "engine", None) != "vllm":
+        return None
+    read = tuple(getattr(ids, "ids", ()))
+    fallback = bool(getattr(ids, "fallback", False))
+    if log.aux_layers is None:
+        if log.acceptance is None:
+            return None
+        ok = fallback
+        msg = ("the engine log has no 'Using auxiliary layers' line: vLLM used its default layers"
+               + ("" if ok else f", not the ids {list(read)} the draft config gives (vLLM #50170: read from a key "
+                                "this runner ignores?)"))
+        return Check("engine-log-ids", ok, ERROR, msg, path=log.path)
+    ok = not fallback and read == log.aux_layers
+    said = f"the engine logged ids {list(log.aux_layers)} (line {log.aux_line})"
+    msg = (f"{said}, as read from the draft config" if ok else
+           f"{said}, but the draft config read as vLLM reads it gives "
+           f"{'its default ' if fallback else ''}{list(read)}: the log is of another config, or vLLM read it otherwise")
+    return Check("engine-log-ids", ok, ERROR, msg, path=log.path)
