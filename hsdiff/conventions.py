@@ -128,7 +128,11 @@ def version_for(engine: str, given: Sequence[str] | str | None) -> str:
     names = {key, *_NAMES.get(key, ())}
     named = [v for v in values if "==" in v and v.split("==")[0].strip().lower() in names]
     if named:
-        return parse_version(key, named[-1])
+        found = {parse_version(key, v) for v in named}
+        if len(found) > 1:  # one engine, one version: the last must not silently win
+            raise InputError(f"--engine-version names {key} twice ({', '.join(named)})",
+                             hint=f"give one version of {key}: the one whose counting rules apply")
+        return found.pop()
     bare = [v for v in values if "==" not in v]
     if bare and len(values) == 1:
         return parse_version(key, bare[0])

@@ -111,3 +111,9 @@ def test_an_order_the_target_engine_re_sorts_exits_1():
 ])
 def test_bad_input_exits_2(args):
     assert ids(*args).exit_code == 2
+
+
+def test_two_versions_of_one_engine_are_refused_not_silently_the_last():
+    r = ids("2,30,58", "--from", "sglang", "--to", "sglang", "--model-family", "kimi_k25", "--num-layers", "61",
+            "--engine-version", "sglang==0.5.12", "--engine-version", "sglang==0.5.23")
+    assert r.exit_code == 2 and "names sglang twice" in r.output and "Traceback" not in r.output
