@@ -246,17 +246,17 @@ def _needs_layers(num_layers: int | None, what: str) -> int:
     return num_layers
 
 
-def _check_range(boundaries: Iterable[int], num_layers: int | None, *, final: bool = True) -> None:
-    """Boundaries must lie in 0..L, or be the final post-norm state (``final``: L + 1)."""
-    if num_layers is None:
-        return
-    top = final_boundary(num_layers) if final else num_layers
+def _check_range(boundaries: Iterable[int], num_layers: int | None, *, final: bool = True,
+                 rule_label: str | None = None) -> None:
+    """Boundaries must lie in 0..L, or be the final post-norm state (``final``: L + 1); below 0 is out
+    of range whatever L is. ``rule_label`` names the rule that read the ids, for the message."""
+    top = None if num_layers is None else final_boundary(num_layers) if final else num_layers
     for b in boundaries:
-        if b < 0 or b > top:
-            raise InputError(
-                f"layer id names boundary {b}, outside 0..{num_layers} for a {num_layers}-layer target",
-                hint="check the ids and --num-layers",
-            )
+        if b < 0 or (top is not None and b > top):
+            span = "below 0" if num_layers is None else f"outside 0..{num_layers} for a {num_layers}-layer target"
+            read = f" (the ids read by {rule_label})" if rule_label else ""
+            raise InputError(f"layer id names boundary {b}, {span}{read}",
+                             hint="check the ids, the engine version and model family (their rule), and --num-layers")
 
 
 def _shift(r: Rule, ids: Sequence[int], num_layers: int | None) -> int:
@@ -308,8 +308,8 @@ def to_boundary(
             out.append(i + shift)
             plain.append(i + shift)
     if check_range:
-        _check_range(out, num_layers)
-        _check_range(plain, num_layers, final=False)
+        _check_range(out, num_layers, rule_label=r.label)
+        _check_range(plain, num_layers, final=False, rule_label=r.label)
     if info.sorts and not keep_order:
         out = slot_order(out, info.key, num_layers, version)
     return out

@@ -172,12 +172,13 @@ KIMI = ("--model-family", "kimi_k25")
 
 @pytest.fixture(scope="module")
 def kimi_reports(tmp_path_factory):
-    """The seed story with a Kimi-K2.5 target, compared for SGLang 0.5.12 and for 0.5.23."""
+    """The seed story with a Kimi-K2.5 target, compared for SGLang 0.5.12 and for 0.5.23 (with the ids that
+    make each capture what the wrong deployment captured, B[0, 3, 31]: on 0.5.23 -1 would name no layer)."""
     d = tmp_path_factory.mktemp("reports")
     out = {}
-    for version in ("0.5.12", "0.5.23"):
+    for version, ids in (("0.5.12", "-1,2,30"), ("0.5.23", "0,3,31")):
         path, md = d / f"r-{version}.json", d / f"r-{version}.md"
-        r = run("compare", str(SEED / "train"), str(SEED / "infer-wrong"), "--layer-ids=-1,2,30", *KIMI,
+        r = run("compare", str(SEED / "train"), str(SEED / "infer-wrong"), f"--layer-ids={ids}", *KIMI,
                 "--engine-version", f"sglang=={version}", "--json", str(path), "--markdown", str(md))
         assert r.exit_code == 1, r.output
         for text in (r.output, md.read_text()):  # the text and Markdown reports say it beside the ids

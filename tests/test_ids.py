@@ -117,3 +117,10 @@ def test_two_versions_of_one_engine_are_refused_not_silently_the_last():
     r = ids("2,30,58", "--from", "sglang", "--to", "sglang", "--model-family", "kimi_k25", "--num-layers", "61",
             "--engine-version", "sglang==0.5.12", "--engine-version", "sglang==0.5.23")
     assert r.exit_code == 2 and "names sglang twice" in r.output and "Traceback" not in r.output
+
+
+def test_an_id_below_the_embeddings_is_refused_without_the_layer_count():
+    """SGLang >= 0.5.13 reads DeepSeek-family ids as they are: -1 names no layer, whatever L is; the
+    error names the rule that read it."""
+    r = ids("-1,2,30", "--from", "sglang", "--to", "vllm", "--model-family", "kimi_k25")
+    assert r.exit_code == 2 and "boundary -1, below 0" in r.output and "DeepSeek rule" in r.output
