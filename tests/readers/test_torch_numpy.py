@@ -22,7 +22,7 @@ from hsdiff.errors import FormatError, UnsafeFileError
 from hsdiff.readers._container import open_table, sniff_container, torchzip
 
 ROOT = Path(__file__).resolve().parents[2]
-DUMP_ROOTS = [ROOT / "fixtures", Path("/work/shared/real-dumps")]
+DUMP_ROOTS = [ROOT / "fixtures"]  # fixtures/real-dumps holds the files the real tools wrote
 
 
 def reference(obj: Any, prefix: str = "", depth: int = 0, out: dict | None = None) -> dict[str, Any]:
