@@ -127,12 +127,10 @@ def version_for(engine: str, given: Sequence[str] | str | None) -> str:
     values = [given] if isinstance(given, str) else list(given or ())
     names = {key, *_NAMES.get(key, ())}
     named = [v for v in values if "==" in v and v.split("==")[0].strip().lower() in names]
+    if len({parse_version(key, v) for v in named}) > 1:  # one engine, one version: the last must not win silently
+        raise InputError(f"--engine-version names {key} twice ({', '.join(named)})", hint=f"give one version of {key}")
     if named:
-        found = {parse_version(key, v) for v in named}
-        if len(found) > 1:  # one engine, one version: the last must not silently win
-            raise InputError(f"--engine-version names {key} twice ({', '.join(named)})",
-                             hint=f"give one version of {key}: the one whose counting rules apply")
-        return found.pop()
+        return parse_version(key, named[-1])
     bare = [v for v in values if "==" not in v]
     if bare and len(values) == 1:
         return parse_version(key, bare[0])
@@ -246,10 +244,8 @@ def _needs_layers(num_layers: int | None, what: str) -> int:
     return num_layers
 
 
-def _check_range(boundaries: Iterable[int], num_layers: int | None, *, final: bool = True,
-                 rule_label: str | None = None) -> None:
-    """Boundaries must lie in 0..L, or be the final post-norm state (``final``: L + 1); below 0 is out
-    of range whatever L is. ``rule_label`` names the rule that read the ids, for the message."""
+def _check_range(boundaries: Iterable[int], num_layers: int | None, *, final: bool = True, rule_label: str = "") -> None:
+    """Boundaries lie in 0..L or are the final post-norm state (``final``: L + 1); never below 0, whatever L."""
     top = None if num_layers is None else final_boundary(num_layers) if final else num_layers
     for b in boundaries:
         if b < 0 or (top is not None and b > top):
