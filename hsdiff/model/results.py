@@ -56,29 +56,23 @@ def best_of(items: Sequence[_T], error: Callable[[_T], float], prefer: Callable[
     """The item of smallest ``error``; items within :data:`TIE_REL` of it are a tie, settled by the
     smallest ``prefer`` key, then by order. The choice does not depend on the last bits of the errors
     (a NaN error counts as infinite)."""
-    errs = [e if math.isfinite(e := error(x)) else math.inf for x in items]
-    low = min(errs)
-    cut = low + TIE_REL * abs(low) if math.isfinite(low) else math.inf
-    return min((x for x, e in zip(items, errs) if e <= cut), key=prefer)
+    return ranked(items, error, prefer)[0]
 
 
 def ranked(items: Sequence[_T], error: Callable[[_T], float], prefer: Callable[[_T], Any]) -> list[_T]:
     """``items`` by ``error``, smallest first; a run of items within :data:`TIE_REL` of the run's
     first is a tie, ordered by ``prefer``, then by order (so the first is :func:`best_of`'s choice)."""
-    def err(x: _T) -> float:
-        e = error(x)
-        return e if math.isfinite(e) else math.inf
-
-    by_err = sorted(enumerate(items), key=lambda p: err(p[1]))
+    errs = [e if math.isfinite(e := error(x)) else math.inf for x in items]
+    by_err = sorted(range(len(items)), key=errs.__getitem__)
     out: list[_T] = []
     i = 0
     while i < len(by_err):
-        low = err(by_err[i][1])
+        low = errs[by_err[i]]
         cut = low + TIE_REL * abs(low) if math.isfinite(low) else math.inf
         j = i + 1
-        while j < len(by_err) and err(by_err[j][1]) <= cut:
+        while j < len(by_err) and errs[by_err[j]] <= cut:
             j += 1
-        out += [x for _, x in sorted(by_err[i:j], key=lambda p: (prefer(p[1]), p[0]))]
+        out += [items[k] for k in sorted(by_err[i:j], key=lambda k: (prefer(items[k]), k))]
         i = j
     return out
 
