@@ -26,11 +26,16 @@ demo: $(VENV)/.installed
 	@$(BIN)/hsdiff compare fixtures/seed/train fixtures/logs/seed-first5.log --layer-ids=-1,2,30 -q \
 		--json $(OUT)/seed-log.json; rc=$$?; test $$rc -eq 1 || { echo "unexpected exit $$rc"; exit 1; }
 	@echo
-	@echo "== after the fix: ids [2, 30, 58] (expect OK, exit 0) =="
+	@echo "== after the fix: ids [2, 30, 58], the dump as it was (expect INCONCLUSIVE, exit 1: the values"
+	@echo "   cannot rule out the neighbours of B31 and B59, and the gate does not pass on labels) =="
 	@$(BIN)/hsdiff compare fixtures/seed/train fixtures/seed/infer-fixed --layer-ids=2,30,58 -q \
-		--json $(OUT)/seed-fixed.json
+		--json $(OUT)/seed-fixed.json; rc=$$?; test $$rc -eq 1 || { echo "unexpected exit $$rc"; exit 1; }
 	@echo
-	@echo "JSON reports: $(OUT)/seed-wrong.json $(OUT)/seed-log.json $(OUT)/seed-fixed.json"
+	@echo "== the same server dumped again with the neighbours it asked for (expect OK, exit 0) =="
+	@$(BIN)/hsdiff compare fixtures/seed/train fixtures/seed/infer-fixed-neighbours --layer-ids=2,30,58 -q \
+		--json $(OUT)/seed-fixed-neighbours.json
+	@echo
+	@echo "JSON reports: $(OUT)/seed-wrong.json $(OUT)/seed-log.json $(OUT)/seed-fixed.json $(OUT)/seed-fixed-neighbours.json"
 
 ## test: the whole test suite on every core, a test file per worker (with Debian's chromium for the HTML report test when it can be installed)
 test: $(VENV)/.installed browser

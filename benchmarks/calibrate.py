@@ -66,10 +66,11 @@ def main(argv: list[str] | None = None) -> int:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"summary": s, "outcomes": as_json(outcomes)}, indent=1) + "\n")
         print(f"JSON: {args.json}")
-    for depth in (int(d) for d in args.depths.split(",") if d):
-        print("\n" + deep_table(depth, args.verbose))
+    deep_tables = [deep_table(int(d), args.verbose) for d in args.depths.split(",") if d]
+    for t in deep_tables:
+        print("\n" + t)
     if args.readme and args.n >= 1000:
-        write_results(s, args)
+        write_results(s, args, deep_tables)
     elif args.readme:
         print("README and results left alone: they hold a run of at least 1000 scenarios")
     return 0
@@ -96,8 +97,9 @@ RESULTS = ROOT / "benchmarks" / "results" / "calibration.json"
 BEGIN, END = "<!-- calibrate:begin -->", "<!-- calibrate:end -->"
 
 
-def write_results(s: dict, args: argparse.Namespace) -> None:
-    """The README table and the summary JSON, from this run (seeds ``seed..seed+n-1``)."""
+def write_results(s: dict, args: argparse.Namespace, deep_tables: list[str]) -> None:
+    """The README tables (the scenarios, then one per deep target) and the summary JSON, from this run
+    (seeds ``seed..seed+n-1``)."""
     import platform
     import subprocess
 
@@ -111,7 +113,8 @@ def write_results(s: dict, args: argparse.Namespace) -> None:
     body = README.read_text()
     if BEGIN in body and END in body:
         head, rest = body.split(BEGIN, 1)
-        README.write_text(f"{head}{BEGIN}\n{about}\n\n{markdown(s)}\n{END}{rest.split(END, 1)[1]}")
+        tables = "".join(f"\n{t}\n" for t in deep_tables)
+        README.write_text(f"{head}{BEGIN}\n{about}\n\n{markdown(s)}\n{tables}{END}{rest.split(END, 1)[1]}")
         print(f"README table and {RESULTS.relative_to(ROOT)} rewritten")
 
 

@@ -235,13 +235,16 @@ def resolve(
 
 def at_noise_floor(decisions: Sequence[SlotDecision]) -> list[SlotDecision]:
     """Identified slots whose estimated separation does not clearly exceed the noise floor the other
-    identified slots show (a neighbour's error is that noise plus one update) become ambiguous."""
+    identified slots show at their depth or above (a neighbour's error is that noise plus one update;
+    the noise of a lower-precision run grows with depth, so a deeper slot's error says nothing of the
+    noise at a shallower one) become ambiguous."""
     out = list(decisions)
     for i, d in enumerate(decisions):
-        if not d.identified or d.measured or d.separation is None or d.match is None:
+        if not d.identified or d.measured or d.separation is None or d.match is None or d.boundary is None:
             continue
         floor = max((o.match.metrics.rel_err for o in decisions if o is not d and o.identified and o.match is not None
-                     and not o.match.capture.is_partial), default=0.0)
+                     and not o.match.capture.is_partial and o.boundary is not None and o.boundary <= d.boundary),
+                    default=0.0)
         if not clears_noise_floor(d.separation, d.match.metrics.rel_err, floor):
             out[i] = replace(d, status=Status.AMBIGUOUS, boundary=None, candidate_boundary=d.boundary,
                              confidence=min(d.confidence, AMBIGUOUS_CONFIDENCE), note=(
@@ -393,7 +396,9 @@ def _against_config(d: SlotDecision, b: int | None, evidence: Evidence, cfg_b: l
             return Status.MISMATCH, note + f"; the engine captures B{cfg} for this slot"
         if d.match is not None and d.match.metrics.sink_only:
             return Status.UNVERIFIED, note + "; a gate passes only on ordinary (non-sink) tokens"
-        return Status.OK, note
+        # labels name the layer the values leave open, but a label can be wrong the same way as the
+        # configuration (the same ids, the same rule): a gate passes on values alone
+        return Status.UNVERIFIED, note + "; a gate passes only when the values rule out the neighbouring layers"
     direct = next((c for c in cands if c.boundary == cfg), None)
     if direct is not None and not direct.metrics.sink_only and (b is None or b == cfg):
         e = direct.metrics.rel_err

@@ -167,7 +167,23 @@ def _consistent(results: Sequence[SlotResult]) -> str:
     if sink:
         text += (f" (slot{'s' if len(sink) > 1 else ''} {', '.join(str(r.slot) for r in sink)}: attention-sink "
                  "tokens only, on which a gate does not pass)")
-    return text + "."
+    if not any(r.status == Status.UNVERIFIED for r in cons if r not in sink):
+        return text + "."
+    return text + (". Labels can be wrong the same way as the configuration under test, so a gate does not pass "
+                   f"on them: {_to_dump(cons)} and compare again.")
+
+
+def _to_dump(results: Sequence[SlotResult]) -> str:
+    """What to dump so the values can tell these slots' layers from their neighbours."""
+    near = sorted({b + s for r in results if r.boundary_index is not None
+                   and not (r.runner_up is not None and r.runner_up.boundary is not None
+                            and abs(r.runner_up.boundary - r.boundary_index) == 1)
+                   for b in [r.boundary_index] for s in (-1, 1) if b + s >= 0})
+    if not near:
+        return "dump more tokens"
+    names = [f"B{b}" for b in near]
+    listed = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+    return f"dump the neighbouring layer{'s' if len(names) > 1 else ''} {listed} once (or more tokens)"
 
 
 def _label_shift(results: Sequence[SlotResult], configured: Configured | None) -> int:

@@ -62,10 +62,19 @@ scores.pivot_table(index="capture", columns="slot", values="rel_err", aggfunc="m
     ("md", """## The same layers in every engine's convention"""),
     ("code", """report.recommended.by_engine"""),
     ("code", """hsdiff.translate([2, 30, 58], "sglang", "vllm", num_layers=61)"""),
-    ("md", """## After the fix"""),
+    ("md", """## After the fix
+
+The server restarted with ids `[2, 30, 58]` captures B3, B31 and B59. Its dump holds only those: B31
+and B59 match within noise, but this deep in a 61-layer model their neighbours are only a few percent
+away, so the values cannot rule them out. The training labels name them; a gate does not pass on labels,
+and the cause says which layers to dump."""),
     ("code", """fixed = hsdiff.compare(SEED / "train", SEED / "infer-fixed", layer_ids=[2, 30, 58])
+assert fixed.verdict == "inconclusive", fixed.cause
+fixed.verdict, fixed.recommended.ids, fixed.cause"""),
+    ("md", """Dumped again with those neighbours (B30, B32, B58, B60), the values decide every slot:"""),
+    ("code", """fixed = hsdiff.compare(SEED / "train", SEED / "infer-fixed-neighbours", layer_ids=[2, 30, 58])
 assert fixed.verdict == "ok", fixed.cause
-fixed.verdict, fixed.recommended.ids"""),
+fixed.verdict, [s.evidence for s in fixed.slots]"""),
     ("code", """fig = heatmap(fixed)"""),
 ]
 

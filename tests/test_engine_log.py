@@ -79,7 +79,7 @@ def test_compare_takes_the_ids_from_the_vllm_line(tmp_path):
 
 
 def test_gate_min_acceptance_judges_the_measured_value():
-    base = ["gate", SEED / "train", SEED / "infer-fixed", "--draft-config", SEED / "draft-fixed" / "config.json",
+    base = ["gate", SEED / "train", SEED / "infer-fixed-neighbours", "--draft-config", SEED / "draft-fixed" / "config.json",
             "--target-config", TARGET, "--engine-log", LOGS / "sglang-decode.log", "--json", "-"]
     ok = run(*base, "--min-acceptance", "2.2")
     assert ok.exit_code == 0, ok.output
@@ -98,7 +98,7 @@ def test_gate_sees_vllm_falling_back_to_its_default(tmp_path):
     """vLLM #50170 from the log's side: the config's ids sit where the V2 runner never reads, and a log
     with acceptance lines but no aux-layer line shows the engine took its default; a log that names
     other ids than the config gives is of another config."""
-    base = ["gate", SEED / "train", SEED / "infer-fixed", "--draft-config", SEED / "draft-fixed" / "config.json",
+    base = ["gate", SEED / "train", SEED / "infer-fixed-neighbours", "--draft-config", SEED / "draft-fixed" / "config.json",
             "--target-config", TARGET, "--engine", "vllm", "--json", "-"]
     spec = "\n".join(line for line in (LOGS / "vllm-0.32-cpu.log").read_text().splitlines() if "auxiliary" not in line)
     default = tmp_path / "default.log"
@@ -117,7 +117,7 @@ def test_gate_sees_vllm_falling_back_to_its_default(tmp_path):
 def test_the_json_follows_the_schemas(tmp_path):
     from hsdiff.schemas import validate
 
-    base = [SEED / "train", SEED / "infer-fixed", "--engine-log", LOGS / "sglang-decode.log", "--json", "-"]
+    base = [SEED / "train", SEED / "infer-fixed-neighbours", "--engine-log", LOGS / "sglang-decode.log", "--json", "-"]
     validate(json.loads(run("compare", *base, "--layer-ids", "2,30,58").output), "report")
     validate(json.loads(run("gate", *base, "--draft-config", SEED / "draft-fixed" / "config.json",
                             "--target-config", TARGET).output), "gate")

@@ -51,8 +51,9 @@ def test_fix_from_the_gate_report_makes_the_gate_pass(tmp_path, wrong_copy):
     before["eagle_config"].pop("eagle_aux_hidden_state_layer_ids")
     after["eagle_config"] = {k: v for k, v in cfg["eagle_config"].items() if k != "eagle_aux_hidden_state_layer_ids"}
     assert after == before  # nothing else changed
-    # the server restarted with the fixed config captures B3, 31, 59 (infer-fixed): the gate passes
-    assert gate("infer-fixed", wrong_copy).exit_code == 0
+    # the server restarted with the fixed config captures B3, 31, 59; dumped with B30, B32, B58 and B60 too
+    # (infer-fixed-neighbours, what the values need to rule out the neighbours), the gate passes
+    assert gate("infer-fixed-neighbours", wrong_copy).exit_code == 0
     assert sorted(p.name for p in wrong_copy.parent.iterdir()) == ["config.json", "config.json.bak"]
 
 

@@ -42,7 +42,7 @@ def _cases(xml_text: str) -> dict[str, ET.Element]:
 
 def test_correctly_configured_seed_passes_with_a_clean_junit(tmp_path):
     junit = tmp_path / "gate.xml"
-    r = gate("infer-fixed", SEED / "draft-fixed" / "config.json", "--junit", str(junit), "-q")
+    r = gate("infer-fixed-neighbours", SEED / "draft-fixed" / "config.json", "--junit", str(junit), "-q")
     assert r.exit_code == 0, r.output
     assert "gate: PASS" in r.output
     root = ET.fromstring(junit.read_text())
@@ -101,7 +101,7 @@ def test_markdown_and_github_outputs(tmp_path):
     errors = [line for line in r.output.splitlines() if line.startswith("::error ")]
     assert any("title=hsdiff slot 0::" in line and "B0" in line for line in errors)
     assert all("\n" not in line for line in errors)
-    ok = gate("infer-fixed", SEED / "draft-fixed" / "config.json", "--github", "-q")
+    ok = gate("infer-fixed-neighbours", SEED / "draft-fixed" / "config.json", "--github", "-q")
     assert ok.exit_code == 0
     assert [line for line in ok.output.splitlines() if line.startswith("::")] == [
         line for line in ok.output.splitlines() if line.startswith("::notice")
@@ -150,7 +150,7 @@ def test_vllm_reads_the_top_level_key(tmp_path):
     cfg["eagle_aux_hidden_state_layer_ids"] = [3, 31, 59]  # vLLM: boundary indices
     draft = tmp_path / "config.json"
     draft.write_text(json.dumps(cfg))
-    r = run("gate", str(SEED / "train"), str(SEED / "infer-fixed"), "--draft-config", str(draft),
+    r = run("gate", str(SEED / "train"), str(SEED / "infer-fixed-neighbours"), "--draft-config", str(draft),
             "--model-config", TARGET, "--engine", "vllm", "-q")
     assert r.exit_code == 0, r.output
     src = read_ids(cfg, "vllm", num_layers=61)
@@ -159,7 +159,7 @@ def test_vllm_reads_the_top_level_key(tmp_path):
 
 def test_out_of_range_ids_stop_before_the_compare(tmp_path):
     junit = tmp_path / "g.xml"
-    r = gate("infer-fixed", B.FIXTURES / "configs" / "out-of-range.json", "--junit", str(junit))
+    r = gate("infer-fixed-neighbours", B.FIXTURES / "configs" / "out-of-range.json", "--junit", str(junit))
     assert r.exit_code == 1
     cases = _cases(junit.read_text())
     assert cases["ids-in-range"].find("failure") is not None
@@ -167,11 +167,11 @@ def test_out_of_range_ids_stop_before_the_compare(tmp_path):
 
 
 def test_bad_input_exits_2_with_one_line(tmp_path):
-    r = gate("infer-fixed", tmp_path / "missing" / "config.json")
+    r = gate("infer-fixed-neighbours", tmp_path / "missing" / "config.json")
     assert r.exit_code == 2
     lines = [line for line in r.output.splitlines() if line.strip()]
     assert len(lines) == 1 and "missing/config.json" in lines[0] and "no such config file" in lines[0]
-    r = run("gate", str(SEED / "train"), str(SEED / "infer-fixed"), "--draft-config", str(SEED / "draft-fixed"),
+    r = run("gate", str(SEED / "train"), str(SEED / "infer-fixed-neighbours"), "--draft-config", str(SEED / "draft-fixed"),
             "--target-config", TARGET, "--model-config", str(B.SMOLLM2 / "config.json"))
     assert r.exit_code == 2
 
@@ -190,7 +190,7 @@ def test_strict_fails_on_warnings():
 
 
 def test_library_result():
-    result = run_gate(SEED / "train", SEED / "infer-fixed", SEED / "draft-fixed" / "config.json", target_config=TARGET)
+    result = run_gate(SEED / "train", SEED / "infer-fixed-neighbours", SEED / "draft-fixed" / "config.json", target_config=TARGET)
     assert result.verdict == "pass" and result.exit_code == 0 and result.report.verdict == "ok"
     assert result.ids.ids == (2, 30, 58) and result.ids.boundaries == (3, 31, 59)
     assert "pass" in repr(result)
@@ -208,7 +208,7 @@ def test_console_script_subprocess(tmp_path):
     assert "gate: FAIL" in wrong.stdout
     assert _cases(junit.read_text())["slot 0 (training B3)"].find("failure") is not None
     fixed = subprocess.run(
-        [HSDIFF, "gate", str(SEED / "train"), str(SEED / "infer-fixed"), "--draft-config",
+        [HSDIFF, "gate", str(SEED / "train"), str(SEED / "infer-fixed-neighbours"), "--draft-config",
          str(SEED / "draft-fixed"), "--target-config", TARGET, "-q"],
         capture_output=True, text=True, env=env, timeout=120,
     )

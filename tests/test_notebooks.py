@@ -70,7 +70,8 @@ def test_investigate_notebook_executes(tmp_path):
     assert "shifted by 1 slot" in text
     # by_engine: each engine's ids at the version assumed for it
     assert "'sglang': <SGLang 0.5.23: [2, 30, 58]>" in text and "'vllm': <vLLM 0.33: [3, 31, 59]>" in text
-    assert "('ok', (2, 30, 58))" in text
+    assert "('inconclusive'," in text and "dump the neighbouring layers B30, B32, B58 and B60" in text
+    assert "('ok', ['observed', 'observed', 'observed'])" in text
     assert images == 4  # heatmap, norms, tokens, and the heatmap after the fix
 
 

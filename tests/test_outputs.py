@@ -24,7 +24,7 @@ from hsdiff.readers import scan
 
 ROOT = Path(__file__).resolve().parent.parent
 SEED = ROOT / "fixtures" / "seed"
-ARGS = ["compare", str(SEED / "train"), str(SEED / "infer-fixed"), "--layer-ids", "2,30,58", "-q"]
+ARGS = ["compare", str(SEED / "train"), str(SEED / "infer-fixed-neighbours"), "--layer-ids", "2,30,58", "-q"]
 
 
 def test_a_symlink_target_is_written_and_the_link_kept(tmp_path):

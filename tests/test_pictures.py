@@ -95,7 +95,7 @@ def test_norm_trajectory_and_token_errors_draw_what_the_report_holds(seed):
 
 def test_plot_png_path_still_writes_one_picture(tmp_path):
     out = tmp_path / "errors.png"
-    r = CliRunner().invoke(cli, ["compare", str(SEED / "train"), str(SEED / "infer-fixed"), "--layer-ids=2,30,58",
+    r = CliRunner().invoke(cli, ["compare", str(SEED / "train"), str(SEED / "infer-fixed-neighbours"), "--layer-ids=2,30,58",
                                  "--plot", str(out), "-q"])
     assert r.exit_code == 0, r.output
     assert out.read_bytes().startswith(PNG)
@@ -105,7 +105,7 @@ def test_plot_png_path_still_writes_one_picture(tmp_path):
 def test_plot_onto_an_existing_file_is_a_one_line_user_error(tmp_path):
     f = tmp_path / "notes.txt"
     f.write_text("mine")
-    r = CliRunner().invoke(cli, ["compare", str(SEED / "train"), str(SEED / "infer-fixed"), "--layer-ids=2,30,58",
+    r = CliRunner().invoke(cli, ["compare", str(SEED / "train"), str(SEED / "infer-fixed-neighbours"), "--layer-ids=2,30,58",
                                  "--plot", str(f), "-q"])
     assert r.exit_code == 2
     assert "--plot wants a folder" in r.output and "Traceback" not in r.output

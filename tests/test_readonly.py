@@ -61,7 +61,7 @@ def _compare(e: Env) -> list[Run]:
     runs: list[Run] = [
         (["compare", e["seed/train"], e["seed/infer-wrong"], "--layer-ids=-1,2,30", "--json", e.o("c.json"),
           "--plot", e.o("c.png")], (1,)),
-        (["compare", e["seed/train"], e["seed/infer-fixed"], "--layer-ids", "2,30,58", "--json", "-",
+        (["compare", e["seed/train"], e["seed/infer-fixed-neighbours"], "--layer-ids", "2,30,58", "--json", "-",
           "--model-config", e["seed/model/config.json"]], (0,)),
         (["compare", e["real/modelopt"], e["real/sglang-dumper"], "--json", "-"], (0, 1)),
         (["compare", e["corpus/train.gz"], e["seed/infer-fixed"], "--layer-ids", "2,30,58"], (0, 1)),
@@ -76,7 +76,7 @@ def _gate(e: Env) -> list[Run]:
         (["gate", e["seed/train"], e["seed/infer-wrong"], "--draft-config", e["seed/draft-wrong/config.json"],
           "--target-config", e["seed/model/config.json"], "--json", e.o("g.json"), "--junit", e.o("g.xml"),
           "--markdown", e.o("g.md"), "--plot", e.o("g.png")], (1,)),
-        (["gate", e["seed/train"], e["seed/infer-fixed"], "--draft-config", e["seed/draft-fixed"],
+        (["gate", e["seed/train"], e["seed/infer-fixed-neighbours"], "--draft-config", e["seed/draft-fixed"],
           "--target-config", e["seed/model"], "--github"], (0,)),
     ]
 

@@ -37,7 +37,7 @@ def test_schemas_are_valid_and_versioned():
         assert schema["$id"].endswith(f":{VERSIONS[name]}")
 
 
-@pytest.mark.parametrize("infer,ids", [("infer-wrong", "-1,2,30"), ("infer-fixed", "2,30,58")])
+@pytest.mark.parametrize("infer,ids", [("infer-wrong", "-1,2,30"), ("infer-fixed-neighbours", "2,30,58")])
 def test_compare_reports_follow_the_schema(tmp_path, infer, ids):
     doc = _json(tmp_path, "compare", str(SEED / "train"), str(SEED / infer), f"--layer-ids={ids}")
     validate(doc, "report")
@@ -60,7 +60,7 @@ def test_gate_and_check_config_results_follow_the_schema(tmp_path):
 
 
 def test_a_report_that_breaks_the_schema_is_refused(tmp_path):
-    doc = _json(tmp_path, "compare", str(SEED / "train"), str(SEED / "infer-fixed"), "--layer-ids=2,30,58")
+    doc = _json(tmp_path, "compare", str(SEED / "train"), str(SEED / "infer-fixed-neighbours"), "--layer-ids=2,30,58")
     doc["verdict"] = "fine"
     with pytest.raises(jsonschema.ValidationError):
         validate(doc, "report")

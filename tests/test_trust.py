@@ -118,7 +118,11 @@ def test_3c_single_aux_slot_needs_no_hidden_size_flag(tmp_path):
     infer = concat_dump(tmp_path / "infer", 1, [15])
     r = hsdiff.compare(train1, infer, layer_ids=[14])
     assert r.recommended.ids == (14,)
-    assert r.verdict == "ok" and r.exit_code == 0
+    # the layer count unknown (61 assumed), 1.3 % bf16 noise does not rule out B14 and B16: the labels
+    # name the layer, the gate does not pass on them
+    assert r.verdict == "inconclusive" and r.exit_code == 1 and "B14 and B16" in r.cause
+    r = hsdiff.compare(train1, infer, layer_ids=[14], model_config=str(B.SMOLLM2 / "config.json"))
+    assert r.verdict == "ok" and r.exit_code == 0 and r.slots[0].evidence == "observed"  # 30 layers: they are
 
 
 # ------------------------------------------------------------------------- 4. conflicting labels are said
@@ -303,8 +307,9 @@ def test_11_captured_neighbours_only_say_the_shift(tmp_path, train):
 def test_12_verified_configuration_is_recommended(tmp_path, train, kind, level):
     infer = concat_dump(tmp_path, 1, TRAIN_B, kind=kind, level=level)
     r = hsdiff.compare(train, infer, layer_ids=list(SGL))
-    assert r.verdict == "ok" and r.exit_code == 0
-    assert r.recommended.ids == SGL  # never a paste line of nulls after OK
+    # 4 % noise does not rule out every neighbour: a slot the labels name is not passed, the ids stand
+    assert r.verdict in ("ok", "inconclusive") and r.exit_code == (0 if r.verdict == "ok" else 1)
+    assert r.recommended.ids == SGL  # never a paste line of nulls, OK or not
 
 
 # ------------------------------------------------------------------------- 13. OK while the engine cannot serve it

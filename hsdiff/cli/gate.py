@@ -13,7 +13,7 @@ from .compare import options_from
 
 EPILOG = """\b
 Examples:
-  hsdiff gate fixtures/seed/train fixtures/seed/infer-fixed \\
+  hsdiff gate fixtures/seed/train fixtures/seed/infer-fixed-neighbours \\
       --draft-config fixtures/seed/draft-fixed/config.json --target-config fixtures/seed/model/config.json
   hsdiff gate train/ dump/ --draft-config draft/ --engine vllm --target-config target/ \\
       --junit gate.xml --markdown "$GITHUB_STEP_SUMMARY" --github

@@ -107,6 +107,29 @@ def test_a_separation_not_clearly_above_the_noise_floor_of_the_other_slots_is_op
     assert "2%" in out[1].note and pct(d1.separation) in out[1].note and "B19 and B21" in out[1].note
 
 
+def test_the_noise_floor_comes_from_slots_no_deeper_than_the_one_judged() -> None:
+    # bf16 noise grows with depth: slot 1 (B40, 2.4 %) says nothing of the noise at slot 0 (B3, 0.6 %),
+    # whose estimated separation (3 %) clears its own error 5x; judged the other way round it is open
+    d0 = decide.decide_slot(0, [cand(3, 0.006), cand(30, 0.9)], TOL, 61)
+    d1 = decide.decide_slot(1, [cand(40, 0.024), cand(39, 0.08), cand(41, 0.09)], TOL, 61)
+    assert d0.identified and not d0.measured and d1.identified and d1.measured
+    assert decide.at_noise_floor([d0, d1]) == [d0, d1]
+    d1 = decide.decide_slot(1, [cand(2, 0.024), cand(1, 0.3), cand(3, 0.3)], TOL, 61)  # the noisy slot shallower
+    assert d1.identified and decide.at_noise_floor([d0, d1])[0].status == Status.AMBIGUOUS
+
+
+def test_a_slot_the_labels_name_but_the_values_leave_open_is_never_ok() -> None:
+    # the training labels agree with the configured capture, the values cannot rule out its neighbours:
+    # consistent, recommended, and not passed (labels can be wrong the same way as the configuration)
+    c = cand(101, 0.03, source="configured")
+    d = decide.decide_slot(0, [c], TOL, 126)
+    res = decide.resolve([d], [101], "config.json", Configured("sglang", (100,), (101,)), {0: [c]}, TOL,
+                         "sglang", "llama", 126)
+    s = res.slots[0]
+    assert s.evidence == Evidence.CONSISTENT and s.boundary_index == 101 and s.status == Status.UNVERIFIED
+    assert decide.verdict(res.slots, Configured("sglang", (100,), (101,))) == "inconclusive"
+
+
 def test_the_configured_ids_are_not_evidence_for_themselves() -> None:
     c = cand(101, 0.05, source="configured")
     d = decide.decide_slot(0, [c], TOL, 126)

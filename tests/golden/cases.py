@@ -43,6 +43,12 @@ _fixed("seed-no-ids", ["compare", f"{S}/train", f"{S}/infer-fixed"])
 _fixed("seed-fixed-vllm", ["compare", f"{S}/train", f"{S}/infer-fixed", "--engine", "vllm", "--layer-ids=3,31,59"])
 _fixed("gate-seed-fixed", ["gate", f"{S}/train", f"{S}/infer-fixed", "--draft-config", f"{S}/draft-fixed/config.json",
                            "--target-config", TARGET_SEED])
+_fixed("seed-fixed-neighbours", ["compare", f"{S}/train", f"{S}/infer-fixed-neighbours", "--layer-ids=2,30,58"])
+_fixed("gate-seed-fixed-neighbours", ["gate", f"{S}/train", f"{S}/infer-fixed-neighbours", "--draft-config",
+                                      f"{S}/draft-fixed/config.json", "--target-config", TARGET_SEED])
+_fixed("seed-fixed-neighbours", ["compare", f"{S}/train", f"{S}/infer-fixed-neighbours", "--layer-ids=2,30,58"])
+_fixed("gate-seed-fixed-neighbours", ["gate", f"{S}/train", f"{S}/infer-fixed-neighbours", "--draft-config",
+                                      f"{S}/draft-fixed/config.json", "--target-config", TARGET_SEED])
 _fixed("gate-seed-wrong", ["gate", f"{S}/train", f"{S}/infer-wrong", "--draft-config", f"{S}/draft-wrong/config.json",
                            "--target-config", TARGET_SEED])
 _fixed("gate-out-of-range", ["gate", f"{S}/train", f"{S}/infer-fixed", "--draft-config", str(CONFIGS / "out-of-range.json"),
