@@ -227,6 +227,7 @@ def resolve(
                 slot=s, boundary_index=a.boundary, layer_id=layer_id, evidence=a.evidence,
                 confidence=float(a.confidence), margin=d.margin, match=d.match, runner_up=d.runner_up,
                 claimed_boundary=claims[s], configured_boundary=cfg, status=status, note=note,
+                separation=d.separation, separation_measured=d.measured,
             )
         )
     warnings += _label_warnings(results, decisions, claim_src, label_offset)

@@ -161,9 +161,11 @@ def _consistent(results: Sequence[SlotResult]) -> str:
         return ""
     sink = [r for r in cons if r.match is not None and r.match.metrics.sink_only]
     many = len(cons) > 1
+    figures = "; ".join(_figures(r) for r in cons if r.match is not None)
     text = (f" Slot{'s' if many else ''} {', '.join(str(r.slot) for r in cons)} "
             f"{'rest' if many else 'rests'} on the labels (B{_bl([r.boundary_index for r in cons])}): the values "
-            f"equal {'them' if many else 'it'} within noise but do not rule out a neighbouring layer")
+            f"equal {'them' if many else 'it'} within noise{f' ({figures})' if figures else ''} but do not rule out "
+            "a neighbouring layer")
     if sink:
         text += (f" (slot{'s' if len(sink) > 1 else ''} {', '.join(str(r.slot) for r in sink)}: attention-sink "
                  "tokens only, on which a gate does not pass)")
@@ -173,17 +175,32 @@ def _consistent(results: Sequence[SlotResult]) -> str:
                    f"on them: {_to_dump(cons)} and compare again.")
 
 
+def _figures(r: SlotResult) -> str:
+    """A slot's error and the separation of its neighbours it was judged against, in figures."""
+    m = r.match.metrics  # type: ignore[union-attr]
+    text = f"B{r.boundary_index} at {pct(m.rel_err)}"
+    if r.separation is not None:
+        text += (f", its neighbours {'measured' if r.separation_measured else 'estimated'} "
+                 f"{pct(r.separation)} away")
+    elif r.match is not None and r.match.capture.is_partial:
+        text += f" on {m.values} printed values"
+    return text
+
+
 def _to_dump(results: Sequence[SlotResult]) -> str:
     """What to dump so the values can tell these slots' layers from their neighbours."""
     near = sorted({b + s for r in results if r.boundary_index is not None
                    and not (r.runner_up is not None and r.runner_up.boundary is not None
                             and abs(r.runner_up.boundary - r.boundary_index) == 1)
                    for b in [r.boundary_index] for s in (-1, 1) if b + s >= 0})
+    printed = any(r.match is not None and r.match.capture.is_partial for r in results)
+    more = "print more values of each capture (whole rows of ordinary tokens)" if printed else "dump more tokens"
     if not near:
-        return "dump more tokens"
+        return more
     names = [f"B{b}" for b in near]
     listed = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
-    return f"dump the neighbouring layer{'s' if len(names) > 1 else ''} {listed} once (or more tokens)"
+    return (f"{more + ', or ' if printed else ''}dump the neighbouring layer{'s' if len(names) > 1 else ''} "
+            f"{listed} once{'' if printed else ' (or more tokens)'}")
 
 
 def _label_shift(results: Sequence[SlotResult], configured: Configured | None) -> int:

@@ -67,6 +67,10 @@ def test_the_right_deployment_on_configured_captures_alone(tmp_path, label):
         assert [s.evidence for s in r.slots] == ["consistent"] * 2
         assert [s.status for s in r.slots] == ["unverified"] * 2
         assert "does not pass on them" in r.cause and "B99, B101, B109 and B111" in r.cause
+        for s in r.slots:  # both figures: the error and the separation it was judged against
+            assert s.separation is not None and not s.separation_measured and s.match is not None
+            assert f"B{s.boundary_index} at {hsdiff.model.pct(s.match.metrics.rel_err)}, its neighbours estimated " \
+                   f"{hsdiff.model.pct(s.separation)} away" in r.cause
 
 
 def test_a_deployment_one_layer_deep_with_training_labels_one_layer_deep_does_not_pass(tmp_path):
@@ -93,7 +97,7 @@ def test_every_boundary_dumped_neighbours_too_close_to_call_stay_open(tmp_path):
     assert list(r.recommended.ids) == [28]  # the training labels settle what the values leave open
 
 
-@pytest.mark.parametrize("depth", sorted(deep.SLOTS))
+@pytest.mark.parametrize("depth", [*sorted(deep.SLOTS), 94])
 def test_any_subset_of_slots_one_layer_off_never_exits_0(tmp_path, depth):
     rng = random.Random(depth)
     passed = []

@@ -217,3 +217,13 @@ def test_text_numbers_within_their_last_digit_pass_and_ids_do_not(name: str) -> 
     assert text_differences(word, text, width) != []
     far = re.sub(r"(?<![\w.])(\d+\.\d+)%", lambda m: f"{float(m.group(1)) * 1.5:.2f}%", text, count=1)
     assert far != text and text_differences(far, text, width) != []
+
+
+def test_a_metric_stored_across_a_power_of_ten_keeps_its_noise() -> None:
+    # 6 significant digits are 1e-6 below 1 and 1e-5 above it: a cosine of 0.99992 here may be computed
+    # as its largest neighbour on another CPU, just above 1, and stored on the coarser grid
+    want = {"hidden_size": 576, "metrics": {"cosine": 0.99992, "norm_ratio": 1.0}}
+    noise = RULES["cosine"](summed_noise(576), 0.99992, want["metrics"])
+    far = noise.store(0.99992 + noise.computed)
+    assert far > 1.0 and differences({**want, "metrics": {"cosine": far, "norm_ratio": 1.0}}, want) == []
+    assert differences({**want, "metrics": {"cosine": 1.0003, "norm_ratio": 1.0}}, want) != []

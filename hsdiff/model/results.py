@@ -294,6 +294,10 @@ class SlotResult:
     configured_boundary: int | None = None
     status: Status = Status.UNOBSERVED
     note: str = ""
+    #: How far the match's neighbouring layers were judged to be (median per-token error), and whether
+    #: every neighbour was captured (else estimated); None where no separation was weighed.
+    separation: float | None = None
+    separation_measured: bool = False
 
     def to_dict(self) -> dict:
         return {
@@ -303,6 +307,8 @@ class SlotResult:
             "evidence": self.evidence,
             "confidence": round(self.confidence, 4),
             "margin": _clean(self.margin),
+            "separation": _clean(self.separation),
+            "separation_measured": self.separation_measured,
             "status": self.status,
             "claimed_boundary_index": self.claimed_boundary,
             "configured_boundary_index": self.configured_boundary,

@@ -92,8 +92,10 @@ class Noise:
         return float(f"{v:.{self.digits}g}")
 
     def allowed(self, v: float) -> float:
-        """Two values within ``computed``, each then stored: within ``computed`` plus each grid step."""
-        return self.computed + (0.0 if self.decimals is None else 10.0**-self.decimals) + _step(v, self.digits)
+        """Two values within ``computed``, each then stored: within ``computed`` plus each grid step (the
+        coarser step of the two sides: a cosine of 0.99992 on one CPU can be 1.00006 on another)."""
+        return (self.computed + (0.0 if self.decimals is None else 10.0**-self.decimals)
+                + _step(abs(v) + self.computed, self.digits))
 
 
 def _relative(delta: float, v: float, parent: dict) -> Noise:
@@ -130,6 +132,7 @@ RULES: dict[str, Rule] = {
     "norm_ratio": _relative,
     "cosine": _cosine,
     "margin": _margin,
+    "separation": _relative,
     "confidence": _confidence,
     "median_norm": _profile,
     "max_norm": _profile,
