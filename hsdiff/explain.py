@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from . import conventions as conv
 from .model import Configured, Evidence, Recommendation, SlotResult, Status, Verdict, layers_in_words, pct
+from .model.diagnosis import Diagnosis, Finding
 from .serving import boundary_list
 
 __all__ = ["Words", "explain", "norm_warnings"]
@@ -23,6 +24,7 @@ class Words:
 def explain(
     results: Sequence[SlotResult],
     verdict: Verdict,
+    diagnosis: Diagnosis,
     configured: Configured | None,
     claims: Sequence[int | None],
     claim_src: str,
@@ -33,7 +35,7 @@ def explain(
 ) -> Words:
     """The cause and the walk-through of a comparison (``printed_evidence``: the inference side was a
     debug log, so the walk-through ends with what the log lacked)."""
-    cause = _cause(verdict, results, configured, num_layers, recommended, label_offset, claim_src)
+    cause = _cause(verdict, diagnosis, results, configured, num_layers, recommended, label_offset, claim_src)
     return Words(cause, tuple(_walkthrough(results, configured, claims, claim_src, recommended, printed_evidence,
                                            num_layers)))
 
@@ -59,17 +61,17 @@ def _bl(bs: Sequence[int | None]) -> str:
     return "[" + ", ".join("?" if b is None else str(b) for b in bs) + "]"
 
 
-def _cause(verdict: Verdict, results: Sequence[SlotResult], configured: Configured | None, L: int | None,
-           recommended: Recommendation, label_offset: int | None, claim_src: str) -> str:
+def _cause(verdict: Verdict, diagnosis: Diagnosis, results: Sequence[SlotResult], configured: Configured | None,
+           L: int | None, recommended: Recommendation, label_offset: int | None, claim_src: str) -> str:
     engine = recommended.engine
     title = conv.rule(engine).title
     bs = [r.boundary_index for r in results]
     parts: list[str] = []
-    nothing = not any(r.match is not None for r in results)
-    if nothing:
+    kind = diagnosis.kind
+    if kind == Finding.NO_MATCH:
         closest = [r.runner_up for r in results if r.runner_up is not None]
         best = min((c.metrics.rel_err for c in closest), default=float("inf"))
-        shift = _label_shift(results, configured)
+        shift = diagnosis.offset
         if shift:
             cfg = list(configured.boundary_indices)  # type: ignore[union-attr]
             return (
@@ -83,17 +85,15 @@ def _cause(verdict: Verdict, results: Sequence[SlotResult], configured: Configur
             "different tensors. Check post-norm vs pre-norm (HF's last hidden state has the final norm applied), "
             "that both ran the same weights, and that the same sample was replayed."
         )
-    if recommended.unservable:  # no id list serves the training slots: that is the cause, whatever is configured
+    if kind == Finding.UNSERVABLE:  # no id list serves the training slots: that is the cause, whatever is configured
         return " ".join(recommended.unservable)
     if configured is not None:
         cfg = list(configured.boundary_indices)
         ids = list(configured.ids)
-        if verdict == Verdict.OK:
+        if kind == Finding.MATCH:
             return f"The configured ids {ids} make {title} capture {boundary_list(cfg, L)}, exactly the training slots." + _consistent(results)
-        pairs = [(r.slot, r.boundary_index, cfg[r.slot]) for r in results if r.boundary_index is not None and r.slot < len(cfg)]
-        diffs = {c - b for _, b, c in pairs}
-        if pairs and len(diffs) == 1 and 0 not in diffs:
-            d = diffs.pop()
+        if kind == Finding.LAYER_SHIFT:
+            d = diagnosis.offset or 0
             word = "late" if d > 0 else "early"
             why = ""
             r = conv.rule(engine)
@@ -105,24 +105,23 @@ def _cause(verdict: Verdict, results: Sequence[SlotResult], configured: Configur
                 f"Every slot is captured {layers_in_words(d)} too {word}: {title} takes {boundary_list(cfg, L)} "
                 f"where training used {boundary_list(bs, L)}{why}."
             )
-        else:
-            shift = _position_shift(pairs, cfg)
-            if shift:
-                missing = [b for b in bs if b is not None and b not in cfg]
-                parts.append(
-                    f"The configured ids {ids} are shifted by {shift} slot{'s' if shift > 1 else ''}: {title} captures "
-                    f"{boundary_list(cfg, L)}, so slot 0 receives {conv.name_boundary(cfg[0], L)} while training slot 0 was {conv.name_boundary(bs[0], L)}"
-                    + (f", and {boundary_list(missing, L)} is never captured." if missing else ".")
-                )
-            elif verdict == Verdict.MISMATCH:
-                bad = [r for r in results if r.status == Status.MISMATCH]
-                parts.append(
-                    "Training slot" + ("s " if len(bad) > 1 else " ")
-                    + ", ".join(f"{r.slot} ({'not identified' if r.boundary_index is None else f'B{r.boundary_index}'})" for r in bad)
-                    + f" {'are' if len(bad) > 1 else 'is'} not what {title} captures with ids {ids} ({boundary_list(cfg, L)}): "
-                    + bad[0].note.split("; ")[-1] + "."
-                )
-    if verdict == Verdict.OK and configured is None:
+        elif kind == Finding.SLOT_SHIFT:
+            shift = diagnosis.offset or 0
+            missing = list(diagnosis.missing)
+            parts.append(
+                f"The configured ids {ids} are shifted by {shift} slot{'s' if shift > 1 else ''}: {title} captures "
+                f"{boundary_list(cfg, L)}, so slot 0 receives {conv.name_boundary(cfg[0], L)} while training slot 0 was {conv.name_boundary(bs[0], L)}"
+                + (f", and {boundary_list(missing, L)} is never captured." if missing else ".")
+            )
+        elif kind == Finding.SLOTS_DIFFER:
+            bad = [r for r in results if r.slot in diagnosis.slots]
+            parts.append(
+                "Training slot" + ("s " if len(bad) > 1 else " ")
+                + ", ".join(f"{r.slot} ({'not identified' if r.boundary_index is None else f'B{r.boundary_index}'})" for r in bad)
+                + f" {'are' if len(bad) > 1 else 'is'} not what {title} captures with ids {ids} ({boundary_list(cfg, L)}): "
+                + bad[0].note.split("; ")[-1] + "."
+            )
+    if kind == Finding.IDENTIFIED:
         return f"Every training slot was identified by value: B{_bl(bs)}."
     if verdict == Verdict.INCONCLUSIVE or (
         verdict == Verdict.MISMATCH and (not parts or any(r.status == Status.AMBIGUOUS for r in results))
@@ -201,24 +200,6 @@ def _to_dump(results: Sequence[SlotResult]) -> str:
     listed = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
     return (f"{more + ', or ' if printed else ''}dump the neighbouring layer{'s' if len(names) > 1 else ''} "
             f"{listed} once{'' if printed else ' (or more tokens)'}")
-
-
-def _label_shift(results: Sequence[SlotResult], configured: Configured | None) -> int:
-    """The one offset between the configured layers and the layers inferred from the training labels."""
-    if configured is None or not results or any(r.boundary_index is None or r.configured_boundary is None
-                                                for r in results):
-        return 0
-    diffs = {r.configured_boundary - r.boundary_index for r in results}  # type: ignore[operator]
-    return diffs.pop() if len(diffs) == 1 else 0
-
-
-def _position_shift(pairs: Sequence[tuple[int, int, int]], cfg: list[int]) -> int:
-    for p in range(1, len(cfg)):
-        if pairs and all(s + p < len(cfg) and cfg[s + p] == b for s, b, _ in pairs if s + p < len(cfg)) and any(
-            s + p < len(cfg) for s, _, _ in pairs
-        ):
-            return p
-    return 0
 
 
 def _walkthrough(results: Sequence[SlotResult], configured: Configured | None, claims: Sequence[int | None],

@@ -18,8 +18,8 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["ERROR", "WARNING", "INFO", "SCHEMA_VERSION", "Check", "IdsSource", "GateResult"]
 
 ERROR, WARNING, INFO = "error", "warning", "info"
-#: 2: ``settings`` recorded (and the embedded report is of schema 2); 1: not
-SCHEMA_VERSION = 2
+#: 3: the embedded report is of schema 3 (``diagnosis``); 2: ``settings`` recorded; 1: not
+SCHEMA_VERSION = 3
 
 
 @dataclass(frozen=True)

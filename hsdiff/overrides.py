@@ -7,11 +7,25 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
+from typing import NamedTuple
 
 from .decide import recommend
 from .model import Evidence, Report, Settings, SlotResult, Verdict, pct
+from .model.diagnosis import Diagnosis, Override
 
-__all__ = ["runs_disagree", "rank_conflict", "torn_tokens", "TORN_FACTOR", "TORN_MIN_TOKENS"]
+__all__ = ["Found", "runs_disagree", "rank_conflict", "torn_tokens", "TORN_FACTOR", "TORN_MIN_TOKENS"]
+
+
+class Found(NamedTuple):
+    """A comparison's outcome while the overrides are weighed: the verdict, its cause, the finding."""
+
+    verdict: Verdict
+    cause: str
+    diagnosis: Diagnosis
+
+
+def _overridden(d: Diagnosis | None, why: Override) -> Diagnosis | None:
+    return None if d is None else replace(d, overrides=(*d.overrides, why))
 
 
 def runs_disagree(reports: Mapping[str, Report], run: str, doubt: Collection[int], settings: Settings) -> Report:
@@ -27,19 +41,20 @@ def runs_disagree(reports: Mapping[str, Report], run: str, doubt: Collection[int
     verdict = report.verdict if report.verdict == Verdict.MISMATCH else Verdict.INCONCLUSIVE
     cause = (f"The dumper runs in the inference directory disagree ({', '.join(f'{n}: {r.verdict}' for n, r in reports.items())}); "
              f"the configured ids describe at most one of them. On run {run}: {report.cause}")
-    return replace(report, verdict=verdict, cause=cause, slots=results, recommended=recommended)
+    return replace(report, verdict=verdict, cause=cause, slots=results, recommended=recommended,
+                   diagnosis=_overridden(report.diagnosis, Override.RUNS_DISAGREE))
 
 
-def rank_conflict(verdict: Verdict, cause: str, conflicts: Sequence[str]) -> tuple[Verdict, str]:
+def rank_conflict(found: Found, conflicts: Sequence[str]) -> Found:
     """Tensor-parallel ranks that hold different values for one tensor make the verdict a mismatch:
     one rank is wrong, and the draft on that rank is fed wrong states whatever the compared rank shows."""
     if not conflicts:
-        return verdict, cause
+        return found
     more = f" (and {len(conflicts) - 1} more tensor(s))" if len(conflicts) > 1 else ""
-    return Verdict.MISMATCH, (
+    return Found(Verdict.MISMATCH, (
         f"Tensor-parallel ranks disagree: {conflicts[0]}{more}. Replicated ranks must hold the same hidden states; "
-        f"check the all-reduce and that every rank runs the same configuration. On the first rank: {cause}"
-    )
+        f"check the all-reduce and that every rank runs the same configuration. On the first rank: {found.cause}"
+    ), replace(found.diagnosis, overrides=(*found.diagnosis.overrides, Override.RANK_CONFLICT)))
 
 
 #: A match whose 90th-percentile token error exceeds this multiple of the tolerance, over at least
@@ -49,20 +64,21 @@ TORN_FACTOR = 2.0
 TORN_MIN_TOKENS = 10
 
 
-def torn_tokens(verdict: Verdict, cause: str, results: Sequence[SlotResult], tolerance: float) -> tuple[Verdict, str]:
+def torn_tokens(found: Found, results: Sequence[SlotResult], tolerance: float) -> Found:
     """A slot that matches on most ordinary tokens but differs far beyond noise on a tenth or more of
     them (a later prefill chunk or a cached prefix captured at another layer) is not OK: the draft is
     fed wrong states on those tokens whatever the median says."""
     torn = [r for r in results if r.match is not None and not r.match.metrics.sink_only
             and r.match.metrics.tokens >= TORN_MIN_TOKENS and r.match.metrics.p90_err > TORN_FACTOR * tolerance]
     if not torn:
-        return verdict, cause
+        return found
+    verdict, cause = found.verdict, found.cause
     what = "; ".join(f"slot {r.slot}: median error {pct(r.match.metrics.rel_err)}, but the worst tenth of its "
                      f"{r.match.metrics.tokens} ordinary tokens beyond {pct(r.match.metrics.p90_err)}"
                      for r in torn if r.match is not None)
-    return (Verdict.INCONCLUSIVE if verdict == Verdict.OK else verdict), (
+    return Found((Verdict.INCONCLUSIVE if verdict == Verdict.OK else verdict), (
         f"Part of the sequence differs: {what}. The values match on most tokens and differ far beyond "
         f"noise (over {pct(TORN_FACTOR * tolerance)}) on others, so the engine feeds another tensor on part of the "
         f"sequence (a later prefill chunk, a cached prefix, decode steps), or the two sides ran prompts that share only part of their tokens: compare the per-token errors "
         f"(--plot, tokens.png). {cause}"
-    )
+    ), replace(found.diagnosis, overrides=(*found.diagnosis.overrides, Override.TORN_TOKENS)))

@@ -139,4 +139,4 @@ def test_real_peer_dumps_modelopt_vs_sglang_dumper():
     assert r.recommended.by_engine["vllm"].ids == (2, 15, 27)
     assert {s.match.sample for s in r.slots} == {"example-0"}
     doc = json.loads(r.to_json())
-    assert doc["schema_version"] == 2 and doc["verdict"] == "ok"
+    assert doc["schema_version"] == 3 and doc["verdict"] == "ok"

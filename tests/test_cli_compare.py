@@ -31,7 +31,7 @@ def test_seed_story_recommends_the_fix_and_explains_it(tmp_path):
     assert "shifted by 1 slot" in r.output and "B0 (the embeddings)" in r.output
     assert '"eagle_aux_hidden_state_layer_ids": [2, 30, 58]' in r.output
     doc = json.loads(out.read_text())
-    assert doc["schema_version"] == 2
+    assert doc["schema_version"] == 3
     assert doc["verdict"] == "mismatch"
     assert doc["recommended"]["engine"] == "sglang"
     assert doc["recommended"]["eagle_aux_hidden_state_layer_ids"] == [2, 30, 58]

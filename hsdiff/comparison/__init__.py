@@ -21,6 +21,7 @@ from typing import Any
 from .. import conventions as conv
 from .. import decide, explain, overrides
 from ..configs import load_config
+from ..diagnose import diagnose
 from ..errors import AlignmentError, InputError
 from ..model import INFER, TRAIN, Dump, Report, Settings
 from ..readers import scan
@@ -148,7 +149,10 @@ def _pipeline(train: Dump, infer: Dump, opts: Options, family: str, train_path: 
     if not reports:
         raise failed[0]
     run, warning = slots.pick_run(reports)
-    reports[run] = dataclasses.replace(reports[run], warnings=(warning, *reports[run].warnings))
+    chosen = reports[run]
+    reports[run] = dataclasses.replace(chosen, warnings=(warning, *chosen.warnings),
+                                       diagnosis=dataclasses.replace(chosen.diagnosis, run=run)
+                                       if chosen.diagnosis is not None else None)
     doubt = slots.unsettled_by_runs(reports, run)
     if all(r.verdict == reports[run].verdict for r in reports.values()) and not doubt:
         return reports[run]
@@ -197,13 +201,17 @@ def _compare(train: Dump, infer: Dump, opts: Options, family: str, train_path: s
     recommended, w_rec = decide.recommend(settings, decide.to_recommend(results))
     warnings += w_rec
     verdict = decide.verdict(results, configured, recommended)
-    words = explain.explain(results, verdict, configured, claims, claim_src, resolution.label_offset, recommended,
-                            num_layers, printed_evidence=any(c.is_partial for c in infer.captures))
+    diagnosis = diagnose(verdict, results, configured, recommended)
+    words = explain.explain(results, verdict, diagnosis, configured, claims, claim_src, resolution.label_offset,
+                            recommended, num_layers, printed_evidence=any(c.is_partial for c in infer.captures))
     warnings += decide.count_warning(configured, k)
-    verdict, cause = overrides.torn_tokens(verdict, words.cause, results, opts.tolerance)
-    verdict, cause = overrides.rank_conflict(verdict, cause, train.rank_conflicts + infer.rank_conflicts)
+    found = overrides.Found(verdict, words.cause, diagnosis)
+    found = overrides.torn_tokens(found, results, opts.tolerance)
+    found = overrides.rank_conflict(found, train.rank_conflicts + infer.rank_conflicts)
+    verdict, cause, diagnosis = found
     report = Report(
         verdict=verdict, cause=cause, slots=results, recommended=recommended, configured=configured,
+        diagnosis=diagnosis,
         num_layers=num_layers, hidden_size=hidden, explanation=words.walkthrough,
         warnings=tuple(dict.fromkeys(warnings)), scores=scores.rows,
         inputs={"train": train_path, "infer": infer_path, "engine": opts.engine, "model_family": family},

@@ -11,6 +11,7 @@ tens of GB can be opened and scanned cheaply.
 """
 
 from .capture import INFER, TRAIN, Capture, Dump, Layer, Observation, Origin, RowBuffer, files_held, held_files
+from .diagnosis import Diagnosis, Finding, Override
 from .results import (
     Candidate,
     Configured,
@@ -34,6 +35,9 @@ from .results import (
 from .settings import EngineVersion, Settings
 
 __all__ = [
+    "Diagnosis",
+    "Finding",
+    "Override",
     "TRAIN",
     "INFER",
     "Origin",

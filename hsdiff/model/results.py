@@ -21,6 +21,8 @@ from .settings import EngineVersion, Settings
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
+    from .diagnosis import Diagnosis
+
 __all__ = [
     "Evidence",
     "Status",
@@ -407,9 +409,11 @@ class Report:
     tolerance: float = 0.10
     profiles: dict = field(default_factory=dict)
     settings: Settings | None = None  # what the verdict and ids rest on (hsdiff.settings)
+    diagnosis: Diagnosis | None = None  # what the slots come to as one finding (hsdiff.diagnose)
 
-    #: 2: ``settings`` recorded, ``by_engine`` states the version assumed per engine (1: neither)
-    SCHEMA_VERSION = 2
+    #: 3: ``diagnosis`` recorded; 2: ``settings`` recorded, ``by_engine`` states the version assumed per
+    #: engine (1: neither)
+    SCHEMA_VERSION = 3
 
     @property
     def exit_code(self) -> int:
@@ -424,6 +428,7 @@ class Report:
             "hidden_size": self.hidden_size,
             "tolerance": self.tolerance,
             "settings": None if self.settings is None else self.settings.to_dict(),
+            "diagnosis": None if self.diagnosis is None else self.diagnosis.to_dict(),
             "recommended": self.recommended.to_dict(),
             "configured": None if self.configured is None else self.configured.to_dict(),
             "slots": [s.to_dict() for s in self.slots],
