@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from . import conventions as conv
 from .model import Configured, Evidence, Recommendation, SlotResult, Status, Verdict, layers_in_words, pct
-from .model.diagnosis import Diagnosis, Finding
+from .model.diagnosis import Diagnosis, Finding, Miss
 from .serving import boundary_list
 
 __all__ = ["Words", "explain", "norm_warnings"]
@@ -71,6 +71,8 @@ def _cause(verdict: Verdict, diagnosis: Diagnosis, results: Sequence[SlotResult]
     if kind == Finding.NO_MATCH:
         closest = [r.runner_up for r in results if r.runner_up is not None]
         best = min((c.metrics.rel_err for c in closest), default=float("inf"))
+        if diagnosis.miss is not None and configured is not None:
+            return _miss(diagnosis.miss, configured, results, title, L)
         shift = diagnosis.offset
         if shift:
             cfg = list(configured.boundary_indices)  # type: ignore[union-attr]
@@ -80,10 +82,13 @@ def _cause(verdict: Verdict, diagnosis: Diagnosis, results: Sequence[SlotResult]
                 f"({claim_src}) say B{_bl(bs)}. No capture equals a training slot by value (closest error "
                 f"{pct(best)}, what neighbouring layers differ by), so the recommendation follows the training labels."
             )
+        top = min(closest, key=lambda c: c.metrics.rel_err, default=None)
+        seen = "" if top is None else f", norm ratio {top.metrics.norm_ratio:.2f}, cosine {top.metrics.cosine:.2f}"
         return (
-            f"No inference capture equals any training slot (closest error {pct(best)}): the two sides hold "
-            "different tensors. Check post-norm vs pre-norm (HF's last hidden state has the final norm applied), "
-            "that both ran the same weights, and that the same sample was replayed."
+            f"No inference capture equals any training slot (closest error {pct(best)}{seen}): the two sides hold "
+            "different tensors. Check post-norm vs pre-norm (HF's last hidden state has the final norm applied; a "
+            "norm ratio far from 1), that both ran the same weights, and that the same sample was replayed (a low "
+            "cosine)."
         )
     if kind == Finding.UNSERVABLE:  # no id list serves the training slots: that is the cause, whatever is configured
         return " ".join(recommended.unservable)
@@ -153,6 +158,37 @@ def _cause(verdict: Verdict, diagnosis: Diagnosis, results: Sequence[SlotResult]
     return " ".join(parts) if parts else "See the per-slot notes."
 
 
+def _miss(m: Miss, configured: Configured, results: Sequence[SlotResult], title: str, L: int | None) -> str:
+    """Nothing matched, but every capture sits the same way off its training slot."""
+    way, norms = ("shallower", "lower") if m.direction < 0 else ("deeper", "higher")
+    cfg = list(configured.boundary_indices)
+    figures = (f"{norms} norms on the same tokens, {_range(m.ratios, 'ratio')}; errors {_range(m.errors)} at cosines "
+               f"{m.cosines[0]:.2f}–{m.cosines[1]:.2f}, as neighbouring layers differ")
+    steps = (1,) if m.layers is not None else (1, 2)  # the layers the miss points at
+    near = sorted({b - m.direction * k for b in cfg for k in steps if b - m.direction * k >= 0} - set(cfg))
+    confirm = f"dump the layers {_and([f'B{b}' for b in near])} once to confirm"
+    if m.layers is None:
+        return (f"No capture equals a training slot, but every capture sits {way} than its training slot ({figures}); "
+                f"no engine's reading of the ids {list(configured.ids)} explains a single step, so the distance is "
+                f"not known: {confirm} and find it.")
+    bs = [r.boundary_index for r in results]
+    return (f"No capture equals a training slot, but every capture sits about one layer {way} than its training slot "
+            f"({figures}): {title} takes {boundary_list(cfg, L)} where training used {boundary_list(bs, L)}, likely ids "
+            f"written in another convention — {_and(list(m.explained_by))} read {list(configured.ids)} as exactly "
+            f"the training layers. The recommendation is inferred from that, not observed: {confirm}.")
+
+
+def _and(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def _range(xs: tuple[float, float], what: str = "") -> str:
+    lo, hi = xs
+    if what == "ratio":
+        return f"ratio {lo:.2f}" if f"{lo:.2f}" == f"{hi:.2f}" else f"ratios {lo:.2f}–{hi:.2f}"
+    return pct(lo) if pct(lo) == pct(hi) else f"{pct(lo)}–{pct(hi)}"
+
+
 def _consistent(results: Sequence[SlotResult]) -> str:
     """A sentence for the slots whose answer rests on labels the values only agree with."""
     cons = [r for r in results if r.evidence == Evidence.CONSISTENT]
@@ -197,7 +233,7 @@ def _to_dump(results: Sequence[SlotResult]) -> str:
     if not near:
         return more
     names = [f"B{b}" for b in near]
-    listed = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+    listed = _and(names)
     return (f"{more + ', or ' if printed else ''}dump the neighbouring layer{'s' if len(names) > 1 else ''} "
             f"{listed} once{'' if printed else ' (or more tokens)'}")
 

@@ -19,10 +19,11 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .model import Candidate, pct
+from .model import Candidate, Metrics, pct
 
 __all__ = ["DEPTH_SPAN", "DEFAULT_DEPTH", "SIDE_SPREAD", "BEST_OF_NEIGHBOURS", "BEST_MIN_TOKENS", "NOISE_FLOOR_RATIO",
-           "Separation", "neighbour_separation", "best_of_neighbours", "clears_noise_floor", "what_to_dump"]
+           "MISS_NORM_MARGIN", "MISS_MIN_COSINE", "MISS_MAX_ERR", "MISS_MAX_RATIO", "Separation", "neighbour_separation",
+           "best_of_neighbours", "clears_noise_floor", "miss_direction", "what_to_dump"]
 
 #: The smallest neighbour separation times the number of layers, measured on ordinary tokens: 5.6 on
 #: SmolLM2-135M (30 layers, 19 % at the closest pair), 2.25 on the 61-layer seed target (3.7 % at
@@ -118,6 +119,38 @@ def clears_noise_floor(separation: float, err: float, floor: float) -> bool:
     """Whether an estimated separation clearly exceeds the noise floor ``floor`` seen on other slots
     (nothing to clear when the match's own error ``err`` is at least that floor)."""
     return floor <= err or separation >= NOISE_FLOOR_RATIO * floor
+
+
+#: A capture that matches no training slot misses it towards shallower (deeper) layers when its median
+#: norm on the same ordinary tokens is below (above) the training slot's by more than this fraction.
+#: The residual stream grows through the layers: on SmolLM2 a capture one layer off differs in norm by
+#: 3-40 % (B15: 0.95 shallower, 1.12 deeper); near the last layers of its depth up-scaled versions the
+#: norm can fall for a layer (126 layers, B124 one layer shallower: 1.05), which is why every slot must
+#: agree before a direction is said.
+MISS_NORM_MARGIN = 0.02
+#: ... and the two must still point the same way: neighbouring layers keep a cosine of 0.82-0.99 on
+#: SmolLM2 and its up-scaled versions (0.73 at the last boundary of 61 layers), with errors up to about
+#: 100 %; beyond either the capture is another tensor, not a neighbouring layer.
+MISS_MIN_COSINE = 0.7
+MISS_MAX_ERR = 1.2
+#: ... nor move the norm by more than a factor of 2 (one layer: 0.60-1.66 on SmolLM2 and its up-scaled
+#: versions, the embeddings aside): the final norm applied to a captured state scales it by 0.05-0.32
+#: there at a cosine of 1.00, a different tensor, not a shallower layer.
+MISS_MAX_RATIO = 2.0
+
+
+def miss_direction(metrics: Sequence[Metrics]) -> int | None:
+    """Which way captures that match no training slot miss them, from each pair's metrics on the same
+    tokens (the capture configured for a slot against that slot): -1 shallower, +1 deeper, None when a
+    pair is not neighbour-like (cosine, error), rests on sink tokens, or the pairs disagree."""
+    if not metrics or any(m.sink_only or not (m.cosine >= MISS_MIN_COSINE and m.rel_err <= MISS_MAX_ERR)
+                          or not 1 / MISS_MAX_RATIO <= m.norm_ratio <= MISS_MAX_RATIO for m in metrics):
+        return None
+    if all(m.norm_ratio < 1 - MISS_NORM_MARGIN for m in metrics):
+        return -1
+    if all(m.norm_ratio > 1 + MISS_NORM_MARGIN for m in metrics):
+        return 1
+    return None
 
 
 def what_to_dump(b: int | None, measured: bool) -> str:

@@ -112,13 +112,18 @@ def test_prefill_that_skipped_the_first_token_aligns_by_value(tmp_path, train):
     assert {s.match.offset for s in r.slots} == {1}
 
 
-def test_concatenated_capture_off_by_one_is_a_mismatch_with_ids_left_open(tmp_path, train):
-    # only the three wrong layers were captured: nothing equals a training slot
+def test_concatenated_capture_off_by_one_is_a_mismatch_that_says_which_way(tmp_path, train):
+    # only the three wrong layers were captured: nothing equals a training slot, but every capture has
+    # higher norms on the same tokens at a neighbour's distance, and vLLM's reading of [2, 15, 27] names
+    # exactly the training layers: one layer deeper, the ids inferred (not observed)
     infer = B.sglang_dump(tmp_path / "infer", 1, [3, 16, 28])
     r = compare(train, infer, layer_ids=[2, 15, 27])
-    assert r.verdict == "mismatch"
-    assert r.recommended.ids == (None, None, None)
-    assert "No inference capture equals any training slot" in r.cause
+    assert r.verdict == "mismatch" and r.exit_code == 1
+    assert r.recommended.ids == (1, 14, 26)
+    assert [s.evidence for s in r.slots] == ["inferred"] * 3 and all(s.confidence < 0.5 for s in r.slots)
+    assert "about one layer deeper" in r.cause and "vLLM" in r.cause and "B2, B15 and B27" in r.cause
+    d = r.to_dict()["diagnosis"]
+    assert d["kind"] == "no-match" and d["offset"] == 1 and d["miss"]["direction"] == "deeper"
 
 
 def test_sink_token_only_is_ambiguous_not_a_guess(tmp_path, train):

@@ -19,9 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import conventions as conv
-from .. import decide, explain, overrides
+from .. import decide, diagnose, explain, overrides
 from ..configs import load_config
-from ..diagnose import diagnose
 from ..errors import AlignmentError, InputError
 from ..model import INFER, TRAIN, Dump, Report, Settings
 from ..readers import scan
@@ -197,11 +196,15 @@ def _compare(train: Dump, infer: Dump, opts: Options, family: str, train_path: s
                                 opts.engine, family, num_layers, opts.engine_version)
     warnings += resolution.warnings
     results = resolution.slots
+    found_miss = diagnose.miss(results, configured, scores.candidates, num_layers, family)
+    if found_miss is not None and configured is not None:
+        results = diagnose.with_miss(results, found_miss, configured, opts.engine, family, num_layers,
+                                     opts.engine_version)
     warnings += explain.norm_warnings(results)
     recommended, w_rec = decide.recommend(settings, decide.to_recommend(results))
     warnings += w_rec
     verdict = decide.verdict(results, configured, recommended)
-    diagnosis = diagnose(verdict, results, configured, recommended)
+    diagnosis = diagnose.diagnose(verdict, results, configured, recommended, found_miss)
     words = explain.explain(results, verdict, diagnosis, configured, claims, claim_src, resolution.label_offset,
                             recommended, num_layers, printed_evidence=any(c.is_partial for c in infer.captures))
     warnings += decide.count_warning(configured, k)

@@ -11,7 +11,7 @@ tens of GB can be opened and scanned cheaply.
 """
 
 from .capture import INFER, TRAIN, Capture, Dump, Layer, Observation, Origin, RowBuffer, files_held, held_files
-from .diagnosis import Diagnosis, Finding, Override
+from .diagnosis import Diagnosis, Finding, Miss, Override
 from .results import (
     Candidate,
     Configured,
@@ -37,6 +37,7 @@ from .settings import EngineVersion, Settings
 __all__ = [
     "Diagnosis",
     "Finding",
+    "Miss",
     "Override",
     "TRAIN",
     "INFER",

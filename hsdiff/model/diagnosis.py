@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from .results import _StrEnum
 
-__all__ = ["Finding", "Override", "Diagnosis"]
+__all__ = ["Finding", "Override", "Miss", "Diagnosis"]
 
 
 class Finding(_StrEnum):
@@ -42,6 +42,27 @@ class Override(_StrEnum):
 
 
 @dataclass(frozen=True)
+class Miss:
+    """Which way the configured captures miss their training slots when none equals one: every
+    capture's norm on the same tokens below (``direction`` -1: shallower) or above (+1: deeper) its
+    training slot's, at errors and cosines neighbouring layers show. ``layers``: 1 when reading the
+    configured ids by another engine's rule (``explained_by``, titles) captures exactly the training
+    layers one step away, else None (the distance is not known). Ranges are (lowest, highest)."""
+
+    direction: int
+    layers: int | None
+    explained_by: tuple[str, ...]
+    ratios: tuple[float, float]
+    errors: tuple[float, float]
+    cosines: tuple[float, float]
+
+    def to_dict(self) -> dict:
+        return {"direction": "shallower" if self.direction < 0 else "deeper", "layers": self.layers,
+                "explained_by": list(self.explained_by), "norm_ratios": [round(x, 4) for x in self.ratios],
+                "errors": [round(x, 4) for x in self.errors], "cosines": [round(x, 4) for x in self.cosines]}
+
+
+@dataclass(frozen=True)
 class Diagnosis:
     """One comparison's finding. ``slots``: the training slots it concerns (the ones that differ, or
     are open); ``missing``: training boundaries the engine never captures; ``run``: the dumper run the
@@ -53,6 +74,7 @@ class Diagnosis:
     missing: tuple[int, ...] = ()
     overrides: tuple[Override, ...] = ()
     run: str | None = None
+    miss: Miss | None = None  #: nothing matched: which way the captures miss (norms, errors, cosines)
 
     def to_dict(self) -> dict:
         return {
@@ -62,4 +84,5 @@ class Diagnosis:
             "missing_boundaries": list(self.missing),
             "overrides": list(self.overrides),
             "run": self.run,
+            "miss": None if self.miss is None else self.miss.to_dict(),
         }

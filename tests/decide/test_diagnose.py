@@ -86,4 +86,4 @@ def test_match_open_identified_no_match_and_unservable() -> None:
 def test_the_diagnosis_is_in_the_json_report() -> None:
     d = Diagnosis(Finding.SLOT_SHIFT, offset=1, slots=(0, 1, 2), missing=(59,), run="dump_1")
     assert d.to_dict() == {"kind": "slot-shift", "offset": 1, "slots": [0, 1, 2], "missing_boundaries": [59],
-                           "overrides": [], "run": "dump_1"}
+                           "overrides": [], "run": "dump_1", "miss": None}

@@ -110,9 +110,20 @@ def test_compare_reads_vllm_dumps_and_log(engine, train_dumps):
 
     nested = cli("compare", train_dumps["nested"], engine["nested"].dump, "--engine-log", engine["nested"].log,
                  "--model-config", cfg)
-    assert nested.exit_code == 1 and "MISMATCH" in nested.output  # B[1, 14, 26]: each slot one layer shallow,
-    assert "capture more layers" in nested.output  # which only a dump of the neighbouring layers can show
-    assert "measured by vllm" in nested.output
+    assert nested.exit_code == 1 and "MISMATCH" in nested.output  # B[1, 14, 26]: each slot one layer shallow
+    assert "about one layer shallower" in nested.output and "measured by vllm" in nested.output
+    doc = json.loads(cli("compare", train_dumps["nested"], engine["nested"].dump, "--engine-log", engine["nested"].log,
+                         "--model-config", cfg, "--json", "-").output)
+    # SGLang's ids on vLLM: the training layers, inferred from the way every capture misses (not observed)
+    assert doc["diagnosis"]["miss"]["direction"] == "shallower" and "SGLang" in doc["diagnosis"]["miss"]["explained_by"]
+    assert doc["recommended"]["eagle_aux_hidden_state_layer_ids"] == [2, 15, 27]
+    assert {s["evidence"] for s in doc["slots"]} == {"inferred"}
+    deeper = json.loads(cli("compare", train_dumps["deeper"], engine["deeper"].dump, "--engine-log",
+                            engine["deeper"].log, "--model-config", cfg, "--json", "-").output)
+    # [3, 16, 28] on vLLM: one layer deep, which no engine's reading of those ids explains: the direction
+    # is said, the distance (and so the ids) left open
+    assert deeper["diagnosis"]["miss"]["direction"] == "deeper" and deeper["verdict"] == "mismatch"
+    assert "sits deeper than its training slot" in deeper["cause"]
 
     clash = cli("compare", train_dumps["right"], engine["right"].dump, "--engine-log", engine["right"].log,
                 "--layer-ids", "1,14,26", "--model-config", cfg)
