@@ -90,14 +90,29 @@ def slot_errors(a: FileSummary, b: FileSummary, sa: int, sb: int, n: int) -> tup
 
 
 def same_slots(a: FileSummary, b: FileSummary, n: int) -> list[float] | None:
-    """Per-slot errors of a against b, slot for slot; None when a slot shares only sink tokens."""
-    errs = []
-    for s in range(a.slots or 0):
-        r = slot_errors(a, b, s, s, n)
-        if r is None:
-            return None
-        errs.append(r[0])
-    return errs
+    """Per-slot median relative errors of a against b, slot for slot, on the first n tokens (sink
+    tokens left out; one vectorised pass: it runs for every file); None when a slot shares only sinks."""
+    assert a.prefix_proj is not None and b.prefix_proj is not None and a.prefix_norms is not None
+    assert b.prefix_norms is not None
+    k = a.slots or 0
+    keep = _usable_all(a, n, k) & _usable_all(b, n, k)  # [n, k]
+    counts = keep.sum(axis=0)
+    if not counts.all():
+        return None
+    with np.errstate(all="ignore"):
+        rel = np.linalg.norm(a.prefix_proj[:n, :k] - b.prefix_proj[:n, :k], axis=2) / b.prefix_norms[:n, :k]
+    rel = np.where(keep, rel, np.inf)
+    rel.sort(axis=0)
+    cols = np.arange(k)
+    return ((rel[(counts - 1) // 2, cols] + rel[counts // 2, cols]) / 2).astype(float).tolist()  # the median of kept tokens
+
+
+def _usable_all(s: FileSummary, n: int, k: int) -> np.ndarray:
+    assert s.prefix_norms is not None
+    norms = s.prefix_norms[:n, :k]
+    med = np.asarray(s.median_norms[:k], dtype=np.float64)
+    cap = np.where(np.isfinite(med), SINK_FACTOR * med, np.inf)
+    return (norms > 0) & np.isfinite(norms) & (norms <= cap)
 
 
 def within(errs: Sequence[float], tol: Sequence[float]) -> bool:
