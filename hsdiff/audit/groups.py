@@ -6,7 +6,8 @@ iterable that can be iterated again (a checkpoint on disk, :class:`~.run.Checkpo
 once to count shapes, once over the first few thousand files to measure the run's rounding spread
 (:func:`~.prefix.calibrate`), and once to flag files and group them. What it keeps per file is its
 name, its per-slot median norms and a digest; summaries themselves are kept only as a bounded number
-of representatives per group and token prefix, and a bounded sample per group for the relations.
+of representatives per group and token prefix, and a bounded sample per group for the relations
+(:data:`MAX_REPRESENTATIVES`, :data:`MAX_SAMPLED` over all groups).
 
 Layer mapping is decided by value. Files whose token ids start alike carry, in a causal model, the
 same hidden states on that shared prefix for the same layer (:mod:`.prefix`). Files that agree within
@@ -34,8 +35,10 @@ _REPS_PER_KEY = 8
 #: Representatives kept over all groups (about 7 kB each); a file that starts a group beyond it is
 #: still grouped, but later files can only join it through groups that kept theirs.
 MAX_REPRESENTATIVES = 20_000
-#: Members of each group kept whole for the relations between groups.
+#: Members of each group kept whole for the relations between groups ...
 _SAMPLE = 64
+#: ... and over all groups (a set of files that share no prefix is a group per file).
+MAX_SAMPLED = 20_000
 _PAIRS = 8
 
 
@@ -158,24 +161,39 @@ def _duplicate(s: FileSummary, firsts: dict[bytes, tuple[str, str | None]]) -> P
 
 
 class _Cluster:
-    def __init__(self, first: int, s: FileSummary):
+    __slots__ = ("members", "norms", "reps", "sample", "compared")
+
+    def __init__(self, first: int, s: FileSummary, keep: bool):
         self.members = array("q", [first])  # positions in _Grouping.names
         self.norms = array("d", s.median_norms)  # per-slot median norms of every member, flattened
-        self.reps: dict[tuple, list[FileSummary]] = defaultdict(list)
-        self.sample: list[FileSummary] = [s]
+        self.reps: dict[tuple, list[FileSummary]] = {}
+        self.sample: list[FileSummary] = [s] if keep else []
         self.compared = False  # compared by value with a file outside it at least once
+
+    @classmethod
+    def union(cls, parts: Sequence[_Cluster], members: Iterable[int]) -> _Cluster:
+        """The members given, with the norms and samples of ``parts`` (for reporting only)."""
+        out = cls.__new__(cls)
+        out.members, out.norms, out.reps, out.sample, out.compared = array("q", members), array("d"), {}, [], False
+        for c in parts:
+            out.norms.extend(c.norms)
+            out.sample = (out.sample + c.sample)[:_SAMPLE]
+        return out
 
     def absorb(self, other: _Cluster) -> None:
         self.members.extend(other.members)
         self.norms.extend(other.norms)
         for k, v in other.reps.items():
-            self.reps[k] = (self.reps[k] + v)[:_REPS_PER_KEY]
+            self.reps[k] = (self.reps.get(k, []) + v)[:_REPS_PER_KEY]
         self.sample = (self.sample + other.sample)[:_SAMPLE]
         self.compared |= other.compared
 
     def profile(self, slots: int) -> np.ndarray:
         """[members, slots] median norms."""
         return np.array(self.norms, dtype=np.float64).reshape(-1, slots) if slots else np.zeros((len(self.members), 0))
+
+
+_HOLLOW = _Cluster.__new__(_Cluster)
 
 
 class _Grouping:
@@ -188,7 +206,8 @@ class _Grouping:
         self.clusters: list[_Cluster] = []
         self.parent: list[int] = []
         self.by_key: dict[tuple, set[int]] = defaultdict(set)  # clusters holding representatives under a key
-        self.held = 0
+        self.held = self.sampled = 0
+        self.sig: tuple[int, int, str] = (0, 0, "")  # slots, width, dtype: the same for every file grouped
 
     def find(self, c: int) -> int:
         while self.parent[c] != c:
@@ -221,19 +240,22 @@ class _Grouping:
                 for kk in list(self.clusters[c].reps):
                     self.by_key[kk].discard(c)
                     self.by_key[kk].add(root)
-                self.clusters[c] = _Cluster.__new__(_Cluster)  # its members now live in root
+                self.clusters[c] = _HOLLOW  # its members now live in root
             cl = self.clusters[root]
             cl.members.append(i)
             cl.norms.extend(f.median_norms)
-            if len(cl.sample) < _SAMPLE:
+            if len(cl.sample) < _SAMPLE and self.sampled < MAX_SAMPLED:
                 cl.sample.append(f)
+                self.sampled += 1
         else:
             root = len(self.clusters)
-            self.clusters.append(_Cluster(i, f))
+            self.clusters.append(_Cluster(i, f, keep=self.sampled < MAX_SAMPLED))
+            self.sampled += self.sampled < MAX_SAMPLED
             self.parent.append(root)
+            self.sig = (f.slots or 0, f.hidden_size or 0, f.dtype or "")
         cl = self.clusters[root]
-        if len(cl.reps[k]) < _REPS_PER_KEY and self.held < MAX_REPRESENTATIVES:
-            cl.reps[k].append(f)
+        if len(cl.reps.get(k, ())) < _REPS_PER_KEY and self.held < MAX_REPRESENTATIVES:
+            cl.reps.setdefault(k, []).append(f)
             self.held += 1
             self.by_key[k].add(root)
         for c in compared:
@@ -247,7 +269,7 @@ class _Grouping:
         roots = sorted({self.find(c) for c in range(len(self.clusters))},
                        key=lambda c: (-len(self.clusters[c].members), self.clusters[c].members[0]))  # [0]: its first file
         cl = self.clusters
-        slots = cl[roots[0]].sample[0].slots or 0
+        slots = self.sig[0]
         # groups told apart by value: compared with another group, or the largest when its files matched each other
         linked = [c for c in roots if cl[c].compared or (c == roots[0] and len(cl[c].members) > 1)]
         isolated = [c for c in roots if c not in linked]
@@ -269,11 +291,7 @@ class _Grouping:
                             f"group, so their layers were not checked: {', '.join(names[:5])}" + (" ..." if len(names) > 5 else ""))
         if not linked:  # no two files share a prefix: nothing was compared by value, nothing is flagged
             warnings.append("no two files share a token prefix: their layer mappings could not be compared by value")
-            everyone = _Cluster.__new__(_Cluster)
-            everyone.members, everyone.norms, everyone.sample = array("q", range(len(self.names))), array("d"), []
-            for c in roots:
-                everyone.norms.extend(cl[c].norms)
-                everyone.sample = (everyone.sample + cl[c].sample)[:_SAMPLE]
+            everyone = _Cluster.union([cl[c] for c in roots], range(len(self.names)))
             return [self._group("A", everyone, True, "none", "", _claimed(config), slots)], [], "A"
         ranked = sorted(linked, key=lambda c: (-len(cl[c].members), min(cl[c].members)))
         sizes = [len(cl[c].members) for c in ranked]
@@ -285,7 +303,8 @@ class _Grouping:
         for k, c in enumerate(ranked):
             name = _name(k)
             is_major = k == 0
-            relation = "" if is_major else _relation(cl[c].sample, major.sample, self.tol)
+            relation = "" if is_major else _relation(cl[c].sample, major.sample, self.tol) if cl[c].sample and major.sample \
+                else "other layers than the majority (no member kept for the relation: more groups than MAX_SAMPLED)"
             groups.append(self._group(name, cl[c], is_major, evidence[c], relation, _claimed(config) if is_major else "", slots))
             if not is_major:
                 for i in sorted(cl[c].members):
@@ -294,20 +313,15 @@ class _Grouping:
                         f"holds other layers than the majority group A ({len(major.members)} files); "
                         f"group {name} ({len(cl[c].members)} files): {relation}")))
         if unplaced:
-            rest = _Cluster.__new__(_Cluster)
-            rest.members, rest.norms, rest.sample = array("q", sorted(unplaced)), array("d"), []
-            for c in isolated:
-                rest.norms.extend(cl[c].norms)
-                rest.sample = (rest.sample + cl[c].sample)[:_SAMPLE]
+            rest = _Cluster.union([cl[c] for c in isolated], sorted(unplaced))
             groups.append(self._group("unplaced", rest, False, "none", "not compared: no token prefix shared with other "
                                       "files and a norm profile that fits no group", "", slots))
         return groups, problems, "A"
 
     def _group(self, name: str, c: _Cluster, major: bool, evidence: str, relation: str, claimed: str, slots: int) -> Group:
         members = sorted(c.members)
-        first = c.sample[0]
         profile = tuple(float(v) for v in np.nanmedian(c.profile(slots), axis=0)) if len(c.norms) else ()
-        return Group(name, len(members), major, first.slots or 0, first.hidden_size or 0, first.dtype or "", profile,
+        return Group(name, len(members), major, self.sig[0], self.sig[1], self.sig[2], profile,
                      evidence, self.names[members[0]], relation, claimed, tuple(self.names[i] for i in members))
 
 
