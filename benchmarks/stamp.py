@@ -18,7 +18,7 @@ def machine() -> dict:
     """Commit (of the work tree, with a + when it has changes), date, machine and the load before the run."""
     git = ["git", "-C", str(ROOT)]
     commit = subprocess.run(git + ["log", "-1", "--format=%h %cs"], capture_output=True, text=True, check=False).stdout.strip()
-    dirty = subprocess.run(git + ["status", "--porcelain", "--", "hsdiff", "benchmarks"], capture_output=True, text=True,
+    dirty = subprocess.run(git + ["status", "--porcelain", "--", "hsdiff", "benchmarks", ":!benchmarks/results"], capture_output=True, text=True,
                            check=False).stdout.strip()
     return {
         "commit": commit + (" (+ uncommitted changes)" if dirty else ""),
