@@ -99,10 +99,14 @@ lint: $(VENV)/.installed
 
 ## bench: micro benchmarks, then hsdiff vs a naive script vs the read floor on generated 0.2, 1 and 4 GB
 ##        pairs (HSDIFF_BENCH_SIZES=0.2,1 leaves out 4 GB; data cached in HSDIFF_BENCH_CACHE,
-##        default ~/.cache/hsdiff-bench); rewrites benchmarks/results/scale.json and the README table
+##        default ~/.cache/hsdiff-bench); rewrites benchmarks/results/scale.json and the README table;
+##        then hsdiff audit on 2,048 files (5.3 GB) in-process, on 1 and 2 local workers and through a
+##        running scheduler, each against cat (results/audit.json), and the audit's central pass on
+##        10^4..10^6 generated summaries (HSDIFF_BENCH_CENTRAL=1e4,1e5 leaves out 10^6; results/central.json)
 bench: $(VENV)/.installed
 	$(BIN)/python benchmarks/run.py
 	$(BIN)/python benchmarks/audit.py
+	$(BIN)/python benchmarks/central.py
 
 ## calibrate: right / wrong / null per confidence bin over 1000 scenarios from real states (N=..., SEED=...),
 ##            then the deep-target deployments at 61 and 126 layers (DEPTHS=...)

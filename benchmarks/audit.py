@@ -1,20 +1,30 @@
-"""Audit throughput: files/s and GB/s in this process (the baseline), on 1 and 2 local Dask worker
-processes, and through a local cluster (a ``dask scheduler`` and two ``dask worker`` processes
-started here, reached with ``--cluster``). Nothing is asserted; ratios are against the baseline
-measured in the same run. Local rows include starting the local cluster; its cost alone is printed
-last. The --cluster rows use workers that are already running, as on a real cluster.
+"""Audit throughput on a set large enough that starting a cluster is amortised, against ``cat``.
 
-Two sets, both SpecForge files of real SmolLM2 hidden states (``tests/audit/dataset.py``):
-``short``: 24-token samples (~0.2 MB per file: per-file overhead dominates); ``long``: the same
-real rows tiled to 1,920 tokens (~16 MB per file: reading and checking values dominates). Both sets
-reuse 18 distinct samples, so most files are reported as duplicates: the check column shows that
-every run found the same.
+The set: 2,048 SpecForge files (``HSDIFF_BENCH_AUDIT_FILES``) of 560 tokens each, 5.3 GB of real
+SmolLM2 rows in bf16 (``fixtures/smollm2/states``, the bf16 run): each file starts with a real
+24-token sample cut as the audit tests cut it (``tests/audit/dataset.py``: the shared chat template,
+then the user's words), then real rows of the three samples drawn at random token positions, each
+with its own token id, so no two files hold the same input_ids. Every 128th file is captured one
+layer shallower (B 1, 14, 26 against 2, 15, 27): the check column says whether each run found
+exactly those. Written once to ``HSDIFF_BENCH_CACHE``/audit (default ``~/.cache/hsdiff-bench``).
+
+Runs, each preceded by ``cat`` of the same files (page cache warm, as for the audit that follows):
+in this process (``--workers 0``), 1 and 2 local worker processes (a ``LocalCluster`` started by the
+audit), and ``--cluster`` to a ``dask scheduler`` with 2 ``dask worker`` processes started here
+beforehand. *Steady* rates count the files that arrived after the first result, over the time from
+the first result to the last: they leave out starting the cluster and the first batch, which a long
+audit pays once. Nothing is asserted; ``make bench`` rewrites ``benchmarks/results/audit.json`` and
+the README table between the ``bench:audit`` markers.
+
+    python benchmarks/audit.py [--files 2048] [--tokens 560] [--no-write]
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -27,21 +37,48 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks import stamp  # noqa: E402
 from hsdiff.audit import AuditOptions, audit  # noqa: E402
+from tests import builders as B  # noqa: E402
 from tests.audit import dataset as D  # noqa: E402
 
+RESULTS = ROOT / "benchmarks" / "results" / "audit.json"
+SHALLOW_EVERY = 128
 
-def build(root: Path, files: int, tile: int) -> int:
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("HSDIFF_BENCH_CACHE") or Path.home() / ".cache" / "hsdiff-bench") / "audit"
+
+
+def build(files: int, tokens: int) -> tuple[Path, list[str]]:
+    """The set (made once): its root and the names of the shallower files."""
+    root = cache_dir() / f"v1-{files}x{tokens}"
+    shallow = [f"{D.ROWS}/data_{k}.ckpt" for k in range(files) if k % SHALLOW_EVERY == SHALLOW_EVERY - 1]
+    done = root / ".complete"
+    if done.exists():
+        return root, shallow
     rows = root / D.ROWS
-    rows.mkdir(parents=True)
+    rows.mkdir(parents=True, exist_ok=True)
+    s = [B.states(i) for i in range(3)]
+    final = [D._final(i).bfloat16() for i in range(3)]
     pieces = [(i, n) for n in range(24, 18, -1) for i in range(3)]
+    g = torch.Generator().manual_seed(files * 7919 + tokens)
     for k in range(files):
         i, n = pieces[k % len(pieces)]
-        obj = D.sample(i, n, D.GOOD)
-        if tile > 1:
-            obj = {key: v.repeat(*([1] * (v.dim() - 2)), tile, 1) if v.dim() >= 2 else v.repeat(tile) for key, v in obj.items()}
-        torch.save(obj, rows / f"data_{k}.ckpt")
-    return sum(p.stat().st_size for p in rows.iterdir())
+        bs = D.SHALLOW if k % SHALLOW_EVERY == SHALLOW_EVERY - 1 else D.GOOD
+        src = torch.randint(0, 3, (tokens - n,), generator=g)
+        pos = torch.randint(1, 24, (tokens - n,), generator=g)  # any real row but a sink token
+        ids = torch.cat([s[i]["input_ids"][:n], torch.stack([s[a]["input_ids"][p] for a, p in zip(src.tolist(), pos.tolist())])])
+        aux = torch.cat([torch.cat([s[i]["bf16"][b][:n] for b in bs], -1),
+                         torch.stack([torch.cat([s[a]["bf16"][b][p] for b in bs]) for a, p in zip(src.tolist(), pos.tolist())])])
+        fin = torch.cat([final[i][:n], torch.stack([final[a][p] for a, p in zip(src.tolist(), pos.tolist())])])
+        mask = torch.zeros_like(ids)
+        mask[D.REPLY_START:] = 1
+        torch.save({"input_ids": ids, "loss_mask": mask, "aux_hidden_state": aux.unsqueeze(0).contiguous(),
+                    "hidden_state": fin.unsqueeze(0).contiguous()}, rows / f"data_{k}.ckpt")
+    D.draft_config(root)
+    done.write_text("")
+    return root, shallow
 
 
 def start_cluster(tmp: Path, workers: int) -> tuple[str, list[subprocess.Popen]]:
@@ -64,52 +101,113 @@ def start_cluster(tmp: Path, workers: int) -> tuple[str, list[subprocess.Popen]]
     return address, procs
 
 
-def startup(workers: int) -> float:
-    """Starting (and stopping) a LocalCluster whose workers import the per-file pass: paid once per audit."""
-    import logging
-
-    from dask.distributed import Client, LocalCluster
-
+def cat(paths: list[str]) -> float:
     t0 = time.perf_counter()
-    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
-                      scheduler_port=0, silence_logs=logging.ERROR) as cluster, Client(cluster) as c:
-        c.run(lambda: __import__("hsdiff.audit.fingerprint") and None)
+    subprocess.run(["cat", *paths], stdout=subprocess.DEVNULL, check=True)
     return time.perf_counter() - t0
 
 
-def timed(root: Path, tmp: Path, **kw: object) -> tuple[float, str]:
+def cpu(pids: list[int]) -> float:
+    """CPU seconds (user + system) this process, its finished children and the running ``pids`` have used."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)  # a LocalCluster's processes, once the audit closed it
+    total = own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+    return total + sum(_stat(pid)[1] for pid in _descendants(pids))
+
+
+def _stat(pid: int) -> tuple[int, float]:
+    """(parent pid, CPU seconds) of a running process."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return -1, 0.0
+    return int(fields[1]), (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _descendants(pids: list[int]) -> set[int]:
+    """``pids`` and every process below them (a ``dask worker`` runs its worker in a child of its nanny)."""
+    parent = {int(d): _stat(int(d))[0] for d in os.listdir("/proc") if d.isdigit()}
+    out = set(pids)
+    while True:
+        more = {p for p, pp in parent.items() if pp in out} - out
+        if not more:
+            return out
+        out |= more
+
+
+def timed(root: Path, tmp: Path, shallow: list[str], pids: list[int], **kw: object) -> dict:
+    marks: list[tuple[float, int]] = []
     t0 = time.perf_counter()
-    report = audit(root, AuditOptions(checkpoint=str(tmp / f"ck-{time.monotonic_ns()}.jsonl"), **kw))  # type: ignore[arg-type]
-    kinds = sorted({p.kind for p in report.problems})
-    return time.perf_counter() - t0, f"{len(report.problems)} {'/'.join(kinds) or 'problems'}"
+    c0 = cpu(pids)
+    report = audit(root, AuditOptions(checkpoint=str(tmp / f"ck-{time.monotonic_ns()}.jsonl"),  # type: ignore[arg-type]
+                                      progress=lambda what, done, total: marks.append((time.perf_counter(), done)), **kw))
+    wall = time.perf_counter() - t0
+    arrived = [(t - t0, d) for t, d in marks if d > 0]
+    (t_first, d_first), (t_last, d_last) = arrived[0], arrived[-1]
+    kinds = {p.kind for p in report.problems}
+    flagged = {p.file for p in report.problems}
+    return {"wall_s": round(wall, 2), "cpu_s": round(cpu(pids) - c0, 2),
+            "first_result_s": round(t_first, 2), "steady_files": d_last - d_first,
+            "steady_s": round(t_last - t_first, 3), "execution": report.execution,
+            "right": kinds <= {"layer_mapping_outlier"} and flagged == set(shallow),
+            "groups": [g.files for g in report.groups]}
+
+
+def table(r: dict) -> str:
+    m, size, files = r["machine"], r["bytes"], r["files"]
+    base = r["runs"][0]
+    lines = [stamp.line(m, r["load_after"]) + f" {files:,} SpecForge files of {r['tokens']} tokens, "
+             f"{size / 1e9:.2f} GB of real SmolLM2 rows in bf16 (`benchmarks/audit.py`). *cat*: `cat` of the same files "
+             "just before the run, page cache warm. *steady*: files after the first result over the time from the first "
+             "result to the last (no cluster start, no first batch). *CPU*: user + system time of this process, the local "
+             "cluster's processes and the running scheduler and workers, over the run: what the work costs whatever "
+             "else the machine runs.",
+             "",
+             "| run | wall | files/s | GB/s | cat of the same bytes | wall ÷ cat | first result after | steady files/s | "
+             "steady time per file ÷ in-process | CPU, all processes | CPU per file ÷ in-process | right answer |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for x in r["runs"]:
+        steady = x["steady_files"] / x["steady_s"] if x["steady_s"] > 0 else float("nan")
+        ratio = (base["steady_files"] / base["steady_s"]) / steady if x["steady_s"] > 0 else float("nan")
+        lines.append(f"| {x['label']} | {x['wall_s']:.1f} s | {files / x['wall_s']:.0f} | {size / 1e9 / x['wall_s']:.2f} | "
+                     f"{x['cat_s']:.2f} s ({size / 1e9 / x['cat_s']:.1f} GB/s) | {x['wall_s'] / x['cat_s']:.1f}× | "
+                     f"{x['first_result_s']:.1f} s | {steady:.0f} | {ratio:.2f}× | {x['cpu_s']:.1f} s | "
+                     f"{x['cpu_s'] / base['cpu_s']:.2f}× | {'yes' if x['right'] else 'no'} |")
+    return "\n".join(lines)
 
 
 def main() -> None:
-    print(f"{'set':<6} {'files':>5} {'GB':>6}  {'run':<34} {'s':>7} {'files/s':>8} {'GB/s':>7} {'vs baseline':>11}  check")
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--files", type=int, default=int(os.environ.get("HSDIFF_BENCH_AUDIT_FILES", 2048)))
+    ap.add_argument("--tokens", type=int, default=560)
+    ap.add_argument("--no-write", action="store_true")
+    a = ap.parse_args()
+    t0 = time.perf_counter()
+    root, shallow = build(a.files, a.tokens)
+    paths = sorted(str(p) for p in (root / D.ROWS).iterdir())
+    size = sum(os.path.getsize(p) for p in paths)
+    print(f"set ready in {time.perf_counter() - t0:.0f} s: {root} ({size / 1e9:.2f} GB)", file=sys.stderr, flush=True)
+    result: dict = {"machine": stamp.machine(), "files": len(paths), "tokens": a.tokens, "bytes": size, "runs": []}
     with tempfile.TemporaryDirectory() as t:
         tmp = Path(t)
         address, procs = start_cluster(tmp, 2)
         try:
-            for name, files, tile in (("short", 240, 1), ("long", 40, 80)):
-                root = tmp / name
-                size = build(root, files, tile)
-                runs = [("in this process (baseline)", {"workers": 0}),
-                        ("1 local worker process", {"workers": 1}),
-                        ("2 local worker processes", {"workers": 2}),
-                        ("--cluster: scheduler + 2 workers", {"cluster": address})]
-                base = None
-                for label, kw in runs:
-                    s, check = timed(root, tmp, **kw)
-                    base = base or s
-                    print(f"{name:<6} {files:>5} {size / 1e9:>6.3f}  {label:<34} {s:>7.2f} {files / s:>8.1f} "
-                          f"{size / 1e9 / s:>7.3f} {base / s:>10.2f}x  {check}")
-            for w in (1, 2):
-                print(f"local cluster start + stop, {w} worker(s), workers importing hsdiff: {startup(w):.2f} s "
-                      "(included in the local rows above)")
+            cat(paths)  # warm the page cache once
+            for label, kw in (("in this process (`--workers 0`)", {"workers": 0}),
+                              ("1 local worker process", {"workers": 1}),
+                              ("2 local worker processes", {"workers": 2}),
+                              ("`--cluster`: scheduler + 2 running workers", {"cluster": address})):
+                floor = cat(paths)
+                x = timed(root, tmp, shallow, [p.pid for p in procs] if "cluster" in kw else [], **kw) | \
+                    {"label": label, "cat_s": round(floor, 3)}
+                result["runs"].append(x)
+                print(json.dumps(x), file=sys.stderr, flush=True)
         finally:
             for p in reversed(procs):
                 os.killpg(p.pid, signal.SIGTERM)
                 p.wait(timeout=60)
+    stamp.publish(result, table, RESULTS, "audit", write=not a.no_write)
 
 
 if __name__ == "__main__":

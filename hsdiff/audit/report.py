@@ -77,6 +77,8 @@ class AuditReport:
     files_resumed: int = 0
     checkpoint: str | None = None
     execution: dict = field(default_factory=dict)
+    tolerance: tuple[float, ...] = ()
+    tolerance_source: str = ""
 
     SCHEMA_VERSION = 1
 
@@ -96,6 +98,7 @@ class AuditReport:
             "groups": [g.to_dict() for g in self.groups],
             "problems": [p.to_dict() for p in self.problems],
             "warnings": list(self.warnings),
+            "tolerance": {"per_slot": [round(t, 4) for t in self.tolerance], "source": self.tolerance_source},
             "files_resumed": self.files_resumed,
             "checkpoint": self.checkpoint,
             "execution": self.execution,
@@ -132,6 +135,9 @@ def render_text(report: AuditReport, worst: int = 10) -> str:
         if g.majority and g.claimed:
             status += f" ({g.claimed})"
         lines.append(f"{g.id:<6} {g.files:>6}  {f'{g.slots} x {g.hidden_size}':<15} {g.dtype:<9} {norms:<24} {status}")
+    if report.tolerance:
+        tol = " / ".join(f"{t:.1%}" for t in report.tolerance)
+        lines += ["", f"grouping tolerance per slot: {tol} ({report.tolerance_source})"]
     counts = {k: sum(p.kind == k for p in report.problems) for k in KINDS}
     lines += ["", "problems: " + (", ".join(f"{k} {n}" for k, n in counts.items() if n) or "none")]
     if report.problems:

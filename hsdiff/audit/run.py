@@ -14,13 +14,14 @@ import logging
 import math
 import os
 import random
+from array import array
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import InputError
 from .fingerprint import FileSummary, Job, list_files, summarise_batch
-from .groups import TOLERANCE, analyse
+from .groups import analyse
 from .report import AuditReport
 
 log = logging.getLogger("hsdiff.audit")
@@ -36,6 +37,8 @@ class AuditOptions:
     Dask). ``cluster``: a scheduler address (``tcp://host:8786``) instead of local processes.
     ``sample``: audit a random subset of that many files (``seed`` fixes it). ``checkpoint``: the
     JSON-lines file of finished files (default: :func:`default_checkpoint`); ``resume`` reuses it.
+    ``tolerance``: the grouping tolerance for every slot; ``None`` measures one per slot from the set's
+    own rounding spread (:func:`~.prefix.calibrate`).
     """
 
     workers: int | None = None
@@ -45,7 +48,7 @@ class AuditOptions:
     resume: bool = False
     checkpoint: str | None = None
     hidden_size: int | None = None
-    tolerance: float = TOLERANCE
+    tolerance: float | None = None
     batch_size: int | None = None
     progress: Callable[[str, int, int], None] | None = None
 
@@ -67,35 +70,31 @@ def audit(dataset: str | os.PathLike, options: AuditOptions | None = None, **kwa
     chosen = _sample(listed, opts.sample, opts.seed)
     checkpoint = Path(opts.checkpoint) if opts.checkpoint else default_checkpoint(url)
     check_outside(url, checkpoint)
-    done = _load_checkpoint(checkpoint, url) if opts.resume else {}
     sizes = _sizes(url, chosen)
-    reuse = {name: done[name] for name, _ in ((n, u) for u, n in chosen) if name in done and done[name].size == sizes.get(name)}
+    done = _checkpointed(checkpoint, url) if opts.resume else {}
+    reuse = {n for _, n in chosen if n in done and done[n] == sizes.get(n)}
     hint = _config_hidden_size(config)
     todo = [Job(u, n, opts.hidden_size, hint) for u, n in chosen if n not in reuse]
     log.info("audit: %d files, %d from the checkpoint", len(chosen), len(reuse))
-    fresh = list(reuse.values())
-    _write_header(checkpoint, url, keep=list(reuse.values()))
-    total = len(chosen)
+    order = {n: i for i, (_, n) in enumerate(chosen)}
+    store = CheckpointStore(checkpoint, url, order)
+    store.start(keep=reuse)
+    total, finished = len(chosen), len(reuse)
     if opts.progress:
-        opts.progress("audit", len(fresh), total)
+        opts.progress("audit", finished, total)
     execution = {"mode": "in-process" if opts.workers == 0 else ("cluster" if opts.cluster else "local"),
                  "files_read": len(todo)}
-    with open(checkpoint, "a", encoding="utf-8") as ck:
-        for batch in _execute(todo, opts, execution):
-            for s in batch:
-                ck.write(json.dumps(s.to_record()) + "\n")
-            ck.flush()
-            fresh.extend(batch)
-            if opts.progress:
-                opts.progress("audit", len(fresh), total)
-    order = {n: i for i, (_, n) in enumerate(chosen)}
-    summaries = sorted(fresh, key=lambda s: order[s.file])
-    groups, problems, majority, warnings = analyse(summaries, tolerance=opts.tolerance, config=config)
+    for batch in _execute(todo, opts, execution):
+        store.append(batch)
+        finished += len(batch)
+        if opts.progress:
+            opts.progress("audit", finished, total)
+    found = analyse(store, tolerance=opts.tolerance, config=config)
     return AuditReport(
-        dataset=str(dataset), files_listed=len(listed), files_scanned=len(summaries),
-        bytes_read=sum(s.size for s in summaries), groups=tuple(groups), problems=tuple(problems), majority=majority,
-        warnings=tuple(warnings), sample=opts.sample, files_resumed=len(reuse), checkpoint=str(checkpoint),
-        execution=execution,
+        dataset=str(dataset), files_listed=len(listed), files_scanned=total, bytes_read=store.bytes,
+        groups=tuple(found.groups), problems=tuple(found.problems), majority=found.majority,
+        warnings=tuple(found.warnings), sample=opts.sample, files_resumed=len(reuse), checkpoint=str(checkpoint),
+        execution=execution, tolerance=found.tolerance, tolerance_source=found.tolerance_source,
     )
 
 
@@ -174,38 +173,81 @@ def check_outside(dataset: str | os.PathLike, path: str | os.PathLike, what: str
                      hint="hsdiff never writes into a dump directory: write it elsewhere")
 
 
-def _load_checkpoint(path: Path, url: str) -> dict[str, FileSummary]:
+def _checkpointed(path: Path, url: str) -> dict[str, int]:
+    """Name -> size of every file a checkpoint of ``url`` holds (arrays are not decoded)."""
     if not path.exists():
         return {}
-    out: dict[str, FileSummary] = {}
+    out: dict[str, int] = {}
     with open(path, encoding="utf-8") as f:
-        head = f.readline()
-        try:
-            meta = json.loads(head)
-        except ValueError:
-            meta = {}
-        if meta.get("magic") != _CHECKPOINT_MAGIC:
-            raise InputError("not an hsdiff audit checkpoint", path=path, hint="remove it or audit without --resume")
-        if meta.get("dataset") != url:
-            raise InputError(f"this checkpoint belongs to another dataset ({meta.get('dataset')})", path=path,
-                             hint="audit without --resume to start anew")
+        _check_header(f.readline(), path, url)
         for line in f:
             try:
-                s = FileSummary.from_record(json.loads(line))
+                d = json.loads(line)
+                FileSummary.from_record(d)
             except (ValueError, TypeError, KeyError):
                 continue  # the last line of an interrupted write
-            out[s.file] = s
+            out[d["file"]] = d["size"]
     return out
 
 
-def _write_header(path: Path, url: str, keep: list[FileSummary]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(json.dumps({"magic": _CHECKPOINT_MAGIC, "version": 1, "dataset": url}) + "\n")
-        for s in keep:
-            f.write(json.dumps(s.to_record()) + "\n")
-    os.replace(tmp, path)
+def _check_header(head: str, path: Path, url: str) -> None:
+    try:
+        meta = json.loads(head)
+    except ValueError:
+        meta = {}
+    if not isinstance(meta, dict) or meta.get("magic") != _CHECKPOINT_MAGIC:
+        raise InputError("not an hsdiff audit checkpoint", path=path, hint="remove it or audit without --resume")
+    if meta.get("dataset") != url:
+        raise InputError(f"this checkpoint belongs to another dataset ({meta.get('dataset')})", path=path,
+                         hint="audit without --resume to start anew")
+
+
+class CheckpointStore:
+    """The checkpoint of one audit: summaries appended as batches finish, read back in file order.
+
+    Iterating it yields the summaries in the order of ``order`` (name -> position), one line at a time:
+    the central pass never holds them all. Each file's line offset is kept (8 bytes a file).
+    """
+
+    def __init__(self, path: Path, url: str, order: dict[str, int]):
+        self.path, self.url, self.order = path, url, order
+        self.offsets = array("q", [-1]) * len(order)
+        self.bytes = 0
+
+    def start(self, keep: set[str]) -> None:
+        """Write a new checkpoint holding the lines of the old one for the files in ``keep``."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        with open(tmp, "wb") as out:
+            out.write(json.dumps({"magic": _CHECKPOINT_MAGIC, "version": 1, "dataset": self.url}).encode() + b"\n")
+            if keep:
+                with open(self.path, "rb") as old:
+                    old.readline()
+                    for line in old:
+                        try:
+                            d = json.loads(line)
+                        except ValueError:
+                            continue
+                        name = d.get("file") if isinstance(d, dict) else None
+                        if name in keep and self.offsets[self.order[name]] < 0:
+                            self.offsets[self.order[name]] = out.tell()
+                            self.bytes += d["size"]
+                            out.write(line if line.endswith(b"\n") else line + b"\n")
+        os.replace(tmp, self.path)
+
+    def append(self, batch: list[FileSummary]) -> None:
+        with open(self.path, "ab") as ck:
+            for s in batch:
+                self.offsets[self.order[s.file]] = ck.tell()
+                self.bytes += s.size
+                ck.write(json.dumps(s.to_record()).encode() + b"\n")
+
+    def __iter__(self) -> Iterator[FileSummary]:
+        with open(self.path, "rb") as f:
+            for pos in self.offsets:
+                if pos >= 0:
+                    f.seek(pos)
+                    yield FileSummary.from_record(json.loads(f.readline()))
 
 
 # -- execution ---------------------------------------------------------------------------------

@@ -136,6 +136,12 @@ class TensorUnpickler(pickle._Unpickler):
         self._globals.update({f"torch.{k}": _StorageType(v) for k, v in STORAGES.items()})
         self._globals.update({f"torch.{k}": _Dtype(v) for k, v in DTYPES.items()})
 
+    def release(self) -> None:
+        """Drop what refers back to this unpickler, so that the file's mapping goes with the last array viewing it."""
+        self._globals.clear()
+        self._storages.clear()
+        self.memo.clear()  # type: ignore[attr-defined]  # set by pickle._Unpickler.__init__
+
     def find_class(self, module: str, name: str) -> Any:
         # protocol-2 pickles spell some modules and names the Python 2 way (__builtin__, commands)
         module, name = NAME_MAPPING.get((module, name), (IMPORT_MAPPING.get(module, module), name))
@@ -271,7 +277,11 @@ def load_archive(path: Path) -> Any:
                 )
             return _Storage(key, dtype, whole[start: start + info.file_size])
 
-        return TensorUnpickler(io.BytesIO(data), path, storage).load()
+        unpickler = TensorUnpickler(io.BytesIO(data), path, storage)
+        try:
+            return unpickler.load()
+        finally:  # its table of bound methods is a reference cycle that would keep the mapping until a gc run
+            unpickler.release()
 
 
 def _data_offset(path: Path, info: zipfile.ZipInfo, f: IO[bytes]) -> int:
