@@ -46,6 +46,8 @@ WHY = {
     "eagle": "files hold 'hidden_state' with 'input_ids' and 'loss_mask' (EAGLE-1/2 ge_data)",
     "sglang_dumper": "file names carry the dumper's tags step=…___rank=…___name=…",
     "vllm": "safetensors with 'hidden_states' [T, k, H] and 'token_ids' (vLLM connector)",
+    "speculators": "the vLLM connector's 'hidden_states' [T, k, H] and 'token_ids', named hs_{idx}.safetensors "
+                   "or beside a vllm_command.txt (speculators data_generation_offline.py)",
     "hf": "a stack of L+1 hidden states in Hugging Face output_hidden_states order",
     "tensors": "per-layer tensors, the layer taken from the key or file name",
     "debuglog": "text with printed tensor values (a server or debug log)",
@@ -98,7 +100,7 @@ def inspect(path: str | os.PathLike, *, fmt: str | None = None, sample_rows: int
     hidden, layers = _shape_from_configs(dump)
     caps = [_capture_info(c, hidden, sample_rows) for c in dump.captures]
     files = _files(dump, base)
-    formats = [{"format": f, "captures": n, "why": WHY.get(f, "")}
+    formats = [{"format": f, "captures": n, "why": _why(f, dump)}
                for f, n in Counter(c.origin.format for c in dump.captures).most_common()]
     ranks = _ranks(dump.captures, sample_rows)
     runs = _runs(dump.captures)
@@ -108,6 +110,13 @@ def inspect(path: str | os.PathLike, *, fmt: str | None = None, sample_rows: int
 
 
 # ----------------------------------------------------------------------------- pieces
+def _why(fmt: str, dump: Dump) -> str:
+    """Why files were read as ``fmt``, and which variants of it they are (as their reader told them)."""
+    variants = list(dict.fromkeys(c.variant for c in dump.captures if c.origin.format == fmt and c.variant))
+    more = f" (+{len(variants) - 3} more)" if len(variants) > 3 else ""
+    return WHY.get(fmt, "") + "".join(f"; {v}" for v in variants[:3]) + more
+
+
 def _config_info(path: str, cfg: dict) -> dict:
     ids = _draft_ids(cfg)
     return {"path": path, "draft": ids is not None, "eagle_aux_hidden_state_layer_ids": ids,
@@ -309,18 +318,24 @@ def _blist(bs: list[int]) -> str:
     return ", ".join(parts)
 
 
+#: Formats of concatenated training files, and how the summary names them.
+_TITLES = {"specforge": "SpecForge", "modelopt": "ModelOpt", "speculators": "speculators"}
+
+
 def _format_sentence(fmt: str, caps: list[dict], dump: Dump, ranks: dict, runs: dict,
                      hidden: int | None, layers: int | None) -> str:
     samples = len({c["group"] for c in caps})
     tokens = sorted({c["tokens"] for c in caps if c["tokens"]})
     tok = "" if not tokens else f", {tokens[0]}" + (f"–{tokens[-1]}" if len(tokens) > 1 else "") + " tokens"
-    if fmt in ("specforge", "modelopt"):
-        title = "SpecForge" if fmt == "specforge" else "ModelOpt"
+    if fmt in _TITLES:
         k = next((c["concatenated_slots"] for c in caps if c["concatenated_slots"]), None)
-        text = f"{title}: {_n(samples, 'sample')}{tok}"
+        text = f"{_TITLES[fmt]}: {_n(samples, 'sample')}{tok}"
         if k is None:
             return text + f"; aux width {caps[0]['shape'][-1] if caps and caps[0]['shape'] else '?'} (hidden size unknown: slots not counted)"
         text += f"; {k} slots × {hidden}"
+        claimed = next((c.slot_layers for c in dump.captures if c.origin.format == fmt and c.slot_layers), None)
+        if claimed:
+            return text + f", labelled B{[x.boundary if x else None for x in claimed]} by the dump's provenance"
         for path, cfg in dump.configs:
             ids = _draft_ids(cfg)
             if ids is not None and len(ids) == k:

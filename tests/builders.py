@@ -162,6 +162,33 @@ def vllm_file(root: Path, sample: int, boundaries: Sequence[int]) -> Path:
     return root
 
 
+def speculators_dir(root: Path, samples: Sequence[int], ids: Sequence[int], *, provenance: bool = True,
+                    vllm_version: str = "0.33.0") -> Path:
+    """speculators offline data as ``scripts/data_generation_offline.py`` leaves it: the vLLM connector's
+    file moved to ``hs_{i}.safetensors`` (``hidden_states`` [T, k, H] at ``sorted(set(ids))``, vLLM B-indices,
+    ``token_ids``), and, with ``provenance``, the ``vllm_command.txt`` that ``launch_vllm.py`` writes."""
+    import json
+    import shlex
+
+    root.mkdir(parents=True, exist_ok=True)
+    layers = sorted(set(ids))
+    for i in samples:
+        s = states(i)
+        hs = torch.stack([s["fp32"][b] for b in layers], dim=1).contiguous()
+        save_file({"hidden_states": hs, "token_ids": s["input_ids"].clone()}, str(root / f"hs_{i}.safetensors"))
+    if provenance:
+        spec = {"method": "extract_hidden_states", "num_speculative_tokens": 1,
+                "draft_model_config": {"hf_config": {"eagle_aux_hidden_state_layer_ids": list(ids)}}}
+        kv = {"kv_connector": "ExampleHiddenStatesConnector", "kv_role": "kv_producer",
+              "kv_connector_extra_config": {"shared_storage_path": "/tmp/hidden_states"}}
+        cmd = ["python", "-m", "vllm.entrypoints.cli.main", "serve", "HuggingFaceTB/SmolLM2-135M-Instruct",
+               "--speculative_config", json.dumps(spec), "--kv_transfer_config", json.dumps(kv), "--port", "8000"]
+        head = ["# Timestamp: 2026-08-18T12:00:00+00:00", "# Python: python", "# Git SHA: unknown",
+                f"# vllm: {vllm_version}"]
+        (root / "vllm_command.txt").write_text("\n".join(head) + "\n" + shlex.join(cmd) + "\n")
+    return root
+
+
 def modelopt_file(root: Path, sample: int, boundaries: Sequence[int]) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     s = states(sample)

@@ -29,7 +29,7 @@ import numpy as np
 from ..arrays import as_f32, lower_median
 from ..errors import FormatError, HsdiffError, InputError
 from ..model import Capture, Dump, pct
-from . import sglang_dumper
+from . import sglang_dumper, speculators
 from ._common import ReadContext
 from ._container import (
     claimed_format,
@@ -157,7 +157,8 @@ def scan(
         raise InputError(f"unknown format {fmt!r} for {format_option}", hint=f"choose one of: {', '.join(FORMATS)}")
     ctx = ReadContext(side=side, index=index, root=root if root.is_dir() else root.parent, log_pattern=log_pattern)
     if root.is_dir():
-        files = [p for p in _walk(root) if p.suffix.lower() not in _SKIP_SUFFIXES or p.name == "config.json"]
+        files = [p for p in _walk(root) if (p.suffix.lower() not in _SKIP_SUFFIXES or p.name == "config.json")
+                 and p.name not in speculators.PROVENANCE_FILES]
         explicit = False
     else:
         files = [root]
