@@ -42,7 +42,8 @@ _SINK_FACTOR = 8.0  # as the aligner: a token whose norm is over 8x the median i
 #: Why each format was detected: the rule its reader applies (hsdiff/readers/<format>.py).
 WHY = {
     "specforge": "files hold 'aux_hidden_state' [1, T, k·H] (SpecForge offline data_*.ckpt)",
-    "modelopt": "files hold 'aux_hidden_states' [T, k·H] (ModelOpt {conversation_id}.pt)",
+    "modelopt": "files hold 'aux_hidden_states' [T, k·H] (or TensorRT-LLM's 'hidden_state_features') beside the "
+                "final 'hidden_states' (ModelOpt {conversation_id}.pt)",
     "eagle": "files hold 'hidden_state' with 'input_ids' and 'loss_mask' (EAGLE-1/2 ge_data)",
     "sglang_dumper": "file names carry the dumper's tags step=…___rank=…___name=…",
     "vllm": "safetensors with 'hidden_states' [T, k, H] and 'token_ids' (vLLM connector)",

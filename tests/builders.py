@@ -200,6 +200,40 @@ def modelopt_file(root: Path, sample: int, boundaries: Sequence[int]) -> Path:
     return root
 
 
+def modelopt_vllm_file(root: Path, sample: int, boundaries: Sequence[int], *, prenorm_flag: bool | None = None) -> Path:
+    """ModelOpt's ``compute_hidden_states_vllm.py`` output: vLLM extracts the aux boundaries and B = L (the
+    last layer's output before the final norm), the last saved as ``hidden_states``; ``prenorm_flag``
+    adds the ``hidden_states_prenorm`` key its trainer reads."""
+    root.mkdir(parents=True, exist_ok=True)
+    s = states(sample)
+    obj: dict = {"input_ids": s["input_ids"].clone(), "hidden_states": s["fp32"][L].clone(),
+                 "aux_hidden_states": concat(sample, boundaries).clone(),
+                 "loss_mask": torch.ones_like(s["input_ids"]), "conversation_id": f"conv-{sample}"}
+    if prenorm_flag is not None:
+        obj["hidden_states_prenorm"] = prenorm_flag
+    torch.save(obj, root / f"conv-{sample}.pt")
+    return root
+
+
+def modelopt_trtllm_file(root: Path, *, minus_one: bool, old_key: bool = False) -> Path:
+    """ModelOpt's ``compute_hidden_states_trtllm.py`` output for the real dump ``example-0``: TensorRT-LLM's
+    SaveHiddenStates record (``hidden_state`` = the post-norm -1 capture; aux = the capture buffer, its
+    last H columns that same state when -1 was asked for) with ``id`` replaced by ``conversation_id``
+    and ``hidden_state`` renamed ``hidden_states``; ``old_key``: TensorRT-LLM's older
+    ``hidden_state_features``."""
+    real = torch.load(REAL / "modelopt" / "example-0.pt", weights_only=True)
+    final = real["hidden_states"]
+    aux = torch.cat([real["aux_hidden_states"], final], dim=-1) if minus_one else real["aux_hidden_states"]
+    record = {"id": 1, "input_ids": real["input_ids"], "hidden_state": final,
+              "hidden_state_features" if old_key else "aux_hidden_states": aux.clone()}
+    record.pop("id")
+    record["conversation_id"] = "example-0"
+    record["hidden_states"] = record.pop("hidden_state")
+    root.mkdir(parents=True, exist_ok=True)
+    torch.save(record, root / "example-0.pt")
+    return root
+
+
 def draft_config(path: Path, ids: Sequence[int], *, nested: bool = True, top: Sequence[int] | None = None,
                  target_hidden: int = H, fc_in: int | None = None) -> Path:
     import json
