@@ -49,6 +49,8 @@ WHY = {
     "vllm": "safetensors with 'hidden_states' [T, k, H] and 'token_ids' (vLLM connector)",
     "speculators": "the vLLM connector's 'hidden_states' [T, k, H] and 'token_ids', named hs_{idx}.safetensors "
                    "or beside a vllm_command.txt (speculators data_generation_offline.py)",
+    "trtllm": "a list of records with 'id', 'input_ids', 'hidden_state' and 'aux_hidden_states' (or "
+              "'hidden_state_features') (TensorRT-LLM SaveHiddenStates {prefix}_{iter}.pt)",
     "hf": "a stack of L+1 hidden states in Hugging Face output_hidden_states order",
     "tensors": "per-layer tensors, the layer taken from the key or file name",
     "debuglog": "text with printed tensor values (a server or debug log)",
@@ -320,7 +322,8 @@ def _blist(bs: list[int]) -> str:
 
 
 #: Formats of concatenated training files, and how the summary names them.
-_TITLES = {"specforge": "SpecForge", "modelopt": "ModelOpt", "speculators": "speculators"}
+_TITLES = {"specforge": "SpecForge", "modelopt": "ModelOpt", "speculators": "speculators",
+           "trtllm": "TensorRT-LLM SaveHiddenStates"}
 
 
 def _format_sentence(fmt: str, caps: list[dict], dump: Dump, ranks: dict, runs: dict,

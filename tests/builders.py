@@ -234,6 +234,24 @@ def modelopt_trtllm_file(root: Path, *, minus_one: bool, old_key: bool = False) 
     return root
 
 
+def trtllm_file(root: Path, *, minus_one: bool = False, old_key: bool = False, prefix: str = "data") -> Path:
+    """TensorRT-LLM ``SaveHiddenStates`` output for the two real ModelOpt dumps (``example-0``, ``example-1``:
+    real SmolLM2 states, the final one after the final norm, the aux ones O 1, 14, 26) as requests 1
+    and 2 with ``write_interval=2``: ``{prefix}_2.pt``, a list of ``{"id", "input_ids", "hidden_state",
+    "aux_hidden_states"}``; ``minus_one``: -1 was listed, so the aux buffer keeps the final state as its
+    last H columns; ``old_key``: the older ``hidden_state_features``."""
+    records = []
+    for it, name in enumerate(("example-0", "example-1"), start=1):
+        real = torch.load(REAL / "modelopt" / f"{name}.pt", weights_only=True)
+        final = real["hidden_states"]
+        aux = torch.cat([real["aux_hidden_states"], final], dim=-1) if minus_one else real["aux_hidden_states"]
+        records.append({"id": it, "input_ids": real["input_ids"], "hidden_state": final.clone(),
+                        "hidden_state_features" if old_key else "aux_hidden_states": aux.clone()})
+    root.mkdir(parents=True, exist_ok=True)
+    torch.save(records, root / f"{prefix}_2.pt")
+    return root
+
+
 def draft_config(path: Path, ids: Sequence[int], *, nested: bool = True, top: Sequence[int] | None = None,
                  target_hidden: int = H, fc_in: int | None = None) -> Path:
     import json

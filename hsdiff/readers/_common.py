@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ..conventions import BOUNDARY, OUTPUT
 from ..model import Capture, Layer, Origin
 from ._container import Entry, Table
@@ -151,3 +153,23 @@ def sample_name(path: Path) -> str:
 def float_entries(table: Table) -> list[Entry]:
     return [e for e in table.entries.values() if e.is_float and len(e.shape) >= 1 and e.shape[-1] > 1]
 
+
+
+#: Rows of a tensor looked at to tell what it holds (a duplicated column block, attention sinks).
+PROBE_ROWS = 64
+
+
+def first_rows(entry: Entry, n: int = PROBE_ROWS) -> np.ndarray:
+    """The first ``n`` rows of ``entry`` seen as ``[-1, width]``, in the stored dtype (a copy)."""
+    if entry.rows is not None:
+        return np.array(entry.rows(0, n, raw=True))
+    a = entry.loader()
+    return np.array(a.reshape(-1, a.shape[-1])[:n])
+
+
+def final_in_last_columns(aux: Entry, final: Entry) -> bool:
+    """Whether the last columns of a concatenated ``aux`` are the ``final`` state, bit for bit (TensorRT-LLM
+    keeps its layer -1 capture there when it was asked for), judged on the first :data:`PROBE_ROWS` rows."""
+    h = final.shape[-1]
+    last = first_rows(final)
+    return aux.shape[-1] > h and np.array_equal(first_rows(aux)[:, -h:], last)

@@ -25,7 +25,7 @@ present; ``hidden_state_features`` (TensorRT-LLM); an aux tensor whose last H co
 state (TensorRT-LLM with -1: those columns are left out of the slots); else the final state's
 per-token norms: a final RMSNorm scales every token to about the same norm (SmolLM2: 0.84–1.25×
 the median), while the residual stream before it keeps its attention sinks (over 8× the median), so
-a token over :data:`PRENORM_SINK` times the median among the first :data:`SINK_ROWS` makes the file a
+a token over :data:`PRENORM_SINK` times the median among the first rows (``PROBE_ROWS``) makes the file a
 vLLM dump, pre-norm. A model without attention sinks reads as post-norm, as ModelOpt's own trainer
 reads a file without the flag.
 """
@@ -40,7 +40,7 @@ import numpy as np
 from ..arrays import as_f32, lower_median
 from ..errors import FormatError
 from ..model import Capture
-from ._common import ReadContext, make_capture, sample_name, token_ids_of
+from ._common import ReadContext, final_in_last_columns, first_rows, make_capture, sample_name, token_ids_of
 from ._container import Entry, Table
 
 KEY = "modelopt"
@@ -49,8 +49,6 @@ PRIORITY = 20
 
 #: A token whose norm is over this many times the median of the final state's shows it pre-norm.
 PRENORM_SINK = 3.0
-#: Rows of the final state whose norms are looked at (attention sinks sit at the start of a sequence).
-SINK_ROWS = 64
 _AUX_KEYS = ("aux_hidden_states", "hidden_state_features")
 
 
@@ -91,12 +89,10 @@ def _variant(table: Table, key: str, aux: Entry, final: Entry | None) -> tuple[b
     if final is None or len(final.shape) < 2:
         return False, "no final state", width
     h = final.shape[-1]
-    rows = min(SINK_ROWS, _tokens(final))
-    last = _rows(final, rows)
-    if width > h and np.array_equal(_rows(aux, rows)[:, width - h:], last):
+    if final_in_last_columns(aux, final):
         return (False, "TensorRT-LLM dump with layer -1 asked for: the aux tensor's last H columns are the final state "
                        "(after the final norm) and are not a slot", width - h)
-    norms = np.linalg.norm(as_f32(last), axis=-1)
+    norms = np.linalg.norm(as_f32(first_rows(final)), axis=-1)
     finite = norms[np.isfinite(norms)]
     med = lower_median(finite) if finite.size else 0.0
     if med > 0 and float(finite.max()) > PRENORM_SINK * med:
@@ -114,11 +110,3 @@ def _flag(table: Table) -> bool | None:
 
 def _tokens(entry: Entry) -> int:
     return math.prod(entry.shape[:-1])
-
-
-def _rows(entry: Entry, n: int) -> np.ndarray:
-    """The first ``n`` rows in the stored dtype (a copy: the row reader's buffer is reused)."""
-    if entry.rows is not None:
-        return np.array(entry.rows(0, n, raw=True))
-    a = entry.loader()
-    return np.array(a.reshape(-1, a.shape[-1])[:n])

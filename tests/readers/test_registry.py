@@ -59,10 +59,10 @@ def test_formats_are_listed_and_detected_in_their_documented_orders():
     from hsdiff.readers import FORMATS
     from hsdiff.readers.registry import DETECTION
 
-    assert FORMATS == ("specforge", "modelopt", "eagle", "sglang_dumper", "vllm", "hf", "speculators", "tensors",
-                       "debuglog")
-    assert [m.KEY for m in DETECTION] == ["sglang_dumper", "specforge", "modelopt", "speculators", "vllm", "eagle",
-                                          "hf", "tensors"]
+    assert FORMATS == ("specforge", "modelopt", "eagle", "sglang_dumper", "vllm", "hf", "speculators", "trtllm",
+                       "tensors", "debuglog")
+    assert [m.KEY for m in DETECTION] == ["sglang_dumper", "specforge", "trtllm", "modelopt", "speculators", "vllm",
+                                          "eagle", "hf", "tensors"]
 
 
 def test_the_inspect_schema_and_the_readme_name_every_format():
