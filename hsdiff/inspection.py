@@ -51,6 +51,8 @@ WHY = {
                    "or beside a vllm_command.txt (speculators data_generation_offline.py)",
     "trtllm": "a list of records with 'id', 'input_ids', 'hidden_state' and 'aux_hidden_states' (or "
               "'hidden_state_features') (TensorRT-LLM SaveHiddenStates {prefix}_{iter}.pt)",
+    "specforge_dflash": "files hold 'hidden_states' [1, T, k·H] with 'input_ids' and 'loss_mask' (SpecForge "
+                        "DFlash/Domino/DSpark data_*.ckpt)",
     "hf": "a stack of L+1 hidden states in Hugging Face output_hidden_states order",
     "tensors": "per-layer tensors, the layer taken from the key or file name",
     "debuglog": "text with printed tensor values (a server or debug log)",
@@ -323,7 +325,7 @@ def _blist(bs: list[int]) -> str:
 
 #: Formats of concatenated training files, and how the summary names them.
 _TITLES = {"specforge": "SpecForge", "modelopt": "ModelOpt", "speculators": "speculators",
-           "trtllm": "TensorRT-LLM SaveHiddenStates"}
+           "trtllm": "TensorRT-LLM SaveHiddenStates", "specforge_dflash": "SpecForge DFlash family"}
 
 
 def _format_sentence(fmt: str, caps: list[dict], dump: Dump, ranks: dict, runs: dict,

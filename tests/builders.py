@@ -96,17 +96,49 @@ def specforge(root: Path, samples: Sequence[int], boundaries: Sequence[int], *, 
             "aux_hidden_state": concat(i, boundaries, depth=depth).unsqueeze(0).clone(),
             "hidden_state": s["fp32"][depth].unsqueeze(0).clone(),
         }
-        path = d / f"data_{i}.ckpt"
-        if gz:
-            import gzip
-            import io
+        _save_record(obj, d / f"data_{i}.ckpt", gz)
+    return root
 
-            buf = io.BytesIO()
-            torch.save(obj, buf)
-            with gzip.open(str(path) + ".gz", "wb") as f:
-                f.write(buf.getvalue())
-        else:
-            torch.save(obj, path)
+
+def _save_record(obj: dict, path: Path, gz: bool) -> None:
+    """SpecForge's ``_save_tensor_sync``: ``torch.save`` to ``path``, or gzipped to ``path.gz``."""
+    if gz:
+        import gzip
+        import io
+
+        buf = io.BytesIO()
+        torch.save(obj, buf)
+        with gzip.open(str(path) + ".gz", "wb") as f:
+            f.write(buf.getvalue())
+    else:
+        torch.save(obj, path)
+
+
+def specforge_dflash(root: Path, samples: Sequence[int], boundaries: Sequence[int], *, gz: bool = False) -> Path:
+    """SpecForge's DFlash/Domino record (``prepare_hidden_states.py --strategy dflash``):
+    ``rows_0-2000/data_{i}.ckpt`` with ``input_ids``, ``loss_mask`` and ``hidden_states`` [1, T, k*H]."""
+    d = root / "rows_0-2000"
+    d.mkdir(parents=True, exist_ok=True)
+    for i in samples:
+        s = states(i)
+        obj = {"input_ids": s["input_ids"].clone(), "loss_mask": torch.ones_like(s["input_ids"]),
+               "hidden_states": concat(i, boundaries).unsqueeze(0).clone()}
+        _save_record(obj, d / f"data_{i}.ckpt", gz)
+    return root
+
+
+def specforge_dspark(root: Path) -> Path:
+    """SpecForge's DSpark records for the two real ModelOpt dumps (real SmolLM2 states: aux B 2, 15, 27
+    and the final state after the final norm): ``hidden_states`` [1, T, 3H] and
+    ``target_last_hidden_states`` [1, T, H] beside ``input_ids`` and ``loss_mask``."""
+    d = root / "rows_0-2000"
+    d.mkdir(parents=True, exist_ok=True)
+    for i, name in enumerate(("example-0", "example-1")):
+        real = torch.load(REAL / "modelopt" / f"{name}.pt", weights_only=True)
+        obj = {"input_ids": real["input_ids"], "loss_mask": torch.ones_like(real["input_ids"]),
+               "hidden_states": real["aux_hidden_states"].unsqueeze(0).clone(),
+               "target_last_hidden_states": real["hidden_states"].unsqueeze(0).clone()}
+        _save_record(obj, d / f"data_{i}.ckpt", False)
     return root
 
 

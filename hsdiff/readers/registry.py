@@ -12,14 +12,26 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from . import debuglog, eagle, hf, modelopt, sglang_dumper, specforge, speculators, tensors, trtllm, vllm
+from . import (
+    debuglog,
+    eagle,
+    hf,
+    modelopt,
+    sglang_dumper,
+    specforge,
+    specforge_dflash,
+    speculators,
+    tensors,
+    trtllm,
+    vllm,
+)
 from ._container import Table
 
 __all__ = ["BY_KEY", "DETECTION", "FORMATS", "LOG_SUFFIXES", "READERS", "TEXT_READER", "accepts"]
 
 #: Every reader, in the order formats are listed to users (``--format`` choices, error hints).
 READERS: tuple[ModuleType, ...] = (
-    specforge, modelopt, eagle, sglang_dumper, vllm, hf, speculators, trtllm, tensors, debuglog,
+    specforge, modelopt, eagle, sglang_dumper, vllm, hf, speculators, trtllm, specforge_dflash, tensors, debuglog,
 )
 FORMATS: tuple[str, ...] = tuple(m.KEY for m in READERS)
 BY_KEY = {m.KEY: m for m in READERS}
