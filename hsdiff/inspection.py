@@ -53,6 +53,8 @@ WHY = {
               "'hidden_state_features') (TensorRT-LLM SaveHiddenStates {prefix}_{iter}.pt)",
     "specforge_dflash": "files hold 'hidden_states' [1, T, k·H] with 'input_ids' and 'loss_mask' (SpecForge "
                         "DFlash/Domino/DSpark data_*.ckpt)",
+    "sglang_hook": "torch files holding 'model.forward_batch_info.input_ids' beside module outputs (SGLang "
+                   "--debug-tensor-dump-output-folder Pass*.pt)",
     "hf": "a stack of L+1 hidden states in Hugging Face output_hidden_states order",
     "tensors": "per-layer tensors, the layer taken from the key or file name",
     "debuglog": "text with printed tensor values (a server or debug log)",
@@ -366,6 +368,10 @@ def _format_sentence(fmt: str, caps: list[dict], dump: Dump, ranks: dict, runs: 
         bs = sorted({c["boundary_index"] for c in caps if c["boundary_index"] is not None})
         text += "; names " + ", ".join(names) + (f"; layer tags {_blist(bs)}" if bs else "; no layer tags")
         return text + tok
+    if fmt == "sglang_hook":
+        bs = sorted({c["boundary_index"] for c in caps if c["boundary_index"] is not None})
+        passes = f"{samples} forward pass" + ("" if samples == 1 else "es")
+        return f"SGLang forward-hook dump: {passes}, residual stream at {_blist(bs)}{tok}"
     if fmt == "tensors":
         bs = sorted({c["boundary_index"] for c in caps if c["boundary_index"] is not None})
         return f"per-layer tensors: {len(caps)}" + (f", labelled {_blist(bs)}" if bs else ", unlabelled") + tok

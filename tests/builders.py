@@ -185,6 +185,44 @@ def sglang_dump(
     return root
 
 
+def sglang_hook_dump(root: Path, sample: int, *, ranks: int = 1, layers: Sequence[int] | None = None,
+                     passes: int = 1) -> Path:
+    """SGLang's forward-hook dump (``--debug-tensor-dump-output-folder``) of one prefill of ``sample`` (bf16):
+    ``TP{r}_PP0_Rank{r}_pid{pid}/Pass{N:05d}.pt`` holding ``{module name: output}`` as
+    ``tensor_dump_forward_hook.py`` saves it: ``model.embed_tokens`` (B0), every
+    ``model.layers.{i}.input_layernorm`` (layer 0: the normed tensor; then ``[normed, B{i}]``),
+    ``model.norm`` (``[normed, B30]``) and the batch's ``input_ids``/``seq_lens``/``positions``; a
+    later pass also holds the previous pass's ``model`` output and ``logits_processor`` logits. The
+    normed tensors use a unit norm weight (the states hold no weights; nothing reads them).
+    ``layers``: ``--debug-tensor-dump-layers``."""
+    s = states(sample)
+    hs, ids = s["bf16"], s["input_ids"]
+
+    def normed(x: torch.Tensor) -> torch.Tensor:
+        x32 = x.float()
+        return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + 1e-5)).to(x.dtype)
+
+    keep = range(L) if layers is None else layers
+    for r in range(ranks):
+        d = root / f"TP{r}_PP0_Rank{r}_pid{4242 + r}"
+        d.mkdir(parents=True, exist_ok=True)
+        for n in range(passes):
+            record: dict = {}
+            if n:
+                record["model"] = normed(hs[L]).clone()
+                record["logits_processor"] = torch.zeros(1, 8)
+            record["model.embed_tokens"] = hs[0].clone()
+            for i in keep:
+                record[f"model.layers.{i}.input_layernorm"] = (normed(hs[0]).clone() if i == 0
+                                                               else [normed(hs[i]).clone(), hs[i].clone()])
+            record["model.norm"] = [normed(hs[L]).clone(), hs[L].clone()]
+            record["model.forward_batch_info.input_ids"] = ids.clone()
+            record["model.forward_batch_info.seq_lens"] = torch.tensor([len(ids)])
+            record["model.forward_batch_info.positions"] = torch.arange(len(ids))
+            torch.save(record, d / f"Pass{n:05d}.pt")
+    return root
+
+
 def vllm_file(root: Path, sample: int, boundaries: Sequence[int]) -> Path:
     """vLLM extract_hidden_states connector file: hidden_states [T, k, H], token_ids [T]."""
     root.mkdir(parents=True, exist_ok=True)

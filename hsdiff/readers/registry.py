@@ -18,6 +18,7 @@ from . import (
     hf,
     modelopt,
     sglang_dumper,
+    sglang_hook,
     specforge,
     specforge_dflash,
     speculators,
@@ -31,7 +32,8 @@ __all__ = ["BY_KEY", "DETECTION", "FORMATS", "LOG_SUFFIXES", "READERS", "TEXT_RE
 
 #: Every reader, in the order formats are listed to users (``--format`` choices, error hints).
 READERS: tuple[ModuleType, ...] = (
-    specforge, modelopt, eagle, sglang_dumper, vllm, hf, speculators, trtllm, specforge_dflash, tensors, debuglog,
+    specforge, modelopt, eagle, sglang_dumper, vllm, hf, speculators, trtllm, specforge_dflash, sglang_hook,
+    tensors, debuglog,
 )
 FORMATS: tuple[str, ...] = tuple(m.KEY for m in READERS)
 BY_KEY = {m.KEY: m for m in READERS}
