@@ -55,6 +55,8 @@ WHY = {
                         "DFlash/Domino/DSpark data_*.ckpt)",
     "sglang_hook": "torch files holding 'model.forward_batch_info.input_ids' beside module outputs (SGLang "
                    "--debug-tensor-dump-output-folder Pass*.pt)",
+    "trtllm_debug": "file names {n}.{Class}-…-{input|output}.{name}.pt under rank{R}/ (TensorRT-LLM debug_mode "
+                    "dump): decoder-layer output pairs summed",
     "hf": "a stack of L+1 hidden states in Hugging Face output_hidden_states order",
     "tensors": "per-layer tensors, the layer taken from the key or file name",
     "debuglog": "text with printed tensor values (a server or debug log)",
@@ -368,10 +370,11 @@ def _format_sentence(fmt: str, caps: list[dict], dump: Dump, ranks: dict, runs: 
         bs = sorted({c["boundary_index"] for c in caps if c["boundary_index"] is not None})
         text += "; names " + ", ".join(names) + (f"; layer tags {_blist(bs)}" if bs else "; no layer tags")
         return text + tok
-    if fmt == "sglang_hook":
+    if fmt in ("sglang_hook", "trtllm_debug"):
         bs = sorted({c["boundary_index"] for c in caps if c["boundary_index"] is not None})
         passes = f"{samples} forward pass" + ("" if samples == 1 else "es")
-        return f"SGLang forward-hook dump: {passes}, residual stream at {_blist(bs)}{tok}"
+        title = "SGLang forward-hook dump" if fmt == "sglang_hook" else "TensorRT-LLM debug_mode dump"
+        return f"{title}: {passes}, residual stream at {_blist(bs)}{tok}"
     if fmt == "tensors":
         bs = sorted({c["boundary_index"] for c in caps if c["boundary_index"] is not None})
         return f"per-layer tensors: {len(caps)}" + (f", labelled {_blist(bs)}" if bs else ", unlabelled") + tok

@@ -223,6 +223,34 @@ def sglang_hook_dump(root: Path, sample: int, *, ranks: int = 1, layers: Sequenc
     return root
 
 
+def trtllm_debug_dump(root: Path, sample: int, *, ranks: int = 1) -> Path:
+    """TensorRT-LLM's ``debug_mode`` dump of one forward pass of ``sample`` (bf16) through a Llama, as
+    ``_torch/debug/debug_hook.py`` names it: ``rank{r}/1.LlamaModel-{n}.{Class}-…-{input|output}.{name}.pt``,
+    one ``torch.save(tensor)`` per file. The embedding (call 1) dumps its ids and B0; decoder layer i
+    (call i + 2, keywords only) its output pair, named after its forward's first arguments
+    (``position_ids``: the MLP's output, ``hidden_states``: the residual); each layer's input norm and
+    the final norm (call 32) dump theirs too. The states hold boundaries only, so the pair's split is
+    made here (residual B{i}, MLP output B{i+1} - B{i}): its sum, the layer's output, is the real one."""
+    s = states(sample)
+    hs, ids = s["bf16"], s["input_ids"]
+    for r in range(ranks):
+        d = root / f"rank{r}"
+        d.mkdir(parents=True, exist_ok=True)
+
+        def save(name: str, t: torch.Tensor, d: Path = d) -> None:
+            torch.save(t.clone(), d / f"1.LlamaModel-{name}.pt")
+
+        save("1.Embedding-input.input", ids)
+        save("1.Embedding-output.input", hs[0])
+        for i in range(L):
+            layer = f"{i + 2}.LlamaDecoderLayer"
+            save(f"{layer}-1.RMSNorm-input.hidden_states", hs[i])
+            save(f"{layer}-output.position_ids", (hs[i + 1].float() - hs[i].float()).to(hs.dtype))
+            save(f"{layer}-output.hidden_states", hs[i])
+        save(f"{L + 2}.RMSNorm-output.residual", hs[L])
+    return root
+
+
 def vllm_file(root: Path, sample: int, boundaries: Sequence[int]) -> Path:
     """vLLM extract_hidden_states connector file: hidden_states [T, k, H], token_ids [T]."""
     root.mkdir(parents=True, exist_ok=True)

@@ -190,7 +190,7 @@ def scan(
             if explicit or p.suffix.lower() not in LOG_SUFFIXES or fmt not in (None, "debuglog"):
                 raise
             found = []
-        if not found:
+        if not found and p not in ctx.consumed:
             skipped.append(ctx.rel(p))
         captures.extend(found)
     if skipped:

@@ -24,6 +24,11 @@ class ReadContext:
     warnings: list[str] = field(default_factory=list)
     log_pattern: str | None = None  # --log-pattern: a regex with a named group "values" for debug logs
     rank_conflicts: list[str] = field(default_factory=list)  # tensor-parallel ranks that disagree, in words
+    #: files a reader recognised as part of its format that hold no capture of their own (a pair's second
+    #: half, a module's other outputs): not reported as skipped
+    consumed: set[Path] = field(default_factory=set)
+    #: what readers keep while one scan lasts (a directory's listing), by a key of their own
+    memo: dict[Any, Any] = field(default_factory=dict)
 
     def rel(self, path: Path) -> str:
         if self.root is not None:
@@ -173,3 +178,11 @@ def final_in_last_columns(aux: Entry, final: Entry) -> bool:
     h = final.shape[-1]
     last = first_rows(final)
     return aux.shape[-1] > h and np.array_equal(first_rows(aux)[:, -h:], last)
+
+
+def rank_and_run(path: Path, rank_dir: re.Pattern[str], ctx: ReadContext) -> tuple[int | None, str]:
+    """For a file in a per-rank directory (``rank_dir`` matches its name, group 1 the rank): the rank and
+    a name for the run above it, the same for every rank (so their replicas collapse)."""
+    m = rank_dir.match(path.parent.name)
+    run = path.parent.parent if m else path.parent
+    return (int(m.group(1)) if m else None), (ctx.rel(run) if run != ctx.root else run.name)

@@ -24,6 +24,7 @@ from . import (
     speculators,
     tensors,
     trtllm,
+    trtllm_debug,
     vllm,
 )
 from ._container import Table
@@ -33,7 +34,7 @@ __all__ = ["BY_KEY", "DETECTION", "FORMATS", "LOG_SUFFIXES", "READERS", "TEXT_RE
 #: Every reader, in the order formats are listed to users (``--format`` choices, error hints).
 READERS: tuple[ModuleType, ...] = (
     specforge, modelopt, eagle, sglang_dumper, vllm, hf, speculators, trtllm, specforge_dflash, sglang_hook,
-    tensors, debuglog,
+    trtllm_debug, tensors, debuglog,
 )
 FORMATS: tuple[str, ...] = tuple(m.KEY for m in READERS)
 BY_KEY = {m.KEY: m for m in READERS}

@@ -29,7 +29,7 @@ import re
 
 from ..errors import FormatError
 from ..model import Capture, Layer
-from ._common import ReadContext, make_capture
+from ._common import ReadContext, make_capture, rank_and_run
 from ._container import Table
 
 KEY = "sglang_hook"
@@ -47,10 +47,8 @@ def sniff(table: Table) -> bool:
 def read(table: Table, ctx: ReadContext) -> list[Capture]:
     ids_entry = table.entries[IDS_KEY]
     ids = tuple(int(v) for v in ids_entry.loader().reshape(-1).tolist())
-    rank_dir = _RANK_RE.match(table.path.parent.name)
-    rank = int(rank_dir.group(1)) if rank_dir else None
-    run = table.path.parent.parent if rank_dir else table.path.parent
-    group = f"{ctx.rel(run) if run != ctx.root else run.name}:{table.path.stem}"
+    rank, run = rank_and_run(table.path, _RANK_RE, ctx)
+    group = f"{run}:{table.path.stem}"
     picked: list[tuple[str, Layer | None, bool]] = []
     layers = {int(m.group(2)): k for k in table.entries if (m := _LAYER_RE.match(k))}
     prefix = next((m.group(1) for k in layers.values() if (m := _LAYER_RE.match(k)) and m.group(1)), "model")

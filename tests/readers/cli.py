@@ -23,3 +23,14 @@ def all_layers(root: Path) -> Path:
     from .. import builders as B
 
     return B.sglang_dump(root, 1, list(range(30)), concat_slots=False, tag_layers=True)
+
+
+def inspected(path: Path, fmt: str, *why: str) -> str:
+    """``hsdiff.inspect(path)``: assert it names the one format ``fmt`` with the words ``why`` in its reason;
+    return its first summary sentence."""
+    import hsdiff
+
+    info = hsdiff.inspect(path)
+    (found,) = info.formats
+    assert found["format"] == fmt and all(w in found["why"] for w in why), found
+    return info.summary[0]

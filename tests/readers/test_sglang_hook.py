@@ -9,7 +9,7 @@ import hsdiff
 from hsdiff.readers import scan
 
 from .. import builders as B
-from .cli import refusal
+from .cli import inspected, refusal
 
 
 def test_the_residual_halves_are_the_boundaries_and_the_layers_are_identified(tmp_path):
@@ -36,9 +36,8 @@ def test_ranks_collapse_and_the_previous_pass_s_output_is_left_out(tmp_path):
     assert not any(c.origin.key in ("model", "logits_processor") for c in caps)
     # a subset of layers: model.norm's residual is B = L, but L is not in the dump, so it is not labelled
     assert sorted({c.boundary for c in caps if c.layer is not None}) == [0, 1, 2, 14, 15]
-    info = hsdiff.inspect(infer)
-    assert info.formats[0]["format"] == "sglang_hook" and "--debug-tensor-dump-output-folder" in info.formats[0]["why"]
-    assert info.summary[0] == "SGLang forward-hook dump: 2 forward passes, residual stream at B0..B2, B14..B15, 24 tokens"
+    assert inspected(infer, "sglang_hook", "--debug-tensor-dump-output-folder") == (
+        "SGLang forward-hook dump: 2 forward passes, residual stream at B0..B2, B14..B15, 24 tokens")
 
 
 def test_a_pass_without_a_residual_stream_is_one_line_naming_the_file(tmp_path):
