@@ -251,12 +251,19 @@ def trtllm_debug_dump(root: Path, sample: int, *, ranks: int = 1) -> Path:
     return root
 
 
-def vllm_file(root: Path, sample: int, boundaries: Sequence[int]) -> Path:
-    """vLLM extract_hidden_states connector file: hidden_states [T, k, H], token_ids [T]."""
+def vllm_file(root: Path, sample: int, boundaries: Sequence[int], *, prompt: int | None = None,
+              include_output_tokens: bool = False, lock: bool = False) -> Path:
+    """vLLM extract_hidden_states connector file: hidden_states [T, k, H], token_ids [T]. ``prompt``: the
+    first tokens are the prompt, the rest were generated; the file then covers the prompt, or with
+    ``include_output_tokens`` every token but the last. ``lock``: the empty ``.lock`` beside it."""
     root.mkdir(parents=True, exist_ok=True)
     s = states(sample)
-    hs = torch.stack([s["bf16"][b] for b in boundaries], dim=1).contiguous()
-    save_file({"hidden_states": hs, "token_ids": s["input_ids"].clone()}, str(root / f"req-{sample}.safetensors"))
+    t = len(s["input_ids"]) - 1 if include_output_tokens else (prompt or len(s["input_ids"]))
+    hs = torch.stack([s["bf16"][b][:t] for b in boundaries], dim=1).contiguous()
+    path = root / f"req-{sample}.safetensors"
+    save_file({"hidden_states": hs, "token_ids": s["input_ids"][:t].clone()}, str(path))
+    if lock:
+        (root / f"{path.name}.lock").write_bytes(b"")
     return root
 
 
