@@ -357,6 +357,43 @@ def trtllm_file(root: Path, *, minus_one: bool = False, old_key: bool = False, p
     return root
 
 
+def deepspec_cache(root: Path, *, max_shard_bytes: int = 1 << 20, version: int = 2) -> Path:
+    """DeepSpec's target cache (version 2) for the two real ModelOpt dumps (real SmolLM2 states: outputs of
+    layers 1, 14, 26 and the final state after the norm), as ``prepare_target_cache.py`` finalises it:
+    ``shard-{id:05d}.bin`` (each sample's input_ids int32, attention_mask and loss_mask uint8, target
+    hidden states and last hidden state bfloat16, back to back; a new shard past ``max_shard_bytes``),
+    ``samples.idx`` (56-byte ``<QIIQQQQQ`` records) and ``manifest.json``."""
+    import json
+    import struct
+
+    root.mkdir(parents=True, exist_ok=True)
+    records, shards, shard, size = [], [], None, 0
+    for sid, name in enumerate(("example-0", "example-1")):
+        real = torch.load(REAL / "modelopt" / f"{name}.pt", weights_only=True)
+        t = len(real["input_ids"])
+        parts = [real["input_ids"].to(torch.int32).numpy().tobytes(), bytes([1]) * t, bytes([1]) * t,
+                 real["aux_hidden_states"].to(torch.bfloat16).view(torch.uint16).numpy().tobytes(),
+                 real["hidden_states"].to(torch.bfloat16).view(torch.uint16).numpy().tobytes()]
+        if shard is None or size + sum(map(len, parts)) > max_shard_bytes:
+            shards.append({"shard_id": len(shards), "file_name": f"shard-{len(shards):05d}.bin"})
+            shard, size = root / shards[-1]["file_name"], 0
+            shard.write_bytes(b"")
+        offsets = []
+        with open(shard, "ab") as f:
+            for part in parts:
+                offsets.append(size)
+                f.write(part)
+                size += len(part)
+        records.append(struct.pack("<QIIQQQQQ", sid, len(shards) - 1, t, *offsets))
+    (root / "samples.idx").write_bytes(b"".join(records))
+    manifest = {"version": version, "num_samples": len(records), "num_shards": len(shards),
+                "target_layer_ids": [1, 14, 26], "hidden_dtype": "bfloat16", "token_dtype": "int32",
+                "mask_dtype": "uint8", "index_record_size": 56, "hidden_size": H, "shards": shards,
+                "target_model_name_or_path": "HuggingFaceTB/SmolLM2-135M-Instruct"}
+    (root / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True))
+    return root
+
+
 def draft_config(path: Path, ids: Sequence[int], *, nested: bool = True, top: Sequence[int] | None = None,
                  target_hidden: int = H, fc_in: int | None = None) -> Path:
     import json

@@ -23,6 +23,7 @@ import logging
 import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from types import ModuleType
 
 import numpy as np
 
@@ -39,7 +40,7 @@ from ._container import (
     read_safetensors_header,
     sniff_container,
 )
-from .registry import BY_KEY, DETECTION, FORMATS, LOG_SUFFIXES, TEXT_READER, accepts
+from .registry import BY_KEY, DATASETS, DETECTION, FORMATS, LOG_SUFFIXES, TEXT_READER, accepts
 
 __all__ = ["FORMATS", "ReadContext", "scan", "read_file", "read_safetensors_header", "replica_groups", "replica_difference"]
 
@@ -57,6 +58,9 @@ def read_file(path: Path, ctx: ReadContext, fmt: str | None = None) -> list[Capt
     >>> read_file(Path("fixtures/seed/train/rows_0-2000/data_0.ckpt"), ReadContext("train"))[0].origin.format  # doctest: +SKIP
     'specforge'
     """
+    dataset = _dataset(path, fmt)
+    if dataset is not None:
+        return list(dataset.read(path, ctx))
     try:
         container = sniff_container(path)
     except PermissionError:
@@ -94,6 +98,15 @@ def read_file(path: Path, ctx: ReadContext, fmt: str | None = None) -> list[Capt
         return []
     finally:
         cleanup(table)
+
+
+def _dataset(path: Path, fmt: str | None) -> ModuleType | None:
+    """The dataset reader whose entry point ``path`` is (with ``fmt``, that format's only), or None."""
+    found = next((r for r in DATASETS if (fmt is None or fmt == r.KEY) and path.is_file() and r.claims(path)), None)
+    if found is None and fmt is not None and BY_KEY.get(fmt) in DATASETS:
+        raise FormatError(f"not the entry point of a {fmt} dataset", path=path,
+                          hint=f"point hsdiff at the {fmt} dataset's directory or its index file")
+    return found
 
 
 def _walk(root: Path) -> Iterable[Path]:
@@ -169,6 +182,8 @@ def scan(
     for i, p in enumerate(files):
         if progress is not None:
             progress(i, len(files), p)
+        if p in ctx.consumed:  # read with a file before it (a dataset's shards, a pair's second half)
+            continue
         if p.suffix.lower() == ".json":
             configs.append((str(p), _read_json(p)))
             continue
@@ -178,7 +193,8 @@ def scan(
         if not explicit and fmt is None:
             try:
                 container = sniff_container(p)
-                if container in ("text", "binary") and claimed_format(p) is None and p.suffix.lower() not in LOG_SUFFIXES:
+                if (container in ("text", "binary") and claimed_format(p) is None and p.suffix.lower() not in LOG_SUFFIXES
+                        and _dataset(p, None) is None):
                     skipped.append(ctx.rel(p))
                     continue
             except OSError as e:

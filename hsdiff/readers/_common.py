@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ import numpy as np
 from ..conventions import BOUNDARY, OUTPUT
 from ..model import Capture, Layer, Origin
 from ._container import Entry, Table
+from ._container.filerows import file_rows
 
 
 @dataclass
@@ -186,3 +188,18 @@ def rank_and_run(path: Path, rank_dir: re.Pattern[str], ctx: ReadContext) -> tup
     m = rank_dir.match(path.parent.name)
     run = path.parent.parent if m else path.parent
     return (int(m.group(1)) if m else None), (ctx.rel(run) if run != ctx.root else run.name)
+
+
+class LazyRows:
+    """Rows of the array ``array()`` returns (a memory map, or a view of one), read with ``pread`` by
+    :func:`~hsdiff.readers._container.filerows.file_rows`, set up at the first read."""
+
+    def __init__(self, array: Callable[[], np.ndarray]) -> None:
+        self.array = array
+        self.read: Callable[..., np.ndarray] | None = None
+
+    def __call__(self, i0: int, i1: int, c0: int = 0, c1: int | None = None, out: Any = None,
+                 raw: bool = False) -> np.ndarray:
+        if self.read is None:
+            self.read = file_rows(self.array())
+        return self.read(i0, i1, c0, c1, out, raw)

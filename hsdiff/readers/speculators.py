@@ -35,9 +35,8 @@ from typing import Any
 
 from ..errors import FormatError
 from ..model import Capture, Layer
-from ._common import ReadContext, make_capture, sample_name, token_ids_of
+from ._common import LazyRows, ReadContext, make_capture, sample_name, token_ids_of
 from ._container import Table
-from ._container.filerows import file_rows
 
 KEY = "speculators"
 READS = "table"
@@ -133,23 +132,16 @@ def read(table: Table, ctx: ReadContext) -> list[Capture]:
     flat = _Flat(entry.loader, t, k * h)
     return [make_capture(
         table, entry, ctx, fmt=KEY, group=sample_name(table.path), token_ids=ids, concat=True,
-        key=f"hidden_states[:, :{k - 1}]", loader=flat.array, shape=(t, (k - 1) * h), rows=flat.rows,
+        key=f"hidden_states[:, :{k - 1}]", loader=flat.array, shape=(t, (k - 1) * h), rows=LazyRows(flat.array),
         final_width=h, final=lambda: entry.loader()[:, -1, :],
     ).replace(col_stop=(k - 1) * h, final_pre_norm=True, slot_layers=layers, variant=variant)]
 
 
 class _Flat:
-    """A ``[T, k, H]`` tensor seen as ``[T, k·H]`` (the trainer's flatten), mapped from the file lazily;
-    its rows read with ``pread`` like any other tensor's."""
+    """A ``[T, k, H]`` tensor seen as ``[T, k·H]`` (the trainer's flatten), mapped from the file lazily."""
 
     def __init__(self, loader: Any, rows: int, width: int) -> None:
         self.loader, self.shape = loader, (rows, width)
-        self.read: Any = None
 
     def array(self) -> Any:
         return self.loader().reshape(self.shape)
-
-    def rows(self, i0: int, i1: int, c0: int = 0, c1: int | None = None, out: Any = None, raw: bool = False) -> Any:
-        if self.read is None:
-            self.read = file_rows(self.array())
-        return self.read(i0, i1, c0, c1, out, raw)

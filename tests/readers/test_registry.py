@@ -51,8 +51,8 @@ def test_every_reader_declares_its_key_as_its_module_name():
 
     for m in READERS:
         assert m.KEY == m.__name__.rsplit(".", 1)[-1]
-        assert m.READS in ("table", "text") and isinstance(m.PRIORITY, int) and callable(m.read)
-        assert m.READS == "text" or callable(m.sniff)
+        assert m.READS in ("table", "text", "dataset") and isinstance(m.PRIORITY, int) and callable(m.read)
+        assert callable(m.sniff) if m.READS == "table" else (m.READS == "text" or callable(m.claims))
 
 
 def test_formats_are_listed_and_detected_in_their_documented_orders():
@@ -60,7 +60,7 @@ def test_formats_are_listed_and_detected_in_their_documented_orders():
     from hsdiff.readers.registry import DETECTION
 
     assert FORMATS == ("specforge", "modelopt", "eagle", "sglang_dumper", "vllm", "hf", "speculators", "trtllm",
-                       "specforge_dflash", "sglang_hook", "trtllm_debug", "tensors", "debuglog")
+                       "specforge_dflash", "sglang_hook", "trtllm_debug", "deepspec", "tensors", "debuglog")
     assert [m.KEY for m in DETECTION] == ["sglang_dumper", "specforge", "sglang_hook", "trtllm_debug", "trtllm",
                                           "modelopt", "specforge_dflash", "speculators", "vllm", "eagle", "hf",
                                           "tensors"]
