@@ -58,6 +58,8 @@ WHY = {
     "trtllm_debug": "file names {n}.{Class}-…-{input|output}.{name}.pt under rank{R}/ (TensorRT-LLM debug_mode "
                     "dump): decoder-layer output pairs summed",
     "deepspec": "samples.idx beside a manifest.json of version 2 (DeepSpec target cache)",
+    "verl_speco": "torch shards of {'samples': [...], 'metadata': {'format': 'torch_shard'}} (verl-SpeCo feature "
+                  "store)",
     "hf": "a stack of L+1 hidden states in Hugging Face output_hidden_states order",
     "tensors": "per-layer tensors, the layer taken from the key or file name",
     "debuglog": "text with printed tensor values (a server or debug log)",
@@ -331,7 +333,7 @@ def _blist(bs: list[int]) -> str:
 #: Formats of concatenated training files, and how the summary names them.
 _TITLES = {"specforge": "SpecForge", "modelopt": "ModelOpt", "speculators": "speculators",
            "trtllm": "TensorRT-LLM SaveHiddenStates", "specforge_dflash": "SpecForge DFlash family",
-           "deepspec": "DeepSpec target cache"}
+           "deepspec": "DeepSpec target cache", "verl_speco": "verl-SpeCo feature store"}
 
 
 def _format_sentence(fmt: str, caps: list[dict], dump: Dump, ranks: dict, runs: dict,

@@ -394,6 +394,47 @@ def deepspec_cache(root: Path, *, max_shard_bytes: int = 1 << 20, version: int =
     return root
 
 
+def verl_feature_store(root: Path, *, layout: str = "eagle3_aux_plus_last", per_shard: int = 1,
+                       window: int = 0) -> Path:
+    """verl-SpeCo's feature store for the two real ModelOpt dumps (real SmolLM2 states: outputs of layers 1,
+    14, 26 and the final state after the norm), as ``TorchShardFeatureStore`` writes the samples of
+    ``ci/standalone_feature_store_smoke.py``: ``smoke_{N:06d}.pt`` = ``{"samples": [...], "metadata":
+    ...}`` (``per_shard`` samples each), a ``manifest.jsonl`` line per shard and ``metadata.json``.
+    ``window``: the hidden rows start that many tokens into ``input_ids`` (a rollout window)."""
+    import json
+
+    root.mkdir(parents=True, exist_ok=True)
+    store = {"schema_version": 1, "format": "torch_shard", "created_by": "verl_speco", "created_at": 0.0,
+             "algorithm": "EAGLE3", "target_model_path": "HuggingFaceTB/SmolLM2-135M-Instruct",
+             "source": "ci_standalone_feature_store_smoke"}
+    samples = []
+    for name in ("example-0", "example-1"):
+        real = torch.load(REAL / "modelopt" / f"{name}.pt", weights_only=True)
+        blocks = [real["aux_hidden_states"]] + ([real["hidden_states"]] if layout.endswith("_plus_last") else [])
+        t = len(real["input_ids"])
+        samples.append({
+            "schema_version": 1, "algorithm": "EAGLE3", "input_ids": real["input_ids"].clone(),
+            "loss_mask": torch.ones(t, dtype=torch.float32),
+            "hidden_states": torch.cat(blocks, dim=-1)[window:].to(torch.bfloat16).contiguous(),
+            "metadata": {"source": "ci_standalone_feature_store_smoke", "global_step": 0,
+                         "target_model_path": store["target_model_path"], "hidden_states_layout": layout,
+                         "target_layer_ids": [1, 14, 26], "use_logits": False, "sequence_length": t,
+                         "loss_tokens": t, "full_sequence_length": t, "feature_start": 0, "feature_end": t},
+            "position_ids": torch.arange(1, t + 1, dtype=torch.long),
+        })
+    lines = []
+    for n in range(0, len(samples), per_shard):
+        chunk = samples[n:n + per_shard]
+        name = f"smoke_{n // per_shard:06d}.pt"
+        torch.save({"samples": chunk, "metadata": dict(store)}, root / name)
+        lines.append(json.dumps({"path": name, "num_samples": len(chunk),
+                                 "num_tokens": int(sum(int(x["loss_mask"].sum()) for x in chunk)),
+                                 "min_global_step": 0, "max_global_step": 0}, sort_keys=True))
+    (root / "manifest.jsonl").write_text("\n".join(lines) + "\n")
+    (root / "metadata.json").write_text(json.dumps(store, indent=2, sort_keys=True))
+    return root
+
+
 def draft_config(path: Path, ids: Sequence[int], *, nested: bool = True, top: Sequence[int] | None = None,
                  target_hidden: int = H, fc_in: int | None = None) -> Path:
     import json

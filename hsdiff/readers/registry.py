@@ -27,6 +27,7 @@ from . import (
     tensors,
     trtllm,
     trtllm_debug,
+    verl_speco,
     vllm,
 )
 from ._container import Table
@@ -36,7 +37,7 @@ __all__ = ["BY_KEY", "DATASETS", "DETECTION", "FORMATS", "LOG_SUFFIXES", "READER
 #: Every reader, in the order formats are listed to users (``--format`` choices, error hints).
 READERS: tuple[ModuleType, ...] = (
     specforge, modelopt, eagle, sglang_dumper, vllm, hf, speculators, trtllm, specforge_dflash, sglang_hook,
-    trtllm_debug, deepspec, tensors, debuglog,
+    trtllm_debug, deepspec, verl_speco, tensors, debuglog,
 )
 FORMATS: tuple[str, ...] = tuple(m.KEY for m in READERS)
 BY_KEY = {m.KEY: m for m in READERS}

@@ -60,10 +60,11 @@ def test_formats_are_listed_and_detected_in_their_documented_orders():
     from hsdiff.readers.registry import DETECTION
 
     assert FORMATS == ("specforge", "modelopt", "eagle", "sglang_dumper", "vllm", "hf", "speculators", "trtllm",
-                       "specforge_dflash", "sglang_hook", "trtllm_debug", "deepspec", "tensors", "debuglog")
+                       "specforge_dflash", "sglang_hook", "trtllm_debug", "deepspec", "verl_speco", "tensors",
+                       "debuglog")
     assert [m.KEY for m in DETECTION] == ["sglang_dumper", "specforge", "sglang_hook", "trtllm_debug", "trtllm",
-                                          "modelopt", "specforge_dflash", "speculators", "vllm", "eagle", "hf",
-                                          "tensors"]
+                                          "verl_speco", "modelopt", "specforge_dflash", "speculators", "vllm", "eagle",
+                                          "hf", "tensors"]
 
 
 def test_the_inspect_schema_and_the_readme_name_every_format():
