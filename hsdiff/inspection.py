@@ -60,6 +60,8 @@ WHY = {
     "deepspec": "samples.idx beside a manifest.json of version 2 (DeepSpec target cache)",
     "verl_speco": "torch shards of {'samples': [...], 'metadata': {'format': 'torch_shard'}} (verl-SpeCo feature "
                   "store)",
+    "sglang_http": "a .json response whose meta_info holds hidden_states (SGLang /generate with "
+                   "return_hidden_states)",
     "hf": "a stack of L+1 hidden states in Hugging Face output_hidden_states order",
     "tensors": "per-layer tensors, the layer taken from the key or file name",
     "debuglog": "text with printed tensor values (a server or debug log)",

@@ -435,6 +435,28 @@ def verl_feature_store(root: Path, *, layout: str = "eagle3_aux_plus_last", per_
     return root
 
 
+def sglang_response(path: Path, sample: int, boundaries: Sequence[int], *, prompt: int | None = None,
+                    generated: int = 1) -> Path:
+    """What SGLang's ``/generate`` returns for ``sample`` (bf16) with ``"return_hidden_states": true`` on a
+    server run with ``--enable-return-aux-hidden-states``: the first ``prompt`` tokens are the prompt,
+    the next ``generated`` were generated; ``meta_info.hidden_states`` holds the prefill's aux rows as
+    one nested list, then one row per decoded token (each generated token but the last is fed back)."""
+    import json
+
+    s = states(sample)
+    ids = s["input_ids"].tolist()
+    p = prompt if prompt is not None else len(ids) - generated
+    rows = concat(sample, boundaries, "bf16").float()
+    hidden = [rows[:p].tolist()] + [rows[t].tolist() for t in range(p, p + generated - 1)]
+    body = {"text": "", "output_ids": ids[p:p + generated],
+            "meta_info": {"id": f"req-{sample}", "finish_reason": {"type": "length", "length": generated},
+                          "prompt_tokens": p, "completion_tokens": generated, "cached_tokens": 0,
+                          "e2e_latency": 0.05, "hidden_states": hidden}}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(body))
+    return path
+
+
 def draft_config(path: Path, ids: Sequence[int], *, nested: bool = True, top: Sequence[int] | None = None,
                  target_hidden: int = H, fc_in: int | None = None) -> Path:
     import json

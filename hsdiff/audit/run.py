@@ -104,7 +104,7 @@ def _refuse_datasets(url: str, listed: list[tuple[str, str]]) -> None:
     """An audit reads one sample per file; a dataset packing many samples into shards is refused by name."""
     from ..readers.registry import DATASETS
 
-    for reader in DATASETS:
+    for reader in (r for r in DATASETS if r.ENTRY):
         entry = next((n for _, n in listed if n.rsplit("/", 1)[-1] == reader.ENTRY), None)
         if entry is not None:
             raise InputError(

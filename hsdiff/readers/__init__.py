@@ -170,8 +170,8 @@ def scan(
         raise InputError(f"unknown format {fmt!r} for {format_option}", hint=f"choose one of: {', '.join(FORMATS)}")
     ctx = ReadContext(side=side, index=index, root=root if root.is_dir() else root.parent, log_pattern=log_pattern)
     if root.is_dir():
-        files = [p for p in _walk(root) if (p.suffix.lower() not in _SKIP_SUFFIXES or p.name == "config.json")
-                 and p.name not in speculators.PROVENANCE_FILES]
+        files = [p for p in _walk(root) if (p.suffix.lower() not in _SKIP_SUFFIXES or p.name == "config.json"
+                                            or _dataset(p, None) is not None) and p.name not in speculators.PROVENANCE_FILES]
         explicit = False
     else:
         files = [root]
@@ -184,7 +184,7 @@ def scan(
             progress(i, len(files), p)
         if p in ctx.consumed:  # read with a file before it (a dataset's shards, a pair's second half)
             continue
-        if p.suffix.lower() == ".json":
+        if p.suffix.lower() == ".json" and _dataset(p, None) is None:
             configs.append((str(p), _read_json(p)))
             continue
         if not explicit and p.is_symlink() and not p.exists():

@@ -21,6 +21,7 @@ from . import (
     modelopt,
     sglang_dumper,
     sglang_hook,
+    sglang_http,
     specforge,
     specforge_dflash,
     speculators,
@@ -37,7 +38,7 @@ __all__ = ["BY_KEY", "DATASETS", "DETECTION", "FORMATS", "LOG_SUFFIXES", "READER
 #: Every reader, in the order formats are listed to users (``--format`` choices, error hints).
 READERS: tuple[ModuleType, ...] = (
     specforge, modelopt, eagle, sglang_dumper, vllm, hf, speculators, trtllm, specforge_dflash, sglang_hook,
-    trtllm_debug, deepspec, verl_speco, tensors, debuglog,
+    trtllm_debug, deepspec, verl_speco, sglang_http, tensors, debuglog,
 )
 FORMATS: tuple[str, ...] = tuple(m.KEY for m in READERS)
 BY_KEY = {m.KEY: m for m in READERS}

@@ -60,8 +60,8 @@ def test_formats_are_listed_and_detected_in_their_documented_orders():
     from hsdiff.readers.registry import DETECTION
 
     assert FORMATS == ("specforge", "modelopt", "eagle", "sglang_dumper", "vllm", "hf", "speculators", "trtllm",
-                       "specforge_dflash", "sglang_hook", "trtllm_debug", "deepspec", "verl_speco", "tensors",
-                       "debuglog")
+                       "specforge_dflash", "sglang_hook", "trtllm_debug", "deepspec", "verl_speco", "sglang_http",
+                       "tensors", "debuglog")
     assert [m.KEY for m in DETECTION] == ["sglang_dumper", "specforge", "sglang_hook", "trtllm_debug", "trtllm",
                                           "verl_speco", "modelopt", "specforge_dflash", "speculators", "vllm", "eagle",
                                           "hf", "tensors"]
