@@ -294,6 +294,30 @@ def speculators_dir(root: Path, samples: Sequence[int], ids: Sequence[int], *, p
     return root
 
 
+def vllm_online(root: Path, sample: int, boundaries: Sequence[int], *, prompt: int, compress: bool = True,
+                lora: str | None = None) -> Path:
+    """vLLM's OnlineHiddenStatesConnector output for ``sample`` (bf16): the first ``prompt`` tokens the prompt,
+    the rest generated. ``{base|lora}/{req}.safetensors`` holds the prefill, ``{req}_decode.safetensors``
+    the decoded tokens fed back (every generated token but the last), each ``hidden_states`` [T, k, H]
+    and ``token_ids``; ``compress``: zstd of the whole file, ``….safetensors.zst``, as its writer does."""
+    from safetensors.torch import save
+
+    s = states(sample)
+    hs = torch.stack([s["bf16"][b] for b in boundaries], dim=1).contiguous()
+    ids = s["input_ids"]
+    d = root / (lora or "base")
+    d.mkdir(parents=True, exist_ok=True)
+    for name, rows in ((f"req-{sample}", slice(0, prompt)), (f"req-{sample}_decode", slice(prompt, len(ids) - 1))):
+        raw = save({"hidden_states": hs[rows].contiguous(), "token_ids": ids[rows].clone()})
+        if compress:
+            import zstandard
+
+            (d / f"{name}.safetensors.zst").write_bytes(zstandard.ZstdCompressor(level=3).compress(raw))
+        else:
+            (d / f"{name}.safetensors").write_bytes(raw)
+    return root
+
+
 def modelopt_file(root: Path, sample: int, boundaries: Sequence[int]) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     s = states(sample)

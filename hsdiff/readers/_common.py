@@ -151,7 +151,7 @@ def make_capture(
 def sample_name(path: Path) -> str:
     """A readable sample id from a file name: ``data_12.ckpt.gz`` -> ``data_12``."""
     name = path.name
-    for suffix in (".gz", ".ckpt", ".pt", ".pth", ".bin", ".safetensors", ".npz", ".npy"):
+    for suffix in (".gz", ".zst", ".ckpt", ".pt", ".pth", ".bin", ".safetensors", ".npz", ".npy"):
         if name.endswith(suffix):
             name = name[: -len(suffix)]
     return name

@@ -16,6 +16,14 @@ Read from the vllm 0.33.0 wheel, ``distributed/kv_transfer/kv_connector/v1/examp
   back), ``token_ids`` saying which; otherwise the prompt alone. Either aligns by token ids.
 
 Older releases (e.g. 806715e) stacked the entries first, [k, T, H]; both layouts are read.
+
+vLLM's ``OnlineHiddenStatesConnector`` (PR #35425; vllm-project/vllm at c9548d2,
+``distributed/kv_transfer/kv_connector/online/online_hidden_states_connector.py``
+``register_new_requests`` and ``write_prefill``, ``online/hidden_states_writer.py`` ``writer_loop``
+and ``write_compressed``) writes the same two tensors per request under ``{base|lora name}/``:
+``{req_id}.safetensors`` for the prefill and ``{req_id}_decode.safetensors`` for the tokens decoded
+after it, each zstd-compressed whole to ``….safetensors.zst`` with ``use_compression``. Compressed
+files are opened by the container layer (bounded, like gzip); each file is its own sample.
 """
 
 from __future__ import annotations
