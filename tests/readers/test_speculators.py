@@ -76,3 +76,14 @@ def test_another_layout_is_one_line_naming_the_file_and_the_layout(tmp_path, sha
     save_file({"hidden_states": torch.zeros(shape), "token_ids": torch.arange(24)}, str(tmp_path / "hs_7.safetensors"))
     line = refusal(["inspect", str(tmp_path)])
     assert "hs_7.safetensors" in line and "[T, k, H] with k >= 2" in line and f"{list(shape)}" in line
+
+
+def test_the_prediction_takes_the_verifier_state_as_pre_norm(tmp_path):
+    from hsdiff.draft.predict import _samples
+
+    dump = scan(B.speculators_dir(tmp_path / "s", [1], IDS), "train")
+    (s,) = _samples(dump, 3 * B.H, B.H, B.L).values()
+    assert s.final is None and s.last is not None and not s.last.post_norm  # the head applies the norm to it
+    np.testing.assert_array_equal(s.last.array(), B.states(1)["fp32"][30].numpy())
+    (m,) = list(_samples(scan(B.REAL / "modelopt", "train"), 3 * B.H, B.H, B.L).values())[:1]
+    assert m.final is not None and m.final.post_norm and m.last is None  # ModelOpt's HF dump: after the norm
