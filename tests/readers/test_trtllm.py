@@ -47,3 +47,11 @@ def test_a_record_of_another_shape_is_one_line_naming_the_file(tmp_path):
                  "aux_hidden_states": real["aux_hidden_states"]}], tmp_path / "data_1.pt")
     line = refusal(["inspect", str(tmp_path)])
     assert "data_1.pt" in line and "input_ids of 10 tokens" in line and "SaveHiddenStates writes" in line
+
+
+def test_audit_says_a_file_of_several_records_is_not_one_sample(tmp_path):
+    from hsdiff.audit import audit
+
+    report = audit(B.trtllm_file(tmp_path / "d"), checkpoint=str(tmp_path / "ck.jsonl"), workers=0)
+    (problem,) = report.problems
+    assert problem.kind == "unreadable" and "holds 2 samples (a trtllm file packs several)" in problem.detail
