@@ -11,11 +11,11 @@ Read from verl-project/verl-SpeCo (main at 333b754, 2026-08-19):
 * the sample's ``metadata.hidden_states_layout`` (``to_training_item``, 180-190) says how W splits:
   ``eagle3_aux_plus_last`` and ``dflash_aux_plus_last`` end with the final state (after the final
   norm: a hook on the final norm, ``integration/oldlogprob_runtime.py:1591-1598``; HF's
-  ``hidden_states[-1]`` in ``ci/standalone_feature_store_smoke.py:99-103``), ``dflash_aux`` is aux
+  ``hidden_states[-1]`` in ``ci/standalone_feature_store_smoke.py:96-99``), ``dflash_aux`` is aux
   only; ``backends/eagle3_trainer_backend.py:869-889`` takes aux = the first k·H columns and the
   final state the next H; without a layout the runtime assumes ``eagle3_aux_plus_last``
   (``oldlogprob_runtime.py:173-181``);
-* ``metadata.target_layer_ids`` (the smoke script, 109-121): the decoder layers whose outputs the
+* ``metadata.target_layer_ids`` (the smoke script, 110-122): the decoder layers whose outputs the
   aux blocks are (``hidden_states[layer_id + 1]``), which label the slots when they fit.
 
 A sample whose hidden rows do not cover its ``input_ids`` (a window of a rollout) is read without
