@@ -82,7 +82,9 @@ def test_the_inspect_schema_and_the_readme_name_every_format():
     assert choices is not None and re.findall(r"`(\w+)`", choices.group(1)) == list(FORMATS)
 
 
-@pytest.mark.parametrize("key", ["specforge", "modelopt", "vllm", "sglang_dumper", "speculators"])
+@pytest.mark.parametrize("key", ["specforge", "modelopt", "vllm", "sglang_dumper", "speculators", "trtllm",
+                                 "specforge_dflash", "sglang_hook", "trtllm_debug", "deepspec", "verl_speco",
+                                 "sglang_http"])
 def test_the_key_is_the_format_of_every_capture_and_forces_it(tmp_path, key):
     make = {
         "specforge": lambda: B.specforge(tmp_path, [0], [2, 15, 27]),
@@ -90,6 +92,13 @@ def test_the_key_is_the_format_of_every_capture_and_forces_it(tmp_path, key):
         "vllm": lambda: B.vllm_file(tmp_path, 0, [2, 15, 27]),
         "sglang_dumper": lambda: B.sglang_dump(tmp_path, 0, [3, 16, 28]),
         "speculators": lambda: B.speculators_dir(tmp_path, [0], [2, 15, 27, 30]),
+        "trtllm": lambda: B.trtllm_file(tmp_path),
+        "specforge_dflash": lambda: B.specforge_dflash(tmp_path, [0], [2, 15, 27]),
+        "sglang_hook": lambda: B.sglang_hook_dump(tmp_path, 0, layers=[1, 2]),
+        "trtllm_debug": lambda: B.trtllm_debug_dump(tmp_path, 0),
+        "deepspec": lambda: B.deepspec_cache(tmp_path),
+        "verl_speco": lambda: B.verl_feature_store(tmp_path),
+        "sglang_http": lambda: B.sglang_response(tmp_path / "resp.json", 0, [2, 15, 27]),
     }[key]
     make()
     found = scan(tmp_path, "infer").captures
