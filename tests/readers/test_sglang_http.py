@@ -53,3 +53,19 @@ def test_hidden_states_that_are_not_rows_are_one_line(tmp_path):
     (tmp_path / "resp.json").write_text(json.dumps({"text": "", "meta_info": {"hidden_states": [[1.0, 2.0], [3.0]]}}))
     line = refusal(["inspect", str(tmp_path)])
     assert "resp.json" in line and "not a list of rows" in line and "one list per decoded token" in line
+
+
+def test_an_unreadable_json_beside_a_dump_is_left_alone(tmp_path, monkeypatch):
+    import builtins
+
+    B.sglang_response(tmp_path / "resp.json", 0, [2, 15, 27])
+    (tmp_path / "notes.json").write_text("{}")
+    real_open = builtins.open
+
+    def denying(file, *args, **kwargs):  # what open() does on a file the user may not read (root may read any)
+        if str(file).endswith("notes.json"):
+            raise PermissionError(13, "Permission denied", str(file))
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", denying)
+    assert [c.origin.format for c in scan(tmp_path, "infer").captures] == ["sglang_http"]
