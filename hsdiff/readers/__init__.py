@@ -60,7 +60,12 @@ def read_file(path: Path, ctx: ReadContext, fmt: str | None = None) -> list[Capt
     """
     dataset = _dataset(path, fmt)
     if dataset is not None:
-        return list(dataset.read(path, ctx))
+        try:
+            return list(dataset.read(path, ctx))
+        except OSError as e:  # the index, a shard or a manifest that cannot be read
+            where = e.filename or path
+            raise InputError(f"cannot read ({e.strerror or e})", path=where,
+                             hint="make the dataset's files readable (chmod +r) or leave it out") from None
     try:
         container = sniff_container(path)
     except PermissionError:

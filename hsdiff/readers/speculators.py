@@ -119,8 +119,14 @@ def read(table: Table, ctx: ReadContext) -> list[Capture]:
     layers: tuple[Layer | None, ...] = ()
     variant = f"aux = hidden_states[:, :{k - 1}], verifier's last hidden state = hidden_states[:, -1]"
     prov = provenance_file(table.path, ctx.root)
+    claimed, version = None, None
     if prov is not None:
-        claimed, version = read_provenance(prov)
+        try:
+            claimed, version = read_provenance(prov)
+        except OSError as e:
+            ctx.warnings.append(f"{ctx.rel(prov)}: cannot read it ({e.strerror or e}); the slots stay unlabelled")
+            prov = None
+    if prov is not None:
         where = ctx.rel(prov)
         if claimed is not None and len(claimed) == k:
             layers = tuple(Layer(b, "boundary", "claimed") for b in claimed[:-1])

@@ -66,7 +66,12 @@ def _listing(ctx: ReadContext, d: Path) -> dict[str, list[str]]:
 
 
 def _tensor(path: Path) -> Any:
-    table = open_table(path, sniff_container(path))
+    try:
+        container = sniff_container(path)
+    except OSError as e:
+        raise FormatError(f"cannot read this part of a layer's dump ({e.strerror or e})", path=path,
+                          hint="make the dump's files readable (chmod +r)") from None
+    table = open_table(path, container)
     try:
         return table.entries[""]
     finally:

@@ -63,3 +63,17 @@ def test_a_cache_of_another_version_or_damaged_is_one_line(tmp_path, damage, wor
 def test_audit_refuses_the_packed_cache_with_one_line(tmp_path):
     line = refusal(["audit", str(B.deepspec_cache(tmp_path)), "--checkpoint", str(tmp_path.parent / "ck.jsonl")])
     assert "samples.idx makes this a DeepSpec target cache" in line and "one sample per file" in line
+
+
+def test_a_shard_that_cannot_be_read_is_one_line(tmp_path, monkeypatch):
+    cache = B.deepspec_cache(tmp_path)
+    real = np.fromfile
+
+    def denying(file, *args, **kwargs):  # what reading a shard the user may not read raises (root may read any)
+        if str(file).endswith(".bin"):
+            raise PermissionError(13, "Permission denied", str(file))
+        return real(file, *args, **kwargs)
+
+    monkeypatch.setattr(np, "fromfile", denying)
+    line = refusal(["inspect", str(cache)])
+    assert "shard-00000.bin" in line and "cannot read (Permission denied)" in line
