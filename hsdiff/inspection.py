@@ -42,10 +42,26 @@ _SINK_FACTOR = 8.0  # as the aligner: a token whose norm is over 8x the median i
 #: Why each format was detected: the rule its reader applies (hsdiff/readers/<format>.py).
 WHY = {
     "specforge": "files hold 'aux_hidden_state' [1, T, k·H] (SpecForge offline data_*.ckpt)",
-    "modelopt": "files hold 'aux_hidden_states' [T, k·H] (ModelOpt {conversation_id}.pt)",
+    "modelopt": "files hold 'aux_hidden_states' [T, k·H] (or TensorRT-LLM's 'hidden_state_features') beside the "
+                "final 'hidden_states' (ModelOpt {conversation_id}.pt)",
     "eagle": "files hold 'hidden_state' with 'input_ids' and 'loss_mask' (EAGLE-1/2 ge_data)",
     "sglang_dumper": "file names carry the dumper's tags step=…___rank=…___name=…",
     "vllm": "safetensors with 'hidden_states' [T, k, H] and 'token_ids' (vLLM connector)",
+    "speculators": "the vLLM connector's 'hidden_states' [T, k, H] and 'token_ids', named hs_{idx}.safetensors "
+                   "or beside a vllm_command.txt (speculators data_generation_offline.py)",
+    "trtllm": "a list of records with 'id', 'input_ids', 'hidden_state' and 'aux_hidden_states' (or "
+              "'hidden_state_features') (TensorRT-LLM SaveHiddenStates {prefix}_{iter}.pt)",
+    "specforge_dflash": "files hold 'hidden_states' [1, T, k·H] with 'input_ids' and 'loss_mask' (SpecForge "
+                        "DFlash/Domino/DSpark data_*.ckpt)",
+    "sglang_hook": "torch files holding 'model.forward_batch_info.input_ids' beside module outputs (SGLang "
+                   "--debug-tensor-dump-output-folder Pass*.pt)",
+    "trtllm_debug": "file names {n}.{Class}-…-{input|output}.{name}.pt under rank{R}/ (TensorRT-LLM debug_mode "
+                    "dump): decoder-layer output pairs summed",
+    "deepspec": "samples.idx beside a manifest.json of version 2 (DeepSpec target cache)",
+    "verl_speco": "torch shards of {'samples': [...], 'metadata': {'format': 'torch_shard'}} (verl-SpeCo feature "
+                  "store)",
+    "sglang_http": "a .json response whose meta_info holds hidden_states (SGLang /generate with "
+                   "return_hidden_states)",
     "hf": "a stack of L+1 hidden states in Hugging Face output_hidden_states order",
     "tensors": "per-layer tensors, the layer taken from the key or file name",
     "debuglog": "text with printed tensor values (a server or debug log)",
@@ -98,7 +114,7 @@ def inspect(path: str | os.PathLike, *, fmt: str | None = None, sample_rows: int
     hidden, layers = _shape_from_configs(dump)
     caps = [_capture_info(c, hidden, sample_rows) for c in dump.captures]
     files = _files(dump, base)
-    formats = [{"format": f, "captures": n, "why": WHY.get(f, "")}
+    formats = [{"format": f, "captures": n, "why": _why(f, dump)}
                for f, n in Counter(c.origin.format for c in dump.captures).most_common()]
     ranks = _ranks(dump.captures, sample_rows)
     runs = _runs(dump.captures)
@@ -108,6 +124,13 @@ def inspect(path: str | os.PathLike, *, fmt: str | None = None, sample_rows: int
 
 
 # ----------------------------------------------------------------------------- pieces
+def _why(fmt: str, dump: Dump) -> str:
+    """Why files were read as ``fmt``, and which variants of it they are (as their reader told them)."""
+    variants = list(dict.fromkeys(c.variant for c in dump.captures if c.origin.format == fmt and c.variant))
+    more = f" (+{len(variants) - 3} more)" if len(variants) > 3 else ""
+    return WHY.get(fmt, "") + "".join(f"; {v}" for v in variants[:3]) + more
+
+
 def _config_info(path: str, cfg: dict) -> dict:
     ids = _draft_ids(cfg)
     return {"path": path, "draft": ids is not None, "eagle_aux_hidden_state_layer_ids": ids,
@@ -309,18 +332,26 @@ def _blist(bs: list[int]) -> str:
     return ", ".join(parts)
 
 
+#: Formats of concatenated training files, and how the summary names them.
+_TITLES = {"specforge": "SpecForge", "modelopt": "ModelOpt", "speculators": "speculators",
+           "trtllm": "TensorRT-LLM SaveHiddenStates", "specforge_dflash": "SpecForge DFlash family",
+           "deepspec": "DeepSpec target cache", "verl_speco": "verl-SpeCo feature store"}
+
+
 def _format_sentence(fmt: str, caps: list[dict], dump: Dump, ranks: dict, runs: dict,
                      hidden: int | None, layers: int | None) -> str:
     samples = len({c["group"] for c in caps})
     tokens = sorted({c["tokens"] for c in caps if c["tokens"]})
     tok = "" if not tokens else f", {tokens[0]}" + (f"–{tokens[-1]}" if len(tokens) > 1 else "") + " tokens"
-    if fmt in ("specforge", "modelopt"):
-        title = "SpecForge" if fmt == "specforge" else "ModelOpt"
+    if fmt in _TITLES:
         k = next((c["concatenated_slots"] for c in caps if c["concatenated_slots"]), None)
-        text = f"{title}: {_n(samples, 'sample')}{tok}"
+        text = f"{_TITLES[fmt]}: {_n(samples, 'sample')}{tok}"
         if k is None:
             return text + f"; aux width {caps[0]['shape'][-1] if caps and caps[0]['shape'] else '?'} (hidden size unknown: slots not counted)"
         text += f"; {k} slots × {hidden}"
+        claimed = next((c.slot_layers for c in dump.captures if c.origin.format == fmt and c.slot_layers), None)
+        if claimed:
+            return text + f", labelled B{[x.boundary if x else None for x in claimed]} by the dump's provenance"
         for path, cfg in dump.configs:
             ids = _draft_ids(cfg)
             if ids is not None and len(ids) == k:
@@ -345,6 +376,11 @@ def _format_sentence(fmt: str, caps: list[dict], dump: Dump, ranks: dict, runs: 
         bs = sorted({c["boundary_index"] for c in caps if c["boundary_index"] is not None})
         text += "; names " + ", ".join(names) + (f"; layer tags {_blist(bs)}" if bs else "; no layer tags")
         return text + tok
+    if fmt in ("sglang_hook", "trtllm_debug"):
+        bs = sorted({c["boundary_index"] for c in caps if c["boundary_index"] is not None})
+        passes = f"{samples} forward pass" + ("" if samples == 1 else "es")
+        title = "SGLang forward-hook dump" if fmt == "sglang_hook" else "TensorRT-LLM debug_mode dump"
+        return f"{title}: {passes}, residual stream at {_blist(bs)}{tok}"
     if fmt == "tensors":
         bs = sorted({c["boundary_index"] for c in caps if c["boundary_index"] is not None})
         return f"per-layer tensors: {len(caps)}" + (f", labelled {_blist(bs)}" if bs else ", unlabelled") + tok

@@ -28,11 +28,20 @@ ENDPOINTS = {"sglang": "/generate", "vllm": "/v1/completions"}
 
 
 def request_body(token_ids: Sequence[int], engine: str = "sglang", *, model: str | None = None,
-                 max_new_tokens: int = 1) -> dict:
-    """The JSON body that makes ``engine`` run a prefill over exactly ``token_ids``."""
+                 max_new_tokens: int = 1, hidden_states: bool = False) -> dict:
+    """The JSON body that makes ``engine`` run a prefill over exactly ``token_ids``; ``hidden_states``
+    (SGLang): ask for them in the response's ``meta_info`` (``return_hidden_states``, io_struct.py
+    ``GenerateReqInput``), read back by :mod:`hsdiff.readers.sglang_http`.
+
+    >>> request_body([1, 2], "sglang", hidden_states=True)["return_hidden_states"]
+    True
+    """
     ids = [int(i) for i in token_ids]
     if engine == "sglang":
-        return {"input_ids": ids, "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": 0}}
+        native: dict = {"input_ids": ids, "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": 0}}
+        return {**native, "return_hidden_states": True} if hidden_states else native
+    if hidden_states:
+        raise InputError("only SGLang returns hidden states in its response", hint="drop --hidden-states, or use --engine sglang")
     if engine == "vllm":
         body: dict = {"model": model} if model else {}
         body.update({"prompt": ids, "max_tokens": max_new_tokens, "temperature": 0})
@@ -49,8 +58,13 @@ def curl_command(body: dict, url: str, engine: str = "sglang") -> str:
     return f"curl -sS {shlex.quote(base)} -H 'Content-Type: application/json' -d {shlex.quote(data)}"
 
 
-def advice(engine: str) -> str:
+def advice(engine: str, hidden_states: bool = False) -> str:
     """What to switch off so the replayed tokens are all recomputed (and so all captured)."""
+    if engine == "sglang" and hidden_states:
+        return ("POST it to http://HOST:PORT/generate and save the response as a .json file for hsdiff compare; start "
+                "the server with --disable-radix-cache --enable-return-aux-hidden-states --speculative-algorithm EAGLE3 "
+                "(and --return-aux-hidden-state-layer-ids IDS to choose the layers), so every prompt token is recomputed "
+                "and its aux hidden states returned")
     if engine == "sglang":
         return ("POST it to http://HOST:PORT/generate; start the server with --disable-radix-cache, or a cached "
                 "prefix is not recomputed and not captured")

@@ -132,7 +132,23 @@ def _inspect(e: Env) -> list[Run]:
         (["inspect", e["seed/train"]], (0,)),
         (["inspect", e["seed/infer-wrong"], "--json", e.o("inspect.json")], (0,)),
         (["inspect", e["real/sglang-dumper.log"], "--json", "-"], (0,)),
+        *[(["inspect", e[f"formats/{name}"]], (0,)) for name in _FORMATS],
     ]
+
+
+#: A dump of every format whose reader opens more than the file it is given (provenance, locks, shards,
+#: siblings) or decompresses: inspected over copies, like the fixtures.
+_FORMATS: dict[str, Callable[[Path], object]] = {
+    "speculators": lambda d: B.speculators_dir(d, [0], [2, 15, 27, 30]),
+    "vllm-locked": lambda d: B.vllm_file(d, 0, [2, 15, 27], lock=True),
+    "vllm-online": lambda d: B.vllm_online(d, 0, [2, 15, 27], prompt=18),
+    "deepspec": lambda d: B.deepspec_cache(d),
+    "verl": lambda d: B.verl_feature_store(d),
+    "trtllm": lambda d: B.trtllm_file(d),
+    "trtllm-debug": lambda d: B.trtllm_debug_dump(d, 0),
+    "sglang-hook": lambda d: B.sglang_hook_dump(d, 0, layers=[1, 2]),
+    "sglang-http": lambda d: B.sglang_response(d / "resp.json", 0, [2, 15, 27]),
+}
 
 
 #: Arguments per command, as a user would give them; inputs under ``Env.inputs``, outputs under ``Env.out``.
@@ -199,6 +215,8 @@ def env(tmp_path_factory) -> Env:
                                  "--json", str(corpus / "report.json")])
     assert r.exit_code == 1, r.output
     json.loads((corpus / "report.json").read_text())
+    for name, build in _FORMATS.items():
+        build(inputs / "formats" / name)
     out.mkdir()
     e = Env(inputs, out)
     _tiny_model(e) if "capture" in cli.load_all() else None  # made before the snapshot: it is an input

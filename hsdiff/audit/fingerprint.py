@@ -184,6 +184,10 @@ def _summarise_local(path: Path, job: Job, size: int) -> FileSummary:
 
     dump = scan(path, "train")
     caps = list(dump.captures)
+    samples = {c.group for c in caps}
+    if len(samples) > 1:  # TensorRT-LLM's record lists, verl-SpeCo's shards: an audit's unit is one sample per file
+        raise HsdiffError(f"holds {len(samples)} samples (a {caps[0].origin.format} file packs several); hsdiff audit "
+                          "reads one sample per file", path=path, hint="compare or inspect it instead")
     extras = _side_tensors(path)
     hidden, source = _hidden_size(job, caps, extras)
     slots = []

@@ -65,6 +65,7 @@ def audit(dataset: str | os.PathLike, options: AuditOptions | None = None, **kwa
     url = _normalise(str(dataset))
     _check_options(url, opts)
     listed, config = list_files(url)
+    _refuse_datasets(url, listed)
     if not listed:
         raise InputError("no files to audit here", path=url, hint="point hsdiff audit at the training-data directory")
     chosen = _sample(listed, opts.sample, opts.seed)
@@ -96,6 +97,20 @@ def audit(dataset: str | os.PathLike, options: AuditOptions | None = None, **kwa
         warnings=tuple(found.warnings), sample=opts.sample, files_resumed=len(reuse), checkpoint=str(checkpoint),
         execution=execution, tolerance=found.tolerance, tolerance_source=found.tolerance_source,
     )
+
+
+def _refuse_datasets(url: str, listed: list[tuple[str, str]]) -> None:
+    """An audit reads one sample per file; a dataset packing many samples into shards is refused by name."""
+    from ..readers.registry import DATASETS
+
+    for reader in (r for r in DATASETS if r.ENTRY):
+        entry = next((n for _, n in listed if n.rsplit("/", 1)[-1] == reader.ENTRY), None)
+        if entry is not None:
+            raise InputError(
+                f"{entry} makes this {reader.TITLE}, whose samples are packed into shards; hsdiff audit reads "
+                "training data stored one sample per file", path=url,
+                hint="compare or inspect it instead (hsdiff compare, hsdiff inspect read every sample)",
+            )
 
 
 def _config_hidden_size(config: dict | None) -> int | None:

@@ -211,9 +211,13 @@ def _samples(dump: Any, width: int, hidden: int, num_layers: int | None,
             s.concat = s.concat or c
             if s.reply_start is None and c.mask_loader is not None:
                 s.reply_start = _reply_start(c.mask_loader())
-            if s.final is None and c.final_loader is not None and c.final_width == hidden:
-                s.final = c.replace(loader=c.final_loader, rows=None, width=hidden, shape=None, concat=False,
-                                    post_norm=True, col_start=0, col_stop=None)
+            if c.final_loader is not None and c.final_width == hidden:
+                kept = c.replace(loader=c.final_loader, rows=None, width=hidden, shape=None, concat=False,
+                                 post_norm=not c.final_pre_norm, col_start=0, col_stop=None, slot_layers=())
+                if c.final_pre_norm:  # B = L before the final norm: the head applies the norm (as for ``last``)
+                    s.last = s.last or kept
+                else:
+                    s.final = s.final or kept
         elif c.width == hidden and c.post_norm:
             s.final = s.final or c
         elif c.width == hidden and boundary is not None:

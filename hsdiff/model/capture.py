@@ -173,6 +173,13 @@ class Capture:
     final_loader: Callable[[], np.ndarray] | None = field(default=None, repr=False, compare=False)
     #: loads the file's ``loss_mask`` [T] (1 on the assistant's reply: where generation starts), or None
     mask_loader: Callable[[], np.ndarray] | None = field(default=None, repr=False, compare=False)
+    #: the final state ``final_loader`` gives is the last layer's output *before* the final norm (a
+    #: vLLM-extracted B = L), not after it
+    final_pre_norm: bool = False
+    #: the layer of each slot of a concatenated capture, as the file's provenance states them (empty: unknown)
+    slot_layers: tuple[Layer | None, ...] = ()
+    #: which variant of its format the file is, and how that was told (for ``inspect``), or ""
+    variant: str = ""
 
     @property
     def boundary(self) -> int | None:
@@ -244,6 +251,7 @@ class Capture:
         if self.width is None or self.width % hidden_size:
             raise ValueError(f"width {self.width} is not a multiple of {hidden_size}")
         k = self.width // hidden_size
+        layers = layers if layers is not None else (self.slot_layers or None)
         out = []
         for s in range(k):
             layer = layers[s] if layers is not None and s < len(layers) else self.layer
@@ -263,6 +271,7 @@ class Capture:
                     col_start=self.col_start + s * hidden_size,
                     col_stop=self.col_start + (s + 1) * hidden_size,
                     norm=None,
+                    slot_layers=(),
                 )
             )
         return out

@@ -23,13 +23,14 @@ import logging
 import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from types import ModuleType
 
 import numpy as np
 
 from ..arrays import as_f32, lower_median
 from ..errors import FormatError, HsdiffError, InputError
 from ..model import Capture, Dump, pct
-from . import sglang_dumper
+from . import sglang_dumper, speculators
 from ._common import ReadContext
 from ._container import (
     claimed_format,
@@ -39,7 +40,7 @@ from ._container import (
     read_safetensors_header,
     sniff_container,
 )
-from .registry import BY_KEY, DETECTION, FORMATS, LOG_SUFFIXES, TEXT_READER, accepts
+from .registry import BY_KEY, DATASETS, DETECTION, FORMATS, LOG_SUFFIXES, TEXT_READER, accepts
 
 __all__ = ["FORMATS", "ReadContext", "scan", "read_file", "read_safetensors_header", "replica_groups", "replica_difference"]
 
@@ -57,6 +58,14 @@ def read_file(path: Path, ctx: ReadContext, fmt: str | None = None) -> list[Capt
     >>> read_file(Path("fixtures/seed/train/rows_0-2000/data_0.ckpt"), ReadContext("train"))[0].origin.format  # doctest: +SKIP
     'specforge'
     """
+    dataset = _dataset(path, fmt)
+    if dataset is not None:
+        try:
+            return list(dataset.read(path, ctx))
+        except OSError as e:  # the index, a shard or a manifest that cannot be read
+            where = e.filename or path
+            raise InputError(f"cannot read ({e.strerror or e})", path=where,
+                             hint="make the dataset's files readable (chmod +r) or leave it out") from None
     try:
         container = sniff_container(path)
     except PermissionError:
@@ -94,6 +103,15 @@ def read_file(path: Path, ctx: ReadContext, fmt: str | None = None) -> list[Capt
         return []
     finally:
         cleanup(table)
+
+
+def _dataset(path: Path, fmt: str | None) -> ModuleType | None:
+    """The dataset reader whose entry point ``path`` is (with ``fmt``, that format's only), or None."""
+    found = next((r for r in DATASETS if (fmt is None or fmt == r.KEY) and path.is_file() and r.claims(path)), None)
+    if found is None and fmt is not None and BY_KEY.get(fmt) in DATASETS:
+        raise FormatError(f"not the entry point of a {fmt} dataset", path=path,
+                          hint=f"point hsdiff at the {fmt} dataset's directory or its index file")
+    return found
 
 
 def _walk(root: Path) -> Iterable[Path]:
@@ -157,7 +175,8 @@ def scan(
         raise InputError(f"unknown format {fmt!r} for {format_option}", hint=f"choose one of: {', '.join(FORMATS)}")
     ctx = ReadContext(side=side, index=index, root=root if root.is_dir() else root.parent, log_pattern=log_pattern)
     if root.is_dir():
-        files = [p for p in _walk(root) if p.suffix.lower() not in _SKIP_SUFFIXES or p.name == "config.json"]
+        files = [p for p in _walk(root) if (p.suffix.lower() not in _SKIP_SUFFIXES or p.name == "config.json"
+                                            or _dataset(p, None) is not None) and p.name not in speculators.PROVENANCE_FILES]
         explicit = False
     else:
         files = [root]
@@ -168,7 +187,9 @@ def scan(
     for i, p in enumerate(files):
         if progress is not None:
             progress(i, len(files), p)
-        if p.suffix.lower() == ".json":
+        if p in ctx.consumed:  # read with a file before it (a dataset's shards, a pair's second half)
+            continue
+        if p.suffix.lower() == ".json" and _dataset(p, None) is None:
             configs.append((str(p), _read_json(p)))
             continue
         if not explicit and p.is_symlink() and not p.exists():
@@ -177,7 +198,8 @@ def scan(
         if not explicit and fmt is None:
             try:
                 container = sniff_container(p)
-                if container in ("text", "binary") and claimed_format(p) is None and p.suffix.lower() not in LOG_SUFFIXES:
+                if (container in ("text", "binary") and claimed_format(p) is None and p.suffix.lower() not in LOG_SUFFIXES
+                        and _dataset(p, None) is None):
                     skipped.append(ctx.rel(p))
                     continue
             except OSError as e:
@@ -189,7 +211,7 @@ def scan(
             if explicit or p.suffix.lower() not in LOG_SUFFIXES or fmt not in (None, "debuglog"):
                 raise
             found = []
-        if not found:
+        if not found and p not in ctx.consumed:
             skipped.append(ctx.rel(p))
         captures.extend(found)
     if skipped:

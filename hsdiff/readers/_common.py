@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ..conventions import BOUNDARY, OUTPUT
 from ..model import Capture, Layer, Origin
 from ._container import Entry, Table
+from ._container.filerows import file_rows
 
 
 @dataclass
@@ -22,6 +26,11 @@ class ReadContext:
     warnings: list[str] = field(default_factory=list)
     log_pattern: str | None = None  # --log-pattern: a regex with a named group "values" for debug logs
     rank_conflicts: list[str] = field(default_factory=list)  # tensor-parallel ranks that disagree, in words
+    #: files a reader recognised as part of its format that hold no capture of their own (a pair's second
+    #: half, a module's other outputs): not reported as skipped
+    consumed: set[Path] = field(default_factory=set)
+    #: what readers keep while one scan lasts (a directory's listing), by a key of their own
+    memo: dict[Any, Any] = field(default_factory=dict)
 
     def rel(self, path: Path) -> str:
         if self.root is not None:
@@ -142,7 +151,7 @@ def make_capture(
 def sample_name(path: Path) -> str:
     """A readable sample id from a file name: ``data_12.ckpt.gz`` -> ``data_12``."""
     name = path.name
-    for suffix in (".gz", ".ckpt", ".pt", ".pth", ".bin", ".safetensors", ".npz", ".npy"):
+    for suffix in (".gz", ".zst", ".ckpt", ".pt", ".pth", ".bin", ".safetensors", ".npz", ".npy"):
         if name.endswith(suffix):
             name = name[: -len(suffix)]
     return name
@@ -151,3 +160,46 @@ def sample_name(path: Path) -> str:
 def float_entries(table: Table) -> list[Entry]:
     return [e for e in table.entries.values() if e.is_float and len(e.shape) >= 1 and e.shape[-1] > 1]
 
+
+
+#: Rows of a tensor looked at to tell what it holds (a duplicated column block, attention sinks).
+PROBE_ROWS = 64
+
+
+def first_rows(entry: Entry, n: int = PROBE_ROWS) -> np.ndarray:
+    """The first ``n`` rows of ``entry`` seen as ``[-1, width]``, in the stored dtype (a copy)."""
+    if entry.rows is not None:
+        return np.array(entry.rows(0, n, raw=True))
+    a = entry.loader()
+    return np.array(a.reshape(-1, a.shape[-1])[:n])
+
+
+def final_in_last_columns(aux: Entry, final: Entry) -> bool:
+    """Whether the last columns of a concatenated ``aux`` are the ``final`` state, bit for bit (TensorRT-LLM
+    keeps its layer -1 capture there when it was asked for), judged on the first :data:`PROBE_ROWS` rows."""
+    h = final.shape[-1]
+    last = first_rows(final)
+    return aux.shape[-1] > h and np.array_equal(first_rows(aux)[:, -h:], last)
+
+
+def rank_and_run(path: Path, rank_dir: re.Pattern[str], ctx: ReadContext) -> tuple[int | None, str]:
+    """For a file in a per-rank directory (``rank_dir`` matches its name, group 1 the rank): the rank and
+    a name for the run above it, the same for every rank (so their replicas collapse)."""
+    m = rank_dir.match(path.parent.name)
+    run = path.parent.parent if m else path.parent
+    return (int(m.group(1)) if m else None), (ctx.rel(run) if run != ctx.root else run.name)
+
+
+class LazyRows:
+    """Rows of the array ``array()`` returns (a memory map, or a view of one), read with ``pread`` by
+    :func:`~hsdiff.readers._container.filerows.file_rows`, set up at the first read."""
+
+    def __init__(self, array: Callable[[], np.ndarray]) -> None:
+        self.array = array
+        self.read: Callable[..., np.ndarray] | None = None
+
+    def __call__(self, i0: int, i1: int, c0: int = 0, c1: int | None = None, out: Any = None,
+                 raw: bool = False) -> np.ndarray:
+        if self.read is None:
+            self.read = file_rows(self.array())
+        return self.read(i0, i1, c0, c1, out, raw)

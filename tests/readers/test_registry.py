@@ -51,25 +51,54 @@ def test_every_reader_declares_its_key_as_its_module_name():
 
     for m in READERS:
         assert m.KEY == m.__name__.rsplit(".", 1)[-1]
-        assert m.READS in ("table", "text") and isinstance(m.PRIORITY, int) and callable(m.read)
-        assert m.READS == "text" or callable(m.sniff)
+        assert m.READS in ("table", "text", "dataset") and isinstance(m.PRIORITY, int) and callable(m.read)
+        assert callable(m.sniff) if m.READS == "table" else (m.READS == "text" or callable(m.claims))
 
 
 def test_formats_are_listed_and_detected_in_their_documented_orders():
     from hsdiff.readers import FORMATS
     from hsdiff.readers.registry import DETECTION
 
-    assert FORMATS == ("specforge", "modelopt", "eagle", "sglang_dumper", "vllm", "hf", "tensors", "debuglog")
-    assert [m.KEY for m in DETECTION] == ["sglang_dumper", "specforge", "modelopt", "vllm", "eagle", "hf", "tensors"]
+    assert FORMATS == ("specforge", "modelopt", "eagle", "sglang_dumper", "vllm", "hf", "speculators", "trtllm",
+                       "specforge_dflash", "sglang_hook", "trtllm_debug", "deepspec", "verl_speco", "sglang_http",
+                       "tensors", "debuglog")
+    assert [m.KEY for m in DETECTION] == ["sglang_dumper", "specforge", "sglang_hook", "trtllm_debug", "trtllm",
+                                          "verl_speco", "modelopt", "specforge_dflash", "speculators", "vllm", "eagle",
+                                          "hf", "tensors"]
 
 
-@pytest.mark.parametrize("key", ["specforge", "modelopt", "vllm", "sglang_dumper"])
+def test_the_inspect_schema_and_the_readme_name_every_format():
+    import re
+
+    from hsdiff.readers import FORMATS
+    from hsdiff.schemas import load
+
+    item = load("inspect")["properties"]["formats"]["items"]["properties"]["format"]
+    assert tuple(item["enum"]) == FORMATS
+    readme = (B.ROOT / "README.md").read_text()
+    table = readme.split("## Formats read", 1)[1].split("\n\n", 2)[1]
+    assert re.findall(r"^\| `(\w+)` \|", table, re.MULTILINE) == list(FORMATS)
+    choices = re.search(r"\| `--train-format`, `--infer-format` \| force a format: (.*) \|", readme)
+    assert choices is not None and re.findall(r"`(\w+)`", choices.group(1)) == list(FORMATS)
+
+
+@pytest.mark.parametrize("key", ["specforge", "modelopt", "vllm", "sglang_dumper", "speculators", "trtllm",
+                                 "specforge_dflash", "sglang_hook", "trtllm_debug", "deepspec", "verl_speco",
+                                 "sglang_http"])
 def test_the_key_is_the_format_of_every_capture_and_forces_it(tmp_path, key):
     make = {
         "specforge": lambda: B.specforge(tmp_path, [0], [2, 15, 27]),
         "modelopt": lambda: B.modelopt_file(tmp_path, 0, [2, 15, 27]),
         "vllm": lambda: B.vllm_file(tmp_path, 0, [2, 15, 27]),
         "sglang_dumper": lambda: B.sglang_dump(tmp_path, 0, [3, 16, 28]),
+        "speculators": lambda: B.speculators_dir(tmp_path, [0], [2, 15, 27, 30]),
+        "trtllm": lambda: B.trtllm_file(tmp_path),
+        "specforge_dflash": lambda: B.specforge_dflash(tmp_path, [0], [2, 15, 27]),
+        "sglang_hook": lambda: B.sglang_hook_dump(tmp_path, 0, layers=[1, 2]),
+        "trtllm_debug": lambda: B.trtllm_debug_dump(tmp_path, 0),
+        "deepspec": lambda: B.deepspec_cache(tmp_path),
+        "verl_speco": lambda: B.verl_feature_store(tmp_path),
+        "sglang_http": lambda: B.sglang_response(tmp_path / "resp.json", 0, [2, 15, 27]),
     }[key]
     make()
     found = scan(tmp_path, "infer").captures

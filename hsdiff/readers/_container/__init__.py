@@ -7,7 +7,7 @@ module           opens
 ``torch``        ``torch.save`` files, zip (memory-mapped) and legacy; the pickle is scanned, never run
 ``safetensors``  safetensors files; :func:`read_safetensors_header` is the one header reader
 ``numpy``        ``.npy`` (memory-mapped) and ``.npz``, ``allow_pickle=False``
-``gzip``         any of the above gzipped, streamed to a private temporary file with a size cap
+``gzip``         any of the above gzip- or zstd-compressed, streamed to a private temporary file with a size cap
 ``table``        the records they return: :class:`Table` of lazy :class:`Entry` tensors
 ===============  ==============================================================================
 
@@ -46,6 +46,7 @@ BACKENDS: dict[str, Callable[[Path, str], Table]] = {
     "npy": _numpy.open_table,
     "npz": _numpy.open_table,
     "gzip": lambda path, container: _gzip.open_table(path, container, open_inner=open_table),
+    "zstd": lambda path, container: _gzip.open_table(path, container, open_inner=open_table),
 }
 
 

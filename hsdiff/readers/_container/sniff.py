@@ -16,12 +16,12 @@ MAX_SAFETENSORS_HEADER = 100 * 2**20
 
 _OLD_PICKLE_RE = re.compile(rb"[(]?c[A-Za-z_][\w.]*\n[A-Za-z_][\w.]*\n")
 #: Suffixes that promise a tensor container; a file named so whose content is none is damaged.
-_CLAIMS = {".gz": "gzip", ".safetensors": "safetensors", ".pt": "torch", ".pth": "torch", ".ckpt": "torch",
+_CLAIMS = {".gz": "gzip", ".zst": "zstd", ".safetensors": "safetensors", ".pt": "torch", ".pth": "torch", ".ckpt": "torch",
            ".npy": "numpy", ".npz": "numpy"}
 
 
 def sniff_container(path: Path) -> str:
-    """``torch``, ``torch-legacy``, ``safetensors``, ``npy``, ``npz``, ``gzip``, ``text``, ``binary`` or ``empty``."""
+    """``torch``, ``torch-legacy``, ``safetensors``, ``npy``, ``npz``, ``gzip``, ``zstd``, ``text``, ``binary`` or ``empty``."""
     with open(path, "rb") as f:
         head = f.read(SNIFF_BYTES)
     size = path.stat().st_size
@@ -29,6 +29,8 @@ def sniff_container(path: Path) -> str:
         return "empty"
     if head[:2] == b"\x1f\x8b":
         return "gzip"
+    if head[:4] == b"\x28\xb5\x2f\xfd":
+        return "zstd"
     if head[:6] == b"\x93NUMPY":
         return "npy"
     if head[:4] == b"PK\x03\x04" or head[:4] == b"PK\x05\x06":
