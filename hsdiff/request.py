@@ -20,24 +20,31 @@ import json
 import shlex
 from collections.abc import Sequence
 
+from .convention_rules import ENGINE_INFO, REQUEST_GENERATE, EngineInfo
 from .errors import InputError
 
 __all__ = ["ENDPOINTS", "request_body", "curl_command", "advice"]
 
-ENDPOINTS = {"sglang": "/generate", "vllm": "/v1/completions"}
+#: The HTTP path of each engine's prefill request (:attr:`~hsdiff.convention_rules.EngineInfo.endpoint`).
+ENDPOINTS = {k: e.endpoint for k, e in ENGINE_INFO.items() if e.request}
+
+
+def _profile(engine: str) -> EngineInfo:
+    info = ENGINE_INFO.get(engine)
+    if info is None or not info.request:
+        raise InputError(f"no request format for engine {engine!r}", hint=f"choose one of: {', '.join(ENDPOINTS)}")
+    return info
 
 
 def request_body(token_ids: Sequence[int], engine: str = "sglang", *, model: str | None = None,
                  max_new_tokens: int = 1) -> dict:
     """The JSON body that makes ``engine`` run a prefill over exactly ``token_ids``."""
     ids = [int(i) for i in token_ids]
-    if engine == "sglang":
+    if _profile(engine).request == REQUEST_GENERATE:
         return {"input_ids": ids, "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": 0}}
-    if engine == "vllm":
-        body: dict = {"model": model} if model else {}
-        body.update({"prompt": ids, "max_tokens": max_new_tokens, "temperature": 0})
-        return body
-    raise InputError(f"no request format for engine {engine!r}", hint=f"choose one of: {', '.join(ENDPOINTS)}")
+    body: dict = {"model": model} if model else {}
+    body.update({"prompt": ids, "max_tokens": max_new_tokens, "temperature": 0})
+    return body
 
 
 def curl_command(body: dict, url: str, engine: str = "sglang") -> str:
@@ -51,8 +58,6 @@ def curl_command(body: dict, url: str, engine: str = "sglang") -> str:
 
 def advice(engine: str) -> str:
     """What to switch off so the replayed tokens are all recomputed (and so all captured)."""
-    if engine == "sglang":
-        return ("POST it to http://HOST:PORT/generate; start the server with --disable-radix-cache, or a cached "
-                "prefix is not recomputed and not captured")
-    return ("POST it to http://HOST:PORT/v1/completions; start the server with --no-enable-prefix-caching, or a "
-            "cached prefix is not recomputed and not captured")
+    info = _profile(engine)
+    return (f"POST it to http://HOST:PORT{info.endpoint}; start the server with {info.cache_flag}, or a cached "
+            "prefix is not recomputed and not captured")
