@@ -77,11 +77,17 @@ ENGINE_NAMES_ALLOWED_IN = ("convention_rules.py", "cli/")
 
 
 def _engine_comparisons(path: Path, names: set[str], root: Path = ROOT) -> list[str]:
-    """``x == "vllm"``, ``key in ("sglang", "vllm")``... in ``path``; a comparison of a file-format name
-    (``fmt``, ``format``: a format's key is the same string as the engine that writes it) is not one."""
+    """``x == "vllm"``, ``key in ("sglang", "vllm")``, ``ENGINES = ("sglang", "vllm")``... in ``path``; a
+    comparison of a file-format name (``fmt``, ``format``: a format's key is the same string as the engine that
+    writes it) is not one."""
     tree = ast.parse(path.read_text(), filename=str(path))
+    compared = {id(c) for node in ast.walk(tree) if isinstance(node, ast.Compare) for c in node.comparators}
     out = []
     for node in ast.walk(tree):
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)) and id(node) not in compared:  # kept for a later `in`
+            named = [e for e in node.elts if isinstance(e, ast.Constant) and e.value in names]
+            if len(named) > 1:
+                out.append(f"{path.relative_to(root)}:{node.lineno}: {ast.unparse(node)}")
         if not isinstance(node, ast.Compare):
             continue
         left = ast.unparse(node.left)
@@ -111,6 +117,7 @@ def test_engine_comparison_scan_finds_what_it_should(tmp_path: Path) -> None:
     probe = tmp_path / "probe.py"
     probe.write_text('def f(engine, key, fmt):\n    a = engine == "vllm"\n    b = key in ("sglang", "specforge")\n'
                      '    c = fmt == "specforge"\n    """>>> f("sglang", "vllm", "x") == "vllm"\n    """\n'
-                     '    d = {"sglang": 1}\n    return a, b, c, d\n')
+                     '    d = {"sglang": 1}\n    return a, b, c, d\n\nFAMILY_ENGINES = ("sglang", "vllm")\n')
     hits = _engine_comparisons(probe, {"sglang", "vllm", "specforge"}, tmp_path)
-    assert [h.split(": ", 1)[1] for h in hits] == ["engine == 'vllm'", "key in ('sglang', 'specforge')"]
+    assert sorted(h.split(": ", 1)[1] for h in hits) == [
+        "('sglang', 'vllm')", "engine == 'vllm'", "key in ('sglang', 'specforge')"]
