@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 
 from . import conventions as conv
 from .configs import boundaries_read, built_fc_width, config_value, fc_width
+from .convention_rules import FAMILY_READING, KEYS_NESTED, KEYS_TOP
 from .errors import HsdiffError, InputError
 from .gate_model import ERROR, INFO, WARNING, Check, IdsSource
 from .serving import as_written, boundary_list, serve
@@ -76,7 +77,7 @@ def static_checks(
     ``family_source`` says where the SGLang model family came from (for the messages).
     """
     p = str(path)
-    family = conv.normalize_family(model_family) if ids.engine in ("sglang", "specforge", "vllm") else None
+    family = conv.normalize_family(model_family) if conv.rule(ids.engine).family_rule else None
     version = conv.parse_version(ids.engine, version or ids.engine_version)
     written = list(ids.ids)
     reading = boundaries_read(written, ids.engine, num_layers, family, version) if written else []
@@ -104,51 +105,84 @@ def _source(c: CheckInput) -> Finding:
     return _ok(ids.note)
 
 
+class _Keys(NamedTuple):
+    """The draft config's two id keys, as an ignored-key check sees them."""
+
+    has_top: bool
+    top: Any
+    has_nested: bool
+    nested: Any
+    top_ok: bool  # a non-empty list of ints
+    nested_ok: bool
+    both: tuple[list[int], list[int]] | None  # both hold ids, read differently: (vLLM's top-level, SGLang's nested)
+
+
 def _ignored_key(c: CheckInput) -> Finding:
-    engine, L, family = c.ids.engine, c.num_layers, c.family
     has_top, top = config_value(c.config, conv.TOP_KEY)
     has_nested, nested = config_value(c.config, conv.NESTED_KEY)
-    top_ok = _is_int_list(top) and bool(top)
-    nested_ok = _is_int_list(nested) and bool(nested)
-    if engine == "sglang":
-        if top_ok and not has_nested:
-            return _fail(ERROR, f"the ids {top} are in the top-level eagle_aux_hidden_state_layer_ids, which SGLang never "
-                         "reads: it falls back to its default layers. Move them under "
-                         "eagle_config.eagle_aux_hidden_state_layer_ids (SGLang counts them as layer outputs; "
-                         "`hsdiff ids` translates).")
-        both = _both_keys(top, nested, L, family) if top_ok and nested_ok else None
-        if both is not None:
-            b_top, b_sg = both
-            return _fail(WARNING, f"SGLang ignores the top-level eagle_aux_hidden_state_layer_ids {top} (it reads the nested "
-                             f"{nested}, i.e. B{sorted(set(b_sg))}); vLLM would read the top-level key and capture "
-                             f"B{sorted(set(b_top))}: the same draft gets different layers on the two engines.")
-        return _ok("SGLang reads eagle_config.eagle_aux_hidden_state_layer_ids; no ids sit in a "
-               "key it ignores")
-    if engine == "vllm":
-        if nested_ok and not top_ok:
-            if c.vllm_runner == "v2":
-                return _fail(ERROR, f"the ids {nested} are only in eagle_config.eagle_aux_hidden_state_layer_ids, which vLLM's "
-                             "V2 model runner (the default) ignores: it falls back to the default layers (vLLM #50170). Write them "
-                             "to the top-level eagle_aux_hidden_state_layer_ids (boundary indices; `hsdiff ids` "
-                             "translates).")
-            return _fail(WARNING, f"the ids {nested} are only in eagle_config.eagle_aux_hidden_state_layer_ids: vLLM's V1 runner "
-                         "reads them, but the default V2 runner ignores that key and falls back to the default layers "
-                         "(vllm==0.33.0 eagle3_utils.py:113-150). Write them to the top-level "
-                         "eagle_aux_hidden_state_layer_ids too.")
-        both = _both_keys(top, nested, L, family) if top_ok and nested_ok else None
-        if both is not None:
-            b_top, b_sg = both
-            return _fail(WARNING, f"vLLM reads the top-level {top} (B{b_top}) and ignores the nested {nested}, "
-                         f"which SGLang and SpecForge read as B{b_sg}: the two keys name different layers.")
-        return _ok("vLLM reads the top-level eagle_aux_hidden_state_layer_ids; no ids sit in a "
-               "key it ignores")
+    top_ok, nested_ok = _is_int_list(top) and bool(top), _is_int_list(nested) and bool(nested)
+    both = _both_keys(top, nested, c.num_layers, c.family) if top_ok and nested_ok else None
+    k = _Keys(has_top, top, has_nested, nested, top_ok, nested_ok, both)
+    kind = conv.rule(c.ids.engine).key_check
+    if not kind:
+        return _other_reader(c, k)
+    lost = (_nested_lost if kind == KEYS_NESTED else _top_lost)(c, k)
+    if lost is not None:
+        return lost
+    if k.both is not None:
+        return _fail(WARNING, _BOTH_KEYS[kind].format(top=top, nested=nested, b_top=k.both[0], b_nested=k.both[1]))
+    return _ok(_READS_ONE_KEY[kind])
+
+
+#: Per key check: both keys hold ids that name different layers; and what it reads when nothing is lost.
+_BOTH_KEYS = {
+    KEYS_NESTED: "SGLang ignores the top-level eagle_aux_hidden_state_layer_ids {top} (it reads the nested {nested}, "
+                 "i.e. B{b_nested}); vLLM would read the top-level key and capture B{b_top}: the same draft gets "
+                 "different layers on the two engines.",
+    KEYS_TOP: "vLLM reads the top-level {top} (B{b_top}) and ignores the nested {nested}, which SGLang and SpecForge "
+              "read as B{b_nested}: the two keys name different layers.",
+}
+_READS_ONE_KEY = {
+    KEYS_NESTED: "SGLang reads eagle_config.eagle_aux_hidden_state_layer_ids; no ids sit in a key it ignores",
+    KEYS_TOP: "vLLM reads the top-level eagle_aux_hidden_state_layer_ids; no ids sit in a key it ignores",
+}
+
+
+def _nested_lost(c: CheckInput, k: _Keys) -> Finding | None:
+    """An engine that reads only the nested key (SGLang): ids only in the top-level key are lost."""
+    if k.top_ok and not k.has_nested:
+        return _fail(ERROR, f"the ids {k.top} are in the top-level eagle_aux_hidden_state_layer_ids, which SGLang never "
+                     "reads: it falls back to its default layers. Move them under "
+                     "eagle_config.eagle_aux_hidden_state_layer_ids (SGLang counts them as layer outputs; "
+                     "`hsdiff ids` translates).")
+    return None
+
+
+def _top_lost(c: CheckInput, k: _Keys) -> Finding | None:
+    """An engine that reads the top-level key first and the nested one by model runner (vLLM)."""
+    if not (k.nested_ok and not k.top_ok):
+        return None
+    if c.vllm_runner == "v2":
+        return _fail(ERROR, f"the ids {k.nested} are only in eagle_config.eagle_aux_hidden_state_layer_ids, which vLLM's "
+                     "V2 model runner (the default) ignores: it falls back to the default layers (vLLM #50170). Write them "
+                     "to the top-level eagle_aux_hidden_state_layer_ids (boundary indices; `hsdiff ids` "
+                     "translates).")
+    return _fail(WARNING, f"the ids {k.nested} are only in eagle_config.eagle_aux_hidden_state_layer_ids: vLLM's V1 runner "
+                 "reads them, but the default V2 runner ignores that key and falls back to the default layers "
+                 "(vllm==0.33.0 eagle3_utils.py:113-150). Write them to the top-level "
+                 "eagle_aux_hidden_state_layer_ids too.")
+
+
+def _other_reader(c: CheckInput, k: _Keys) -> Finding:
+    """Any other engine: the keys it reads, from :func:`hsdiff.conventions.config_keys`."""
+    engine, top, nested = c.ids.engine, k.top, k.nested
     keys = conv.config_keys(engine)
-    read = [conv.key_name(k) for k in keys]
-    if conv.TOP_KEY not in keys and top_ok and not has_nested:
+    read = [conv.key_name(path) for path in keys]
+    if conv.TOP_KEY not in keys and k.top_ok and not k.has_nested:
         return _fail(ERROR, f"the ids {top} are in the top-level eagle_aux_hidden_state_layer_ids, which "
                      f"{conv.rule(engine).title} never reads (it reads {' or '.join(read)}): it falls back to its "
                      "default layers. Move them where it reads them (`hsdiff ids` translates).")
-    if conv.TOP_KEY in keys and conv.NESTED_KEY not in keys and nested_ok and not top_ok:
+    if conv.TOP_KEY in keys and conv.NESTED_KEY not in keys and k.nested_ok and not k.top_ok:
         return _fail(ERROR, f"the ids {nested} are only in eagle_config.eagle_aux_hidden_state_layer_ids, which "
                      f"{conv.rule(engine).title} never reads (it reads {' or '.join(read)}): it falls back to its "
                      "default layers. Write them to the top-level key (`hsdiff ids` translates).")
@@ -167,7 +201,7 @@ def _both_keys(top: list[int], nested: list[int], L: int | None, family: str | N
 def _safe_reading(ids: Sequence[int], engine: str, L: int | None, family: str | None,
                   version: str | None = None) -> list[int] | None:
     try:
-        return boundaries_read(ids, engine, L, family, version if engine != "vllm" or family is None else None)
+        return boundaries_read(ids, engine, L, family, version)
     except InputError:
         return None
 
@@ -198,13 +232,19 @@ def _unique(c: CheckInput) -> Finding:
 
 
 def _count(c: CheckInput) -> Finding:
-    """SpecForge takes exactly three ids (SpecForge@a6b6b02 specforge/algorithms/model_providers.py:205-210
-    raises ValueError otherwise); the engines take any number, sized by the draft's fc."""
-    if c.ids.engine != "specforge" or c.ids.fallback or len(c.written) == 3:
+    """A trainer that takes an exact number of ids (SpecForge: three, its profile cites the source); the
+    engines take any number, sized by the draft's fc."""
+    info = conv.rule(c.ids.engine)
+    n = info.id_count
+    if not n or c.ids.fallback or len(c.written) == n:
         return _ok(f"{len(c.written)} ids")
-    return _fail(ERROR, f"{c.written} has {len(c.written)} ids, but SpecForge takes exactly three (it raises "
-                 "ValueError before capturing anything): capture the training data with three layers, or with "
+    words = _NUMBERS.get(n, str(n))
+    return _fail(ERROR, f"{c.written} has {len(c.written)} ids, but {info.title} takes exactly {words} (it raises "
+                 f"ValueError before capturing anything): capture the training data with {words} layers, or with "
                  "another trainer")
+
+
+_NUMBERS = {2: "two", 3: "three", 4: "four"}
 
 
 def _in_range(c: CheckInput) -> Finding:
@@ -253,7 +293,7 @@ def _embeddings(c: CheckInput) -> Finding:
 
 def _family_rule(c: CheckInput) -> Finding:
     ids, engine, L, family, src = c.written, c.ids.engine, c.num_layers, c.family, c.family_source
-    if engine not in ("sglang", "specforge") or not ids:
+    if conv.rule(engine).family_rule != FAMILY_READING or not ids:
         return _ok("no model-family rule changes how these ids are read")
     applied = conv.applied(engine, family, c.version)
     if applied.reading not in ("deepseek", "gpt-oss"):

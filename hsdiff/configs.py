@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from . import conventions as conv
+from .convention_rules import FC_AUX, FINAL_MINUS_ONE
 from .errors import ConfigError, InputError
 from .gate_model import IdsSource
 from .serving import boundary_list, serve
@@ -163,7 +164,7 @@ def read_config_ids(config: dict[str, Any], engine: str, *, vllm_runner: str = c
     for key in conv.config_keys(engine, vllm_runner=vllm_runner):
         found, node = config_value(config, key)
         if found:
-            if conv.rule(engine).key == "vllm" and not (isinstance(node, (list, tuple)) and node):
+            if conv.rule(engine).skips_empty and not (isinstance(node, (list, tuple)) and node):
                 continue  # vLLM: `if layer_ids and isinstance(layer_ids, (list, tuple))`, else the next key / default
             return node, tuple(key)
     return None, None
@@ -172,13 +173,20 @@ def read_config_ids(config: dict[str, Any], engine: str, *, vllm_runner: str = c
 def boundaries_read(ids: Sequence[int], engine: str, num_layers: int | None, family: str | None,
                     version: str | None = None) -> list[int]:
     """Boundaries ``engine`` captures for ``ids`` in list order, without the range check."""
-    if num_layers is None and (conv.needs_num_layers(engine, family, version) or (engine == "trtllm" and -1 in ids)):
+    if num_layers is None and (conv.needs_num_layers(engine, family, version)
+                                or (conv.rule(engine).final_id == FINAL_MINUS_ONE and -1 in ids)):
         raise ConfigError(
             f"{conv.applied(engine, family, version).label} depends on the target's num_hidden_layers",
             hint="pass --target-config path/to/target/config.json",
         )
     return conv.to_boundary(ids, engine, num_layers=num_layers, model_family=family, version=version,
                             keep_order=True, check_range=False)
+
+
+def _readers() -> str:
+    """The engines that read ids from a draft config, for hints: ``"sglang, vllm ... or speculators"``."""
+    keys = [e for e in conv.ENGINES if conv.config_keys(e)]
+    return ", ".join(keys[:-1]) + " or " + keys[-1]
 
 
 def read_ids(
@@ -202,15 +210,15 @@ def read_ids(
     r = conv.rule(engine)
     engine = r.key
     version = conv.parse_version(engine, version)
-    family = conv.normalize_family(model_family) if engine in ("sglang", "specforge", "vllm") else None
+    family = conv.normalize_family(model_family) if r.family_rule else None
     applied = conv.applied(engine, family, version)
-    runner = vllm_runner if engine == "vllm" else None
+    runner = vllm_runner if r.runners else None
     keys = conv.config_keys(engine, vllm_runner=vllm_runner)
     if not keys:
         raise ConfigError(
             f"{r.title} takes its layer ids from no draft config: it reads {r.reads}",
             path=path, hint=f"compare with `hsdiff compare --engine {engine} --layer-ids IDS` (the ids it is "
-            "configured with), or choose --engine sglang, vllm, modelopt, specforge or speculators",
+            f"configured with), or choose --engine {_readers()}",
         )
 
     def source(ids: Sequence[int], b: Sequence[int], key: str | None, fallback: bool, note: str) -> IdsSource:
@@ -218,8 +226,7 @@ def read_ids(
                          version)
 
     found, use_aux = config_value(config, ("eagle_config", "use_aux_hidden_state"))
-    if engine in ("sglang", "vllm") and found and use_aux is False:
-        # sglang==0.5.23 llama_eagle3.py:238-247; vllm==0.33.0 eagle3_utils.py:14-22, gpu_model_runner.py:647-660
+    if r.use_aux_flag and found and use_aux is False:  # the profile cites each engine's check
         return source((), (), "eagle_config.use_aux_hidden_state", False,
                       f"eagle_config.use_aux_hidden_state is false in {path}: {r.title} captures no aux "
                          "hidden state and feeds the draft the final post-norm hidden state (EAGLE-1/2 style), so no "
@@ -251,9 +258,7 @@ def read_ids(
     why = "is null" if key is not None else "is absent"
     note = (f"{where} {why} in {path}: {r.title} {version} silently falls back to its default B{b} "
             f"(ids {ids} in its convention; rule: {applied.label}); write the ids the draft was trained with explicitly")
-    if engine == "vllm":
-        note += " (a silent fallback like this cost vLLM #50170 nearly all acceptance)"
-    return source(ids, b, None, True, note)
+    return source(ids, b, None, True, note + r.fallback_note)
 
 
 def _captured(b: Sequence[int], engine: str, num_layers: int | None, family: str | None, version: str) -> str:
@@ -292,18 +297,15 @@ def fc_width(config: dict[str, Any], engine: str, path: Path, version: str | Non
 def built_fc_width(config: dict[str, Any], engine: str, version: str | None = None) -> tuple[int | None, str]:
     """The ``fc`` input width ``engine`` builds from the draft config alone, and why; ``(None, "")`` when
     the engine does not size it from the draft config."""
-    key = conv.rule(engine).key
+    info = conv.rule(engine)
     th = config.get("target_hidden_size") or config.get("hidden_size")
     if not th:
         return None, ""
-    title = conv.rule(key).title
-    ver = conv.parse_version(key, version)
-    if key == "sglang" and conv.version_tuple(ver) < (0, 5, 12):
-        # sglang==0.5.10 llama_eagle3.py:138-142: fc = Linear(hidden_size_in * 3, ...)
+    title = info.title
+    ver = conv.parse_version(info.key, version)
+    if info.fc_three_before and conv.version_tuple(ver) < conv.version_tuple(info.fc_three_before):
         return 3 * int(th), f"{title} {ver} builds it as 3 × target_hidden_size {th}"
-    if key in ("sglang", "vllm"):
-        # sglang==0.5.12 llama_eagle3.py:154-161, vllm==0.33.0 llama_eagle3.py:209-220: num_aux_hidden_states,
-        # else the number of nested ids, else 3
+    if info.fc_rule == FC_AUX:  # num_aux_hidden_states, else the number of nested ids, else 3
         n_aux = config.get("num_aux_hidden_states")
         found, nested = config_value(config, conv.NESTED_KEY)
         if isinstance(n_aux, int) and not isinstance(n_aux, bool) and n_aux > 0:

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Rule", "RULES", "CONFIG_KEYS", "VERSIONS", "DEFAULT_VERSIONS", "DEFAULT_RUNNER", "VLLM_RUNNERS", "FAMILIES", "ENGINE_INFO", "EngineInfo",
-           "OUTPUT", "BOUNDARY", "DEEPSEEK", "GPT_OSS", "NONE", "LogLine", "LOG_LINES"]
+__all__ = ["Rule", "RULES", "CONFIG_KEYS", "VERSIONS", "DEFAULT_VERSIONS", "DEFAULT_RUNNER", "VLLM_RUNNERS", "FAMILIES",
+           "ENGINE_INFO", "EngineInfo", "OUTPUT", "BOUNDARY", "DEEPSEEK", "GPT_OSS", "NONE", "LogLine", "LOG_LINES",
+           "FAMILY_READING", "FAMILY_CAPTURE", "FINAL_MINUS_ONE", "FINAL_L", "KEYS_NESTED", "KEYS_TOP", "FC_AUX",
+           "REQUEST_GENERATE", "REQUEST_COMPLETIONS"]
 
 # what an id means
 OUTPUT = "output"  # B = id + 1 (output index)
@@ -48,9 +50,36 @@ CONFIG_KEYS: dict[str, tuple[tuple[str, ...], ...]] = {
 }
 
 
+#: How the model family enters an engine's reading (:attr:`EngineInfo.family_rule`).
+FAMILY_READING = "reading"  # the family selects how ids map to boundaries (SGLang's per-model setters)
+FAMILY_CAPTURE = "capture"  # only families with a row of their own change what it can capture (vLLM, DeepSeek)
+
+#: The id naming the final post-norm hidden state (:attr:`EngineInfo.final_id`).
+FINAL_MINUS_ONE = "-1"
+FINAL_L = "L"  # the tuple index L, i.e. num_hidden_layers
+
+#: Which key check :mod:`hsdiff.checks` runs (:attr:`EngineInfo.key_check`); "" the generic one.
+KEYS_NESTED = "nested"  # reads the nested key only; ids in the top-level key are lost
+KEYS_TOP = "top"  # reads the top-level key first, the nested one by model runner
+
+#: How the engine sizes the draft's fc from its config (:attr:`EngineInfo.fc_rule`).
+FC_AUX = "num_aux"  # num_aux_hidden_states, else the number of nested ids, else 3; times target_hidden_size
+
+#: The request body that makes an engine prefill given token ids (:attr:`EngineInfo.request`).
+REQUEST_GENERATE = "generate"  # native: {"input_ids", "sampling_params"}
+REQUEST_COMPLETIONS = "completions"  # OpenAI-compatible: {"model", "prompt", "max_tokens", "temperature"}
+
+_LAYER_ORDER = "captures in layer order (a membership test inside the layer loop)"
+
+
 @dataclass(frozen=True)
 class EngineInfo:
-    """What is the same for every row of one engine or trainer."""
+    """What is the same for every row of one engine or trainer: its profile.
+
+    One field per question a caller asks; ``sources`` cites, per field that carries a decision, the
+    source line it encodes (:meth:`source`). Every module asks these fields instead of comparing
+    engine names.
+    """
 
     key: str
     title: str
@@ -58,34 +87,151 @@ class EngineInfo:
     index: str  # OUTPUT or BOUNDARY: what a plain id means (before model-family rules)
     sorts: bool  # captures in layer order, once per layer
     reads: str  # where it reads the ids, in words (help texts)
+    family_rule: str = ""  # FAMILY_READING, FAMILY_CAPTURE or "" (the family never matters)
+    family_table: bool = False  # FAMILIES is its table: reports name the family key it selected
+    captures_through: str = ""  # the engine whose own setter captures for it (its family rules apply)
+    package_names: tuple[str, ...] = ()  # other names for it in --engine-version NAME==VERSION
+    final_id: str = ""  # the id naming the final post-norm state: FINAL_MINUS_ONE, FINAL_L or ""
+    final_first: bool = False  # it sorts the final post-norm state into slot 0...
+    final_last_in: tuple[str, ...] = ()  # ...except at these versions, which put it in the last slot
+    order_words: str = _LAYER_ORDER  # how it orders what it captures, in words
+    order_source: str = ""  # the source of that order ("": its rule's source)
+    runners: tuple[str, ...] = ()  # model runners that read different keys (CONFIG_KEYS["key-runner"])
+    skips_empty: bool = False  # an empty or non-list value falls through to the next key / the default
+    use_aux_flag: bool = False  # eagle_config.use_aux_hidden_state false switches the aux capture off
+    writes: tuple[str, ...] = ()  # the draft-config key hsdiff fix-config writes; () none it reads
+    left_key: tuple[str, ...] = ()  # a key fix-config leaves in place although another engine reads it...
+    left_key_note: str = ""  # ...and what to say about it ({value}: what it holds)
+    key_check: str = ""  # KEYS_NESTED, KEYS_TOP or "" (the generic check of the keys it reads)
+    fallback_note: str = ""  # appended when it silently falls back to its default ids
+    fc_rule: str = ""  # FC_AUX, or "" where it does not size the fc from the draft config
+    fc_three_before: str = ""  # versions before this build the fc as 3 × target_hidden_size
+    id_count: int = 0  # the exact number of ids it takes (0: any)
+    request: str = ""  # REQUEST_GENERATE, REQUEST_COMPLETIONS or "" (no prefill request)
+    endpoint: str = ""  # the HTTP path of that request
+    cache_flag: str = ""  # the server flag that turns prefix caching off (so every token is captured)
+    sources: tuple[tuple[str, str], ...] = ()  # (field, source) for the fields above that carry a decision
 
+    def source(self, name: str) -> str:
+        """The source cited for field ``name`` ("" where the field keeps its default)."""
+        return dict(self.sources).get(name, "")
+
+    @property
+    def names(self) -> set[str]:
+        """Its key and the package names that name it in ``NAME==VERSION``."""
+        return {self.key, *self.package_names}
+
+    def family_for(self, model_family: str | None, *, shifts: bool = False, own_row: bool = False) -> str | None:
+        """``model_family`` where it matters to how this engine reads ids, else None.
+
+        ``shifts``: only where the family changes how an id maps to a boundary (FAMILY_READING);
+        ``own_row``: on a FAMILY_CAPTURE engine, only a family with a row of its own (vLLM: the DeepSeek ones).
+
+        >>> ENGINE_INFO["vllm"].family_for("gpt-oss", own_row=True), ENGINE_INFO["vllm"].family_for("deepseek")
+        (None, 'deepseek')
+        """
+        if not self.family_rule or (shifts and self.family_rule != FAMILY_READING):
+            return None
+        if own_row and self.family_rule == FAMILY_CAPTURE and model_family not in _row_families(self.key):
+            return None
+        return model_family
+
+
+_SG_READ = "sglang==0.5.23 sglang/srt/models/*.py set_eagle3_layers_to_capture (one setter per model family)"
 
 ENGINE_INFO: dict[str, EngineInfo] = {
     e.key: e
     for e in [
         EngineInfo("sglang", "SGLang", "engine", OUTPUT, True,
                    "the draft config.json's eagle_config.eagle_aux_hidden_state_layer_ids only (the top-level key "
-                   "is never read); absent: its default B[2, L//2, L-3]"),
+                   "is never read); absent: its default B[2, L//2, L-3]",
+                   family_rule=FAMILY_READING, family_table=True, use_aux_flag=True, writes=NESTED,
+                   left_key=TOP, key_check=KEYS_NESTED, fc_rule=FC_AUX, fc_three_before="0.5.12",
+                   left_key_note="the top-level eagle_aux_hidden_state_layer_ids {value} was left as it is: SGLang "
+                   "ignores it, but vLLM reads it as boundary indices (`hsdiff ids --from sglang --to vllm` gives "
+                   "its value)",
+                   order_source="sglang==0.5.23 sglang/srt/models/llama.py:485-494, deepseek_v2.py:3176-3194",
+                   request=REQUEST_GENERATE, endpoint="/generate", cache_flag="--disable-radix-cache",
+                   sources=(
+                       ("family_rule", _SG_READ), ("family_table", _SG_READ),
+                       ("use_aux_flag", "sglang==0.5.23 llama_eagle3.py:238-247"),
+                       ("writes", "model_runner_components/spec_aux_hidden_state.py:185-196 (0.5.23)"),
+                       ("key_check", "model_runner_components/spec_aux_hidden_state.py:185-196 (0.5.23)"),
+                       ("fc_rule", "sglang==0.5.12 llama_eagle3.py:154-161"),
+                       ("fc_three_before", "sglang==0.5.10 llama_eagle3.py:138-142 (Linear(hidden_size_in * 3))"),
+                       ("request", "sglang==0.5.23 sglang/srt/managers/io_struct.py GenerateReqInput (input_ids, "
+                        "sampling_params) behind POST /generate; no line checked"),
+                       ("cache_flag", "SGLang's server flag --disable-radix-cache; no line checked"))),
         EngineInfo("vllm", "vLLM", "engine", BOUNDARY, True,
                    "the draft config.json's top-level eagle_aux_hidden_state_layer_ids; the V1 runner (only when "
                    "forced, VLLM_USE_V2_MODEL_RUNNER=0) also eagle_config's, the default V2 runner never; absent: "
-                   "its default (2, L//2, L-3)"),
+                   "its default (2, L//2, L-3)",
+                   family_rule=FAMILY_CAPTURE, runners=VLLM_RUNNERS, skips_empty=True, use_aux_flag=True,
+                   writes=TOP, left_key=NESTED, key_check=KEYS_TOP, fc_rule=FC_AUX,
+                   left_key_note="eagle_config.eagle_aux_hidden_state_layer_ids {value} was left as it is: vLLM's V1 "
+                   "runner reads it only when the top-level key is absent, but SGLang and SpecForge read it as "
+                   "layer-output indices",
+                   order_source="vllm==0.33.0 vllm/model_executor/models/interfaces.py:1617 (sorted(set(ids))), "
+                   "llama.py:427-441",
+                   fallback_note=" (a silent fallback like this cost vLLM #50170 nearly all acceptance)",
+                   request=REQUEST_COMPLETIONS, endpoint="/v1/completions", cache_flag="--no-enable-prefix-caching",
+                   sources=(
+                       ("family_rule", "vllm==0.33.0 vllm/model_executor/models/deepseek_v2.py:1525 (no id 0; "
+                        "the other models read ids alike, llama.py:427-441)"),
+                       ("runners", "vllm==0.33.0 config/vllm.py:730-766 (V2 by default), v1/worker/"
+                        "gpu_model_runner.py:5190-5224 (V1), v1/worker/gpu/spec_decode/eagle/eagle3_utils.py:113-150 (V2)"),
+                       ("skips_empty", "vllm==0.33.0 v1/worker/gpu_model_runner.py:5190-5224 (`if layer_ids and "
+                        "isinstance(layer_ids, (list, tuple))`)"),
+                       ("use_aux_flag", "vllm==0.33.0 eagle3_utils.py:14-22, gpu_model_runner.py:647-660"),
+                       ("writes", "vllm==0.33.0 eagle3_utils.py:113-150 (the top-level key, read by both runners)"),
+                       ("key_check", "vllm==0.33.0 eagle3_utils.py:113-150, gpu_model_runner.py:5190-5224"),
+                       ("fallback_note", "vLLM #50170"),
+                       ("fc_rule", "vllm==0.33.0 llama_eagle3.py:209-220"),
+                       ("request", "vLLM's OpenAI-compatible /v1/completions (prompt as token ids); no line checked"),
+                       ("cache_flag", "vLLM's server flag --no-enable-prefix-caching; no line checked"))),
         EngineInfo("trtllm", "TensorRT-LLM", "engine", OUTPUT, True,
                    "eagle3_layers_to_capture in its speculative config (LLM API / extra_llm_api_options), never "
-                   "the draft config.json; absent: its default {1, L//2-1, L-4}"),
+                   "the draft config.json; absent: its default {1, L//2-1, L-4}",
+                   package_names=("tensorrt_llm", "tensorrt-llm"), final_id=FINAL_MINUS_ONE, final_first=True,
+                   final_last_in=("two-model",), order_words="sorts its eagle3_layers_to_capture set",
+                   order_source="NVIDIA/TensorRT-LLM tensorrt_llm/_torch/speculative/eagle3.py "
+                   "Eagle3OneModelSpecMetadata.__post_init__ (sorted); code index, no line numbers",
+                   sources=(
+                       ("final_id", "tensorrt_llm/_torch/models/modeling_speculative.py SpecDecOneEngineForCausalLM "
+                        "(layer_idx -1 captured after the final norm)"),
+                       ("final_first", "tensorrt_llm/_torch/speculative/eagle3.py Eagle3OneModelSpecMetadata."
+                        "__post_init__ (sorted, -1 kept in slot 0)"),
+                       ("final_last_in", "tensorrt_llm/_torch/speculative/eagle3.py Eagle3SpecMetadata.__post_init__ "
+                        "(the deprecated two-model path moves -1 to the last slot)"),
+                       ("order_words", "tensorrt_llm/llmapi/llm_args.py EagleDecodingConfig.eagle3_layers_to_capture "
+                        "(a set)"))),
         EngineInfo("modelopt", "NVIDIA ModelOpt", "trainer", OUTPUT, True,
                    "eagle_architecture_config.eagle_aux_hidden_state_layer_ids; exported under "
-                   "eagle_config.eagle_aux_hidden_state_layer_ids; empty: sorted{1, L//2-1, L-4}"),
+                   "eagle_config.eagle_aux_hidden_state_layer_ids; empty: sorted{1, L//2-1, L-4}",
+                   package_names=("nvidia_modelopt", "nvidia-modelopt"), writes=NESTED,
+                   sources=(("writes", "its export's key, eagle_config.eagle_aux_hidden_state_layer_ids (reads above)"),)),
         EngineInfo("specforge", "SpecForge", "trainer", OUTPUT, True,
                    "its run config's model.aux_hidden_state_layer_ids, else the draft config.json's "
-                   "eagle_config.eagle_aux_hidden_state_layer_ids; captured through SGLang's own setter"),
+                   "eagle_config.eagle_aux_hidden_state_layer_ids; captured through SGLang's own setter",
+                   family_rule=FAMILY_READING, captures_through="sglang", package_names=("sglang",), writes=NESTED,
+                   order_source="sglang==0.5.14 through SpecForge@a6b6b02 capture.py:86-87", id_count=3,
+                   sources=(
+                       ("family_rule", "SpecForge@a6b6b02 specforge/offline_capture/sglang_backend/capture.py:86-87"),
+                       ("captures_through", "SpecForge@a6b6b02 specforge/offline_capture/sglang_backend/"
+                        "capture.py:86-87 (SGLang's own setter), pyproject.toml:26 (sglang==0.5.14)"),
+                       ("writes", "the draft config.json key it falls back to, the one SGLang reads (reads above)"),
+                       ("id_count", "SpecForge@a6b6b02 specforge/algorithms/model_providers.py:205-210 (ValueError "
+                        "otherwise)"))),
         EngineInfo("speculators", "speculators", "trainer", BOUNDARY, True,
                    "the draft config.json's top-level eagle_aux_hidden_state_layer_ids (as vLLM, which it drives); "
-                   "absent: [2, L//2, L-3]"),
+                   "absent: [2, L//2, L-3]", writes=TOP,
+                   sources=(("writes", "speculators==0.9.0 speculators/models/eagle3/config.py:53-56"),)),
         EngineInfo("eagle", "SafeAILab EAGLE-3", "trainer", BOUNDARY, True,
                    "nowhere: hard-coded boundaries {2, L//2, L-3}"),
         EngineInfo("hf", "Hugging Face transformers", "trainer", BOUNDARY, False,
-                   "nowhere: output_hidden_states tuple indices, [0] the embeddings, [L] after the final norm"),
+                   "nowhere: output_hidden_states tuple indices, [0] the embeddings, [L] after the final norm",
+                   package_names=("transformers",), final_id=FINAL_L,
+                   sources=(("final_id", "transformers==5.24.0 transformers/utils/output_capturing.py:366-379"),)),
     ]
 }
 
@@ -228,6 +374,10 @@ RULES: tuple[Rule, ...] = (
          "last_hidden_state), models/llama/modeling_llama.py:404 (the final norm)",
          captures_last=False, names_final=True, default=""),
 )
+
+
+def _row_families(engine: str) -> set[str]:
+    return {f for r in RULES if r.engine == engine for f in r.families}
 
 
 # ---------------------------------------------------------------- what engines print

@@ -38,6 +38,8 @@ from .convention_rules import (
     DEFAULT_VERSIONS,
     ENGINE_INFO,
     FAMILIES,
+    FINAL_L,
+    FINAL_MINUS_ONE,
     GPT_OSS,
     NESTED,
     NONE,
@@ -97,7 +99,7 @@ def parse_version(engine: str, text: str | None) -> str:
         return default_version(key)
     name, _, ver = text.strip().rpartition("==")
     name = name.strip().lower().replace("-", "_")
-    known_names = {key, *(n.replace("-", "_") for n in _NAMES.get(key, ()))}
+    known_names = {n.replace("-", "_") for n in rule(key).names}
     ver = ver.strip().lstrip("v")
     if ver in VERSIONS[key] and not version_tuple(ver):
         return ver  # a label such as TensorRT-LLM's "main": one rule for all
@@ -112,10 +114,6 @@ def parse_version(engine: str, text: str | None) -> str:
     return ver
 
 
-_NAMES = {"trtllm": ("tensorrt_llm", "tensorrt-llm"), "modelopt": ("nvidia_modelopt", "nvidia-modelopt"),
-          "hf": ("transformers",), "specforge": ("sglang",)}
-
-
 def version_for(engine: str, given: Sequence[str] | str | None) -> str:
     """The version of ``engine`` among ``--engine-version`` values (``sglang==0.5.12``, ``vllm==0.33``...):
     the one naming ``engine``, a bare version when it is the only value, else the default.
@@ -125,7 +123,7 @@ def version_for(engine: str, given: Sequence[str] | str | None) -> str:
     """
     key = rule(engine).key
     values = [given] if isinstance(given, str) else list(given or ())
-    names = {key, *_NAMES.get(key, ())}
+    names = rule(key).names
     named = [v for v in values if "==" in v and v.split("==")[0].strip().lower() in names]
     if len({parse_version(key, v) for v in named}) > 1:  # one engine, one version: the last must not win silently
         raise InputError(f"--engine-version names {key} twice ({', '.join(named)})", hint=f"give one version of {key}")
@@ -153,7 +151,7 @@ def versions(given: Sequence[str] | None, engines: Sequence[str]) -> dict[str, s
                                  hint=f"write NAME==VERSION, e.g. {keys[0]}=={default_version(keys[0])}")
             continue
         name = v.split("==")[0].strip().lower()
-        if not any(name in {k, *_NAMES.get(k, ())} for k in keys):
+        if not any(name in rule(k).names for k in keys):
             raise InputError(f"--engine-version {v!r} names an engine this command does not use",
                              hint=f"give a version of {' or '.join(dict.fromkeys(keys))}")
     out: dict[str, str] = {}
@@ -209,14 +207,14 @@ def applied(engine: str, model_family: str | None = None, version: str | None = 
     >>> applied("sglang", "kimi_k25", "0.5.13").label
     'SGLang ≥ 0.5.13, DeepSeek rule'
     """
-    key = rule(engine).key
-    ver = parse_version(key, version)
-    if key == "specforge":  # it captures through SGLang's own setter, so SGLang's family rules apply
-        own = _lookup("specforge", "llama", ver)
-        sg = _lookup("sglang", normalize_family(model_family), ver)
-        return replace(sg, engine="specforge", label=f"SpecForge through SGLang {ver}: {sg.label}",
+    info = rule(engine)
+    ver = parse_version(info.key, version)
+    if info.captures_through:  # it captures through another engine's own setter, so that one's family rules apply
+        own = _lookup(info.key, "llama", ver)
+        sg = _lookup(info.captures_through, normalize_family(model_family), ver)
+        return replace(sg, engine=info.key, label=f"{info.title} through {rule(sg.engine).title} {ver}: {sg.label}",
                        min_boundary=max(sg.min_boundary, own.min_boundary), source=f"{own.source}; {sg.source}")
-    return _lookup(key, normalize_family(model_family), ver)
+    return _lookup(info.key, normalize_family(model_family), ver)
 
 
 def _lookup(engine: str, family: str, version: str) -> Rule:
@@ -288,7 +286,7 @@ def to_boundary(
     [62, 3, 31]
     """
     info = rule(engine)
-    r = _usable(applied(info.key, model_family if info.key in ("sglang", "specforge", "vllm") else None, version))
+    r = _usable(applied(info.key, info.family_for(model_family), version))
     ids = [int(i) for i in ids]
     if not ids:
         return []
@@ -296,9 +294,9 @@ def to_boundary(
     out = []
     plain = []  # boundaries of the residual stream; only an id that names the final state may go past L
     for i in ids:
-        if r.names_final and info.key == "trtllm" and i == -1:
-            out.append(final_boundary(_needs_layers(num_layers, "TensorRT-LLM's id -1 (the final post-norm state)")))
-        elif r.names_final and info.key == "hf" and num_layers is not None and i == num_layers:
+        if r.names_final and info.final_id == FINAL_MINUS_ONE and i == -1:
+            out.append(final_boundary(_needs_layers(num_layers, f"{info.title}'s id -1 (the final post-norm state)")))
+        elif r.names_final and info.final_id == FINAL_L and num_layers is not None and i == num_layers:
             out.append(final_boundary(num_layers))
         else:
             out.append(i + shift)
@@ -315,7 +313,7 @@ def capturable(b: int, engine: str, num_layers: int | None, model_family: str | 
                version: str | None = None) -> bool:
     """Whether ``engine`` has an id that captures boundary ``b``."""
     info = rule(engine)
-    r = _usable(applied(info.key, model_family if info.key in ("sglang", "specforge", "vllm") else None, version))
+    r = _usable(applied(info.key, info.family_for(model_family), version))
     if b < r.min_boundary:
         return False
     if num_layers is None:
@@ -345,7 +343,7 @@ def from_boundary(
     [1, 14, None]
     """
     info = rule(engine)
-    fam = model_family if info.key in ("sglang", "specforge", "vllm") else None
+    fam = info.family_for(model_family)
     r = _usable(applied(info.key, fam, version))
     known = [b for b in boundaries if b is not None]
     _check_range(known, num_layers)
@@ -369,7 +367,7 @@ def from_boundary(
         if b is None or not capturable(b, info.key, num_layers, fam, version):
             out.append(None)
         elif num_layers is not None and b == final_boundary(num_layers):
-            out.append(-1 if info.key == "trtllm" else num_layers)
+            out.append(-1 if info.final_id == FINAL_MINUS_ONE else num_layers)
         else:
             out.append(b - shift)
     return out
@@ -400,7 +398,7 @@ def default_boundaries(num_layers: int, engine: str | None = None, model_family:
     if engine is None:
         return standard
     info = rule(engine)
-    r = _usable(applied(info.key, model_family if info.key in ("sglang", "specforge", "vllm") else None, version))
+    r = _usable(applied(info.key, info.family_for(model_family), version))
     return [b + 1 for b in standard] if r.default == "shifted" else standard
 
 
@@ -414,7 +412,7 @@ def default_ids(engine: str, num_layers: int, model_family: str | None = None, v
 def needs_num_layers(engine: str, model_family: str | None = None, version: str | None = None) -> bool:
     """Whether reading ids on ``engine`` depends on the target's ``num_hidden_layers`` (SGLang's gpt-oss rule)."""
     info = rule(engine)
-    fam = model_family if info.key in ("sglang", "specforge") else None
+    fam = info.family_for(model_family, shifts=True)
     return applied(info.key, fam, version).reading == GPT_OSS
 
 
@@ -432,11 +430,11 @@ def slot_order(boundaries: Sequence[int], engine: str, num_layers: int | None = 
     >>> slot_order([3, 31, 62], "trtllm", 61, "two-model")
     [3, 31, 62]
     """
-    key = rule(engine).key
-    if not rule(key).sorts:
+    info = rule(engine)
+    if not info.sorts:
         return list(boundaries)
     out = sorted(set(boundaries))
-    if key == "trtllm" and version != "two-model" and num_layers is not None and final_boundary(num_layers) in out:
+    if info.final_first and version not in info.final_last_in and num_layers is not None and final_boundary(num_layers) in out:
         out = [final_boundary(num_layers)] + out[:-1]
     return out
 
@@ -494,25 +492,24 @@ def config_keys(engine: str, *, vllm_runner: str = DEFAULT_RUNNER) -> tuple[tupl
     >>> config_keys("vllm")
     (('eagle_aux_hidden_state_layer_ids',), ('eagle_config', 'layer_ids'))
     """
-    key = rule(engine).key
-    if key == "vllm":
-        if vllm_runner not in VLLM_RUNNERS:
-            raise InputError(f"unknown vLLM runner {vllm_runner!r}", hint=f"choose one of: {', '.join(VLLM_RUNNERS)}")
-        return CONFIG_KEYS[f"vllm-{vllm_runner}"]
-    return CONFIG_KEYS[key]
+    info = rule(engine)
+    if info.runners:
+        if vllm_runner not in info.runners:
+            raise InputError(f"unknown {info.title} runner {vllm_runner!r}", hint=f"choose one of: {', '.join(info.runners)}")
+        return CONFIG_KEYS[f"{info.key}-{vllm_runner}"]
+    return CONFIG_KEYS[info.key]
 
 
 def write_key(engine: str) -> tuple[str, ...]:
-    """The key ``hsdiff fix-config`` writes for ``engine``: the draft-config key it reads first."""
+    """The key ``hsdiff fix-config`` writes for ``engine``: its profile's ``writes`` (a key it reads)."""
     r = rule(engine)
-    keys = config_keys(r.key)
-    if not keys:
+    if not r.writes:
         readers = [e for e in ENGINES if config_keys(e)]
         raise InputError(
             f"{r.title} reads no layer ids from a draft config.json (it reads {ENGINE_INFO[r.key].reads})",
             hint=f"set them there, or choose an engine that reads the draft config: {', '.join(readers)}",
         )
-    return NESTED if r.key in ("specforge", "modelopt") else keys[0]
+    return r.writes
 
 
 def key_name(path: Sequence[str]) -> str:

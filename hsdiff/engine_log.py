@@ -92,8 +92,9 @@ def read_engine_log(path: str | os.PathLike) -> EngineLog:
     aux: tuple[int, ...] | None = None
     aux_line = None
     engines: set[str] = set()
-    vllm: list[tuple[int, int, list[float]]] = []  # (accepted, drafted, per-position rates) per line
-    sglang: list[float] = []
+    counted: list[tuple[int, int, list[float]]] = []  # (accepted, drafted, per-position rates) per line (vLLM)
+    means: list[float] = []  # the mean alone per line (SGLang)
+    measured_by = ""
     with fh:
         for n, line in enumerate(fh, 1):
             for engine, kind, rx in _PATTERNS:
@@ -104,23 +105,25 @@ def read_engine_log(path: str | os.PathLike) -> EngineLog:
                 if kind == "aux_layers":
                     aux = tuple(int(x) for x in re.findall(r"-?\d+", m["ids"]))
                     aux_line = n
-                elif engine == "vllm":
+                elif "accepted" in rx.groupindex:  # the line counts tokens: summed back into the run's totals
                     rates = [float(x) for x in re.findall(r"[\d.]+", m["per_pos"])]
-                    vllm.append((int(m["accepted"]), int(m["drafted"]), rates))
+                    counted.append((int(m["accepted"]), int(m["drafted"]), rates))
+                    measured_by = engine
                 else:
-                    sglang.append(float(m["mean"]))
-    if aux is None and not vllm and not sglang:
+                    means.append(float(m["mean"]))
+                    measured_by = engine
+    if aux is None and not counted and not means:
         raise InputError("no engine line found in the log (vLLM's 'Using auxiliary layers from speculative config' "
                          "or 'SpecDecoding metrics', SGLang's 'Decode batch … accept len')", path=p,
                          hint="give the engine's own log, with stats logging on (vLLM: not --disable-log-stats)")
     if len(engines) > 1:
         raise InputError(f"the log holds lines of several engines ({', '.join(sorted(engines))})", path=p,
                          hint="give one engine's log")
-    measured = _vllm(vllm, p) if vllm else _sglang(sglang, p) if sglang else None
+    measured = _counted(counted, measured_by, p) if counted else _means(means, measured_by, p) if means else None
     return EngineLog(path=p, engine=next(iter(engines)), aux_layers=aux, aux_line=aux_line, acceptance=measured)
 
 
-def _vllm(lines: list[tuple[int, int, list[float]]], path: str) -> MeasuredAcceptance | None:
+def _counted(lines: list[tuple[int, int, list[float]]], engine: str, path: str) -> MeasuredAcceptance | None:
     k = max(len(r) for _, _, r in lines)
     drafts = accepted = drafted = 0
     per = [0.0] * k
@@ -133,12 +136,12 @@ def _vllm(lines: list[tuple[int, int, list[float]]], path: str) -> MeasuredAccep
             per[j] += r * n
     if drafts == 0:
         return None
-    return MeasuredAcceptance("vllm", 1.0 + accepted / drafts, tuple(p / drafts for p in per), drafts, accepted,
+    return MeasuredAcceptance(engine, 1.0 + accepted / drafts, tuple(p / drafts for p in per), drafts, accepted,
                               drafted, len(lines), path)
 
 
-def _sglang(values: list[float], path: str) -> MeasuredAcceptance:
-    return MeasuredAcceptance("sglang", sum(values) / len(values), None, None, None, None, len(values), path)
+def _means(values: list[float], engine: str, path: str) -> MeasuredAcceptance:
+    return MeasuredAcceptance(engine, sum(values) / len(values), None, None, None, None, len(values), path)
 
 
 def configured_ids(log: EngineLog | None, layer_ids: str | None, engine: str, engine_given: bool) -> tuple[str | None, str]:
@@ -162,6 +165,11 @@ def configured_ids(log: EngineLog | None, layer_ids: str | None, engine: str, en
     return logged, log.engine
 
 
+def _logs_ids(engine: str) -> bool:
+    """Whether ``engine`` logs the ids it took from the draft config (an ``aux_layers`` line of the table)."""
+    return any(r.engine == engine and r.kind == "aux_layers" for r in LOG_LINES)
+
+
 def ids_check(log: EngineLog, ids: object) -> object | None:
     """The gate check ``engine-log-ids``: the engine chose the ids the gate read from the draft config.
 
@@ -170,7 +178,7 @@ def ids_check(log: EngineLog, ids: object) -> object | None:
     """
     from .gate_model import ERROR, Check
 
-    if log.engine != "vllm" or getattr(ids, "engine", None) != "vllm":
+    if log.engine is None or getattr(ids, "engine", None) != log.engine or not _logs_ids(log.engine):
         return None
     read = tuple(getattr(ids, "ids", ()))
     fallback = bool(getattr(ids, "fallback", False))

@@ -319,16 +319,10 @@ def _indent(text: str) -> int:
 
 
 def _other_key_warnings(cfg: dict[str, Any], engine: str) -> list[str]:
-    top = config_value(cfg, conv.TOP_KEY)[1]
-    nested = config_value(cfg, conv.NESTED_KEY)[1]
-    out = []
-    if engine == "sglang" and top is not None:
-        out.append(f"the top-level eagle_aux_hidden_state_layer_ids {top} was left as it is: SGLang ignores it, but vLLM "
-                   "reads it as boundary indices (`hsdiff ids --from sglang --to vllm` gives its value)")
-    if engine == "vllm" and nested is not None:
-        out.append(f"eagle_config.eagle_aux_hidden_state_layer_ids {nested} was left as it is: vLLM's V1 runner reads it "
-                   "only when the top-level key is absent, but SGLang and SpecForge read it as layer-output indices")
-    return out
+    """What to say about the key ``engine``'s profile names as left in place although another engine reads it."""
+    info = conv.rule(engine)
+    value = config_value(cfg, info.left_key)[1] if info.left_key else None
+    return [] if value is None else [info.left_key_note.format(value=value)]
 
 
 def _backup_path(p: Path) -> Path:

@@ -65,23 +65,27 @@ def _setup(draft_config: str | os.PathLike, target_config: str | os.PathLike | N
     hidden_source = "--hidden-size" if hidden_size else "--target-config" if target.hidden_size else "not known"
     family, source = None, None
     version = conv.parse_version(engine, engine_version)
-    if engine in ("sglang", "specforge", "vllm"):  # the engines whose reading depends on the model family
+    if conv.rule(engine).family_rule:  # the engines whose reading depends on the model family
         if model_family:
             family, source = conv.normalize_family(model_family), f"--model-family {model_family}"
         elif target.model_type:
             family, source = target.family, f"target model_type {target.model_type}"
         else:
             family, source = "llama", "the default llama rule"
-        if engine == "vllm" and family not in ("deepseek", "deepseek-legacy"):
+        if conv.rule(engine).family_for(family, own_row=True) is None:
             family, source = None, None  # on vLLM only DeepSeek models read differently (no id 0)
     return _Setup(cfg, path, L, H, family, source, version, layers_source, hidden_source)
+
+
+def _runner_of(engine: str, vllm_runner: str) -> str | None:
+    return vllm_runner if conv.rule(engine).runners else None
 
 
 def _static_settings(s: _Setup, engine: str, given: Sequence[str], vllm_runner: str) -> Settings:
     """The settings of a result with no comparison (check-config, or a gate that stopped before comparing)."""
     return settings_for(engine, s.version, s.family, s.family_source or "the default llama rule", given,
                         num_layers=s.num_layers, num_layers_source=s.layers_source, hidden_size=s.hidden_size,
-                        hidden_size_source=s.hidden_source, vllm_runner=vllm_runner if engine == "vllm" else None)
+                        hidden_size_source=s.hidden_source, vllm_runner=_runner_of(engine, vllm_runner))
 
 
 def _checked(s: _Setup, engine: str, vllm_runner: str) -> tuple[IdsSource, list[Check]]:
@@ -154,7 +158,7 @@ def run_gate(
         opts = replace(opts, engine=engine, layer_ids=list(ids.ids),
                        model_family=s.family if s.family is not None else opts.model_family,
                        engine_version=s.version, model_family_source=s.family_source,
-                       vllm_runner=vllm_runner if engine == "vllm" else None,
+                       vllm_runner=_runner_of(engine, vllm_runner),
                        model_config=None if target_config is None else str(target_config),
                        configured_source=source)
         report = compare(train, infer, opts)

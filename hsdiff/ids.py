@@ -19,9 +19,6 @@ from .settings import engine_version
 
 __all__ = ["Translation", "translate_ids"]
 
-_FAMILY_ENGINES = ("sglang", "specforge", "vllm")
-
-
 @dataclass(frozen=True)
 class Translation:
     """``ids`` on ``src`` name ``boundaries``; ``out`` are the ids that make ``dst`` capture them."""
@@ -60,11 +57,11 @@ class Translation:
     def explain(self) -> list[str]:
         """One sentence per id: which tensor it names on ``src`` and the id for it on ``dst``."""
         s, d = conv.rule(self.src), conv.rule(self.dst)
-        family = self.model_family if self.src in _FAMILY_ENGINES else None
+        family = s.family_for(self.model_family)
         src_order = conv.to_boundary(self.ids, self.src, num_layers=self.num_layers, model_family=family,
                                      version=self.src_version, keep_order=True)
         L = self.num_layers
-        dst_family = self.model_family if self.dst in _FAMILY_ENGINES else None
+        dst_family = d.family_for(self.model_family)
         written = [i for i in self.out if i is not None]
         dst_order = conv.to_boundary(written, self.dst, num_layers=L, model_family=dst_family,
                                      version=self.dst_version, keep_order=True, check_range=False)
@@ -96,9 +93,8 @@ def translate_ids(
     whose reading depends on it (SGLang, SpecForge through SGLang, vLLM's DeepSeek models)."""
     src, dst = conv.rule(src).key, conv.rule(dst).key
     sv, dv = conv.parse_version(src, src_version), conv.parse_version(dst, dst_version)
-    fam_src = model_family if src in _FAMILY_ENGINES else None
-    fam_dst = model_family if dst in _FAMILY_ENGINES else None
-    family = conv.normalize_family(model_family) if {src, dst} & set(_FAMILY_ENGINES) else None
+    fam_src, fam_dst = conv.rule(src).family_for(model_family), conv.rule(dst).family_for(model_family)
+    family = conv.normalize_family(model_family) if conv.rule(src).family_rule or conv.rule(dst).family_rule else None
     b = conv.to_boundary(ids, src, num_layers=num_layers, model_family=fam_src, version=sv)
     served = serve(b, dst, num_layers=num_layers, model_family=fam_dst, version=dv)
     src_rule = conv.applied(src, fam_src, sv)

@@ -20,11 +20,20 @@ import json
 import shlex
 from collections.abc import Sequence
 
+from .convention_rules import ENGINE_INFO, REQUEST_GENERATE, EngineInfo
 from .errors import InputError
 
 __all__ = ["ENDPOINTS", "request_body", "curl_command", "advice"]
 
-ENDPOINTS = {"sglang": "/generate", "vllm": "/v1/completions"}
+#: The HTTP path of each engine's prefill request (:attr:`~hsdiff.convention_rules.EngineInfo.endpoint`).
+ENDPOINTS = {k: e.endpoint for k, e in ENGINE_INFO.items() if e.request}
+
+
+def _profile(engine: str) -> EngineInfo:
+    info = ENGINE_INFO.get(engine)
+    if info is None or not info.request:
+        raise InputError(f"no request format for engine {engine!r}", hint=f"choose one of: {', '.join(ENDPOINTS)}")
+    return info
 
 
 def request_body(token_ids: Sequence[int], engine: str = "sglang", *, model: str | None = None,
@@ -37,16 +46,16 @@ def request_body(token_ids: Sequence[int], engine: str = "sglang", *, model: str
     True
     """
     ids = [int(i) for i in token_ids]
-    if engine == "sglang":
+    info = _profile(engine)
+    if info.request == REQUEST_GENERATE:
         native: dict = {"input_ids": ids, "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": 0}}
         return {**native, "return_hidden_states": True} if hidden_states else native
-    if hidden_states:
-        raise InputError("only SGLang returns hidden states in its response", hint="drop --hidden-states, or use --engine sglang")
-    if engine == "vllm":
-        body: dict = {"model": model} if model else {}
-        body.update({"prompt": ids, "max_tokens": max_new_tokens, "temperature": 0})
-        return body
-    raise InputError(f"no request format for engine {engine!r}", hint=f"choose one of: {', '.join(ENDPOINTS)}")
+    if hidden_states:  # only the native generate request returns them (SGLang's meta_info)
+        raise InputError(f"only SGLang returns hidden states in its response, not {info.title}",
+                         hint="drop --hidden-states, or use --engine sglang")
+    body: dict = {"model": model} if model else {}
+    body.update({"prompt": ids, "max_tokens": max_new_tokens, "temperature": 0})
+    return body
 
 
 def curl_command(body: dict, url: str, engine: str = "sglang") -> str:
@@ -60,13 +69,11 @@ def curl_command(body: dict, url: str, engine: str = "sglang") -> str:
 
 def advice(engine: str, hidden_states: bool = False) -> str:
     """What to switch off so the replayed tokens are all recomputed (and so all captured)."""
-    if engine == "sglang" and hidden_states:
-        return ("POST it to http://HOST:PORT/generate and save the response as a .json file for hsdiff compare; start "
-                "the server with --disable-radix-cache --enable-return-aux-hidden-states --speculative-algorithm EAGLE3 "
-                "(and --return-aux-hidden-state-layer-ids IDS to choose the layers), so every prompt token is recomputed "
-                "and its aux hidden states returned")
-    if engine == "sglang":
-        return ("POST it to http://HOST:PORT/generate; start the server with --disable-radix-cache, or a cached "
-                "prefix is not recomputed and not captured")
-    return ("POST it to http://HOST:PORT/v1/completions; start the server with --no-enable-prefix-caching, or a "
-            "cached prefix is not recomputed and not captured")
+    info = _profile(engine)
+    if hidden_states and info.request == REQUEST_GENERATE:
+        return (f"POST it to http://HOST:PORT{info.endpoint} and save the response as a .json file for hsdiff compare; "
+                f"start the server with {info.cache_flag} --enable-return-aux-hidden-states --speculative-algorithm "
+                "EAGLE3 (and --return-aux-hidden-state-layer-ids IDS to choose the layers), so every prompt token is "
+                "recomputed and its aux hidden states returned")
+    return (f"POST it to http://HOST:PORT{info.endpoint}; start the server with {info.cache_flag}, or a cached "
+            "prefix is not recomputed and not captured")

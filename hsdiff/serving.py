@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from . import conventions as conv
-from .convention_rules import DEEPSEEK
+from .convention_rules import DEEPSEEK, FINAL_L
 from .errors import InputError
 
 __all__ = ["Obstacle", "Serving", "serve", "as_written", "serving_engines", "boundary_label", "boundary_list",
@@ -73,7 +73,7 @@ class Serving:
 
 
 def _family(engine: str, model_family: str | None) -> str | None:
-    return model_family if conv.rule(engine).key in ("sglang", "specforge", "vllm") else None
+    return conv.rule(engine).family_for(model_family)
 
 
 def serve(
@@ -203,25 +203,18 @@ def _listed(bs: Sequence[int], L: int | None) -> str:
 
 
 def _order_words(key: str, version: str, L: int | None) -> str:
-    if key == "trtllm":
-        return ("sorts its eagle3_layers_to_capture set" + (", the final post-norm state (-1) first"
-                                                            if version != "two-model" else ""))
-    return "captures in layer order (a membership test inside the layer loop)"
+    info = conv.rule(key)
+    first = info.final_first and version not in info.final_last_in
+    return info.order_words + (f", the final post-norm state ({info.final_id}) first" if first else "")
 
 
 def _order_source(key: str) -> str:
-    return {
-        "sglang": "sglang==0.5.23 sglang/srt/models/llama.py:485-494, deepseek_v2.py:3176-3194",
-        "specforge": "sglang==0.5.14 through SpecForge@a6b6b02 capture.py:86-87",
-        "vllm": "vllm==0.33.0 vllm/model_executor/models/interfaces.py:1617 (sorted(set(ids))), llama.py:427-441",
-        "trtllm": "NVIDIA/TensorRT-LLM tensorrt_llm/_torch/speculative/eagle3.py Eagle3OneModelSpecMetadata."
-                  "__post_init__ (sorted); code index, no line numbers",
-    }.get(key, conv.applied(key).source)
+    return conv.rule(key).order_source or conv.applied(key).source
 
 
 def _why(b: int, key: str, r: conv.Rule, L: int | None) -> str:
     what = conv.name_boundary(b, L)
-    if L is not None and b == L and key == "hf":
+    if L is not None and b == L and conv.rule(key).final_id == FINAL_L:  # its index L is the post-norm state
         return (f"{r.label} cannot capture {what}: its tuple index {L} is the state after the final norm, and the "
                 f"pre-norm one has no index (source: {r.source}).")
     if L is not None and b == L:
@@ -238,7 +231,7 @@ def _instead(b: int, key: str, family: str | None, version: str, L: int | None) 
     """Engines (or versions of this one) that capture ``b``, with the id, and the retraining way out."""
     where = []
     for e in serving_engines:
-        fam = family if e in ("sglang", "vllm") and (e != "vllm" or family in ("deepseek", "deepseek-legacy")) else None
+        fam = conv.rule(e).family_for(family, own_row=True)
         if e == key:
             later = [v for v in conv.VERSIONS[e] if conv.version_tuple(v) > conv.version_tuple(version)
                      and _id_for(b, e, L, fam, v) is not None]

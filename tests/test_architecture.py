@@ -70,3 +70,54 @@ def test_click_commands_are_thin() -> None:
                 if n > MAX_COMMAND_LINES:
                     fat[f"{p.name}:{node.name}"] = n
     assert fat == {}
+
+
+#: Where engine names may be compared: the profile table itself and the CLI's choice lists.
+ENGINE_NAMES_ALLOWED_IN = ("convention_rules.py", "cli/")
+
+
+def _engine_comparisons(path: Path, names: set[str], root: Path = ROOT) -> list[str]:
+    """``x == "vllm"``, ``key in ("sglang", "vllm")``, ``ENGINES = ("sglang", "vllm")``... in ``path``; a
+    comparison of a file-format name (``fmt``, ``format``: a format's key is the same string as the engine that
+    writes it) is not one."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    compared = {id(c) for node in ast.walk(tree) if isinstance(node, ast.Compare) for c in node.comparators}
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)) and id(node) not in compared:  # kept for a later `in`
+            named = [e for e in node.elts if isinstance(e, ast.Constant) and e.value in names]
+            if len(named) > 1:
+                out.append(f"{path.relative_to(root)}:{node.lineno}: {ast.unparse(node)}")
+        if not isinstance(node, ast.Compare):
+            continue
+        left = ast.unparse(node.left)
+        if "fmt" in left or "format" in left:
+            continue
+        for right in node.comparators:
+            items = right.elts if isinstance(right, (ast.Tuple, ast.List, ast.Set)) else [right]
+            consts = {e.value for e in items if isinstance(e, ast.Constant) and isinstance(e.value, str)}
+            if consts & names or (isinstance(node.left, ast.Constant) and node.left.value in names):
+                out.append(f"{path.relative_to(root)}:{node.lineno}: {ast.unparse(node)}")
+    return out
+
+
+def test_engine_knowledge_lives_in_the_profile_table() -> None:
+    """Outside the table (``convention_rules``) and the CLI, no module compares against an engine's name: it
+    asks the engine's profile (``conventions.rule(engine).<field>``) instead."""
+    from hsdiff.convention_rules import ENGINE_INFO
+
+    names = set(ENGINE_INFO) | {"sglang", "vllm", "trtllm", "modelopt", "specforge", "speculators"}
+    found = [hit for p in sorted(ROOT.rglob("*.py"))
+             if not str(p.relative_to(ROOT)).startswith(ENGINE_NAMES_ALLOWED_IN)
+             for hit in _engine_comparisons(p, names)]
+    assert found == []
+
+
+def test_engine_comparison_scan_finds_what_it_should(tmp_path: Path) -> None:
+    probe = tmp_path / "probe.py"
+    probe.write_text('def f(engine, key, fmt):\n    a = engine == "vllm"\n    b = key in ("sglang", "specforge")\n'
+                     '    c = fmt == "specforge"\n    """>>> f("sglang", "vllm", "x") == "vllm"\n    """\n'
+                     '    d = {"sglang": 1}\n    return a, b, c, d\n\nFAMILY_ENGINES = ("sglang", "vllm")\n')
+    hits = _engine_comparisons(probe, {"sglang", "vllm", "specforge"}, tmp_path)
+    assert sorted(h.split(": ", 1)[1] for h in hits) == [
+        "('sglang', 'vllm')", "engine == 'vllm'", "key in ('sglang', 'specforge')"]

@@ -78,7 +78,8 @@ def compare(
     ('mismatch', (2, 30, 58))
     """
     opts = _options(options, kwargs)
-    family = conv.normalize_family(opts.model_family) if opts.engine == "sglang" else (opts.model_family or "llama")
+    info = conv.ENGINE_INFO.get(opts.engine)  # the engine whose table of model families names the rule key
+    family = conv.normalize_family(opts.model_family) if info and info.family_table else (opts.model_family or "llama")
     train_dump = train if isinstance(train, Dump) else scan(
         train, TRAIN, fmt=opts.train_format, index=opts.train_index, progress=_reading(opts, "training"),
         format_option="--train-format")

@@ -122,7 +122,7 @@ def claims(k: int, slots: Slots, train: Dump, train_layer_ids: Sequence[int] | N
 
     SpecForge captures through SGLang's own setter, so SGLang's family rules apply to its ids too.
     """
-    family = model_family if conv.rule(train_engine).key in ("sglang", "specforge") else None
+    family = conv.rule(train_engine).family_for(model_family, shifts=True)
     if train_layer_ids is not None:
         b = conv.to_boundary(train_layer_ids, train_engine, num_layers=num_layers, keep_order=True,
                              model_family=family, version=version)

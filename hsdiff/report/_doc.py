@@ -10,7 +10,7 @@ import json
 import os
 from typing import Any, Protocol
 
-from ..conventions import rule
+from ..conventions import ENGINE_INFO, rule
 from ..errors import InputError
 from ..model.settings import Settings, by_engine_entries
 from ..settings import TITLES
@@ -68,6 +68,14 @@ def engine_title(result: Doc) -> str:
 def config_line(rec: Doc) -> str:
     ids = ", ".join("null" if i is None else str(i) for i in rec["eagle_aux_hidden_state_layer_ids"])
     return f'"eagle_aux_hidden_state_layer_ids": [{ids}]'
+
+
+def nested_in(rec: Doc) -> str:
+    """The object of the draft config.json the recommended ids go under, as ``hsdiff fix-config`` writes them
+    (:func:`hsdiff.conventions.write_key`); ``""`` for the top level or an engine that reads no draft config."""
+    info = ENGINE_INFO.get(str(rec["engine"]))
+    key = info.writes if info else ()
+    return key[0] if len(key) > 1 else ""
 
 
 def rec_words(rec: Doc) -> str:

@@ -13,7 +13,7 @@ import math
 from typing import Any
 
 from ..conventions import describe_boundary
-from ._doc import config_line, other_engines, rec_words, settings_lines
+from ._doc import config_line, nested_in, other_engines, rec_words, settings_lines
 from .pictures import heatmap, norm_trajectory, png_bytes, report_data, token_errors
 
 __all__ = ["render_report_markdown", "render_html"]
@@ -49,7 +49,7 @@ _COLUMNS = ["slot", "training layer", "engine captures", "status", "evidence", "
 def _fix(data: dict) -> tuple[str, str]:
     """Where to put the ids (and the engine version they are right for), and the JSON line."""
     rec = data["recommended"]
-    where = ' under "eagle_config"' if rec["engine"] == "sglang" else ""
+    where = f' under "{nested_in(rec)}"' if nested_in(rec) else ""
     return f"the draft's config.json{where} ({rec_words(rec)})", config_line(rec)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 
 from ..conventions import describe_boundary
-from ._doc import Doc, _HasDict, as_doc, check_fails, check_warns, config_line, rec_words
+from ._doc import Doc, _HasDict, as_doc, check_fails, check_warns, config_line, nested_in, rec_words
 
 __all__ = ["render_junit"]
 
@@ -86,5 +86,5 @@ def _slot_message(s: Doc, report: Doc) -> str:
 def _body(report: Doc, first: str) -> str:
     rec = report["recommended"]
     lines = [first, "", f"cause: {report['cause']}", "", f"fix: {config_line(rec)}"
-             + (" (under \"eagle_config\")" if rec["engine"] == "sglang" else "") + f" {rec_words(rec)}"]
+             + (f' (under "{nested_in(rec)}")' if nested_in(rec) else "") + f" {rec_words(rec)}"]
     return "\n".join(lines)

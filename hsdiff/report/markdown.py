@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..conventions import describe_boundary
 from ..model.results import pct
-from ._doc import Doc, _HasDict, as_doc, config_line, engine_title, rec_words, rel_err, settings_lines
+from ._doc import Doc, _HasDict, as_doc, config_line, engine_title, nested_in, rec_words, rel_err, settings_lines
 
 __all__ = ["render_markdown"]
 
@@ -40,7 +40,7 @@ def render_markdown(result: Doc | _HasDict) -> str:
             )
         if report["verdict"] != "ok":
             rec = report["recommended"]
-            where = ' under `"eagle_config"`' if rec["engine"] == "sglang" else ""
+            where = f' under `"{nested_in(rec)}"`' if nested_in(rec) else ""
             out += ["", f"**Fix:** put this in the draft's `config.json`{where} ({_cell(rec_words(rec))}):", "", "```json",
                     config_line(rec), "```", "",
                     "or run `hsdiff fix-config DRAFT_CONFIG --from-report REPORT.json` with this run's `--json` report."]

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from ..conventions import describe_boundary
 from ..model.results import pct
-from ..serving import boundary_label
-from ._doc import Doc, _HasDict, as_doc, config_line, other_engines, rec_words, rel_err, settings_lines
+from ..serving import boundary_label, serving_engines
+from ._doc import Doc, _HasDict, as_doc, config_line, nested_in, other_engines, rec_words, rel_err, settings_lines
 
 _STATUS = {
     "ok": "OK",
@@ -75,10 +75,10 @@ def render_text(report: Doc | _HasDict, *, verbose: bool = True) -> str:
     rec = d["recommended"]
     meaning = ", ".join(describe_boundary(b, d["num_hidden_layers"]) for b in rec["boundary_indices"])
     out.append(f"recommended layers: {meaning}")
-    where = " under \"eagle_config\"" if rec["engine"] == "sglang" else ""
+    where = f' under "{nested_in(rec)}"' if nested_in(rec) else ""
     out.append(f"paste into the draft's config.json{where} ({rec_words(rec)}):")
     out.append(f"  {config_line(rec)}")
-    others = other_engines(rec, ("sglang", "vllm", "trtllm"))
+    others = other_engines(rec, serving_engines)
     if others:
         out.append(f"same layers on other engines: {others}")
     return "\n".join(out)
