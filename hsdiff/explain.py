@@ -213,7 +213,9 @@ def _consistent(results: Sequence[SlotResult]) -> str:
 def _figures(r: SlotResult) -> str:
     """A slot's error and the separation of its neighbours it was judged against, in figures."""
     m = r.match.metrics  # type: ignore[union-attr]
-    text = f"B{r.boundary_index} at {pct(m.rel_err)}"
+    b = r.match.boundary  # type: ignore[union-attr]
+    text = (f"B{r.boundary_index} at {pct(m.rel_err)}" if b is None or b == r.boundary_index
+            else f"B{r.boundary_index}: B{b} at {pct(m.rel_err)}")
     if r.separation is not None:
         text += (f", its neighbours {'measured' if r.separation_measured else 'estimated'} "
                  f"{pct(r.separation)} away")
@@ -224,7 +226,7 @@ def _figures(r: SlotResult) -> str:
 
 def _to_dump(results: Sequence[SlotResult]) -> str:
     """What to dump so the values can tell these slots' layers from their neighbours."""
-    near = sorted({b + s for r in results if r.boundary_index is not None
+    near = sorted({b + s for r in results if r.boundary_index is not None and not r.separation_measured
                    and not (r.runner_up is not None and r.runner_up.boundary is not None
                             and abs(r.runner_up.boundary - r.boundary_index) == 1)
                    for b in [r.boundary_index] for s in (-1, 1) if b + s >= 0})

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 
 from .model import Candidate, Metrics, pct
 
-__all__ = ["DEPTH_SPAN", "DEFAULT_DEPTH", "SIDE_SPREAD", "BEST_OF_NEIGHBOURS", "BEST_MIN_TOKENS", "NOISE_FLOOR_RATIO",
-           "MISS_NORM_MARGIN", "MISS_MIN_COSINE", "MISS_MAX_ERR", "MISS_MAX_RATIO", "Separation", "neighbour_separation",
-           "best_of_neighbours", "clears_noise_floor", "miss_direction", "what_to_dump"]
+__all__ = ["DEPTH_SPAN", "DEFAULT_DEPTH", "SIDE_SPREAD", "BEST_OF_NEIGHBOURS", "BEST_MIN_TOKENS", "BEST_REF_TOKENS", "NOISE_FLOOR_RATIO",
+           "MISS_NORM_MARGIN", "MISS_MIN_COSINE", "MISS_MAX_ERR", "MISS_MAX_RATIO", "MISS_MIN_SLOTS", "Separation", "neighbour_separation",
+           "best_of_neighbours", "best_fraction", "clears_noise_floor", "miss_direction", "what_to_dump"]
 
 #: The smallest neighbour separation times the number of layers, measured on ordinary tokens: 5.6 on
 #: SmolLM2-135M (30 layers, 19 % at the closest pair), 2.25 on the 61-layer seed target (3.7 % at
@@ -44,6 +44,12 @@ SIDE_SPREAD = 4.0
 #: next best within 1.25 times; at 61 layers the next best was at least 2.2 times away.
 BEST_OF_NEIGHBOURS = 0.8
 BEST_MIN_TOKENS = 8
+#: The ordinary tokens :data:`BEST_OF_NEIGHBOURS` was measured on (16-24 per sample: the middle layers
+#: mark a few more tokens as attention sinks). A median over fewer tokens moves more: over 12 tokens or
+#: fewer of SmolLM2 up-scaled to 100 and 120 layers (each layer applied 4 times), bf16 B+1 came out
+#: closer to fp32 B than bf16 B itself by up to 1.37 times. Below this many tokens the next best must be
+#: farther by 1.25 times sqrt(BEST_REF_TOKENS / tokens): 1.44 at 12 tokens, 1.77 at 8.
+BEST_REF_TOKENS = 16
 #: A separation that was estimated (neighbours not captured) must clear this multiple of the noise
 #: floor seen on the other slots, as it must clear the match's own error: an off-by-one error is that
 #: noise plus one layer update.
@@ -112,7 +118,13 @@ def best_of_neighbours(top: Candidate, sep: Separation, runner: Candidate) -> bo
     captured neighbours: then it is the layer, however close the neighbours."""
     m = top.metrics
     return (sep.measured and top.boundary is not None and not top.capture.is_partial and not m.sink_only
-            and m.tokens >= BEST_MIN_TOKENS and m.rel_err < BEST_OF_NEIGHBOURS * runner.metrics.rel_err)
+            and m.tokens >= BEST_MIN_TOKENS and m.rel_err < best_fraction(m.tokens) * runner.metrics.rel_err)
+
+
+def best_fraction(tokens: int) -> float:
+    """The fraction of the next best's error the best of B-1, B, B+1 must be below, over ``tokens``
+    ordinary tokens: :data:`BEST_OF_NEIGHBOURS`, stricter below :data:`BEST_REF_TOKENS` tokens."""
+    return BEST_OF_NEIGHBOURS / math.sqrt(max(1.0, BEST_REF_TOKENS / max(tokens, 1)))
 
 
 def clears_noise_floor(separation: float, err: float, floor: float) -> bool:
@@ -137,13 +149,16 @@ MISS_MAX_ERR = 1.2
 #: versions, the embeddings aside): the final norm applied to a captured state scales it by 0.05-0.32
 #: there at a cosine of 1.00, a different tensor, not a shallower layer.
 MISS_MAX_RATIO = 2.0
+#: ... and at least this many slots must agree: one capture's norm says little alone (SmolLM2 up-scaled
+#: to 126 layers, training B40, engine B39: the norm 1.15 times higher, where a layer's weights change).
+MISS_MIN_SLOTS = 2
 
 
 def miss_direction(metrics: Sequence[Metrics]) -> int | None:
     """Which way captures that match no training slot miss them, from each pair's metrics on the same
     tokens (the capture configured for a slot against that slot): -1 shallower, +1 deeper, None when a
     pair is not neighbour-like (cosine, error), rests on sink tokens, or the pairs disagree."""
-    if not metrics or any(m.sink_only or not (m.cosine >= MISS_MIN_COSINE and m.rel_err <= MISS_MAX_ERR)
+    if len(metrics) < MISS_MIN_SLOTS or any(m.sink_only or not (m.cosine >= MISS_MIN_COSINE and m.rel_err <= MISS_MAX_ERR)
                           or not 1 / MISS_MAX_RATIO <= m.norm_ratio <= MISS_MAX_RATIO for m in metrics):
         return None
     if all(m.norm_ratio < 1 - MISS_NORM_MARGIN for m in metrics):

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.filterwarnings("ignore")
 
 #: (depth, training boundaries): SmolLM2 itself, and early slots of its up-scaled versions, where one
 #: layer moves the states beyond the 10 % tolerance (deeper in, a neighbour is within it: tests/test_deep_targets.py)
-CASES = [(30, (2, 15, 27)), (30, (5,)), (61, (2, 58)), (126, (3, 5))]
+CASES = [(30, (2, 15, 27)), (30, (5, 20)), (61, (2, 58)), (126, (3, 5))]
 
 
 def _dump(root, depth: int, boundaries, transform=None):
@@ -54,6 +54,15 @@ def test_a_direction_no_convention_explains_says_the_way_but_infers_nothing(tmp_
     r = hsdiff.compare(train, _dump(tmp_path / "infer", 30, (1, 14, 26)), layer_ids=[0, 13, 25], num_layers=30)
     assert r.verdict == "mismatch" and list(r.recommended.ids) == [None, None, None]
     assert "sits shallower than its training slot" in r.cause and "distance is not known" in r.cause
+
+
+def test_one_slot_alone_says_no_direction(tmp_path):
+    # a single capture's norm says little: on SmolLM2 up-scaled to 126 layers, training B40 and the
+    # engine one layer shallow (B39), the capture's norm is 1.15 times higher, where a layer's weights change
+    train = B.specforge(tmp_path / "train", [1], (40,), depth=126)
+    r = hsdiff.compare(train, _dump(tmp_path / "infer", 126, (39,)), engine="vllm", layer_ids=[39], num_layers=126)
+    assert r.verdict == "mismatch" and list(r.recommended.ids) == [None]
+    assert r.to_dict()["diagnosis"]["miss"] is None and "different tensors" in r.cause
 
 
 @pytest.mark.parametrize("what", ["post-norm", "another sample"])

@@ -25,7 +25,7 @@ TOL = decide.NOISE_TOLERANCE
 
 
 def cand(b: int | None, err: float, *, sink_only: bool = False, printed: int | None = None,
-         source: str = "tag") -> Candidate:
+         source: str = "tag", tokens: int = 8) -> Candidate:
     obs = None
     if printed is not None:
         import numpy as np
@@ -33,9 +33,9 @@ def cand(b: int | None, err: float, *, sink_only: bool = False, printed: int | N
         obs = Observation(np.zeros((1, printed)), (0,), tuple(range(printed)))
     layer = None if b is None else Layer(b, "boundary", source)
     cap = Capture("infer", Origin(f"b{b}.pt"), (8, 16), "bfloat16", 16, layer=layer, observation=obs)
-    values = printed if printed is not None else 8 * 16
+    values = printed if printed is not None else tokens * 16
     cosine = math.sqrt(1 - err * err) if err < 1 else 0.0  # the cosine a per-token error allows
-    return Candidate(cap, "s0", 0, Metrics(err, cosine, err * 2, 1.0, 8, values, sink_only))
+    return Candidate(cap, "s0", 0, Metrics(err, cosine, err * 2, 1.0, tokens, values, sink_only))
 
 
 def test_no_candidate_is_unobserved() -> None:
@@ -88,8 +88,19 @@ def test_close_runner_up_is_ambiguous_and_keeps_the_candidate() -> None:
     assert d.confidence <= decide.AMBIGUOUS_CONFIDENCE and "cannot separate" in d.note
 
 
+def test_over_few_tokens_the_best_of_neighbours_must_be_clearer() -> None:
+    # 12 tokens of SmolLM2 up-scaled to 120 layers: bf16 B36 at 4.78 %, B35 (the training layer) at
+    # 6.32 %: 1.32 times, within what a median over 12 tokens moves; over 24 tokens it would decide
+    few = [cand(36, 0.0478, tokens=12), cand(35, 0.0632, tokens=12), cand(37, 0.09, tokens=12)]
+    d = decide.decide_slot(0, few, TOL, 120)
+    assert d.status == Status.AMBIGUOUS and d.boundary is None and "more tokens" in d.note
+    many = [cand(36, 0.0478, tokens=24), cand(35, 0.0632, tokens=24), cand(37, 0.09, tokens=24)]
+    assert decide.decide_slot(0, many, TOL, 120).boundary == 36
+
+
 def test_with_both_neighbours_captured_a_clear_best_decides() -> None:
-    d = decide.decide_slot(0, [cand(63, 0.026), cand(62, 0.05), cand(64, 0.071)], TOL, 126)
+    d = decide.decide_slot(0, [cand(63, 0.026, tokens=24), cand(62, 0.05, tokens=24), cand(64, 0.071, tokens=24)],
+                           TOL, 126)
     assert d.status == Status.IDENTIFIED and d.boundary == 63 and d.measured
     assert d.confidence < decide.AMBIGUOUS_CONFIDENCE and "the best of B63" in d.note
     d = decide.decide_slot(0, [cand(63, 0.026), cand(64, 0.071)], TOL, 126)  # B62 not captured: no say
