@@ -24,8 +24,8 @@ class Found(NamedTuple):
     diagnosis: Diagnosis
 
 
-def _overridden(d: Diagnosis | None, why: Override) -> Diagnosis | None:
-    return None if d is None else replace(d, overrides=(*d.overrides, why))
+def _overridden(d: Diagnosis, why: Override) -> Diagnosis:
+    return replace(d, overrides=(*d.overrides, why))
 
 
 def runs_disagree(reports: Mapping[str, Report], run: str, doubt: Collection[int], settings: Settings) -> Report:
@@ -42,7 +42,7 @@ def runs_disagree(reports: Mapping[str, Report], run: str, doubt: Collection[int
     cause = (f"The dumper runs in the inference directory disagree ({', '.join(f'{n}: {r.verdict}' for n, r in reports.items())}); "
              f"the configured ids describe at most one of them. On run {run}: {report.cause}")
     return replace(report, verdict=verdict, cause=cause, slots=results, recommended=recommended,
-                   diagnosis=_overridden(report.diagnosis, Override.RUNS_DISAGREE))
+                   diagnosis=None if report.diagnosis is None else _overridden(report.diagnosis, Override.RUNS_DISAGREE))
 
 
 def rank_conflict(found: Found, conflicts: Sequence[str]) -> Found:
@@ -54,7 +54,7 @@ def rank_conflict(found: Found, conflicts: Sequence[str]) -> Found:
     return Found(Verdict.MISMATCH, (
         f"Tensor-parallel ranks disagree: {conflicts[0]}{more}. Replicated ranks must hold the same hidden states; "
         f"check the all-reduce and that every rank runs the same configuration. On the first rank: {found.cause}"
-    ), replace(found.diagnosis, overrides=(*found.diagnosis.overrides, Override.RANK_CONFLICT)))
+    ), _overridden(found.diagnosis, Override.RANK_CONFLICT))
 
 
 #: A match whose 90th-percentile token error exceeds this multiple of the tolerance, over at least
@@ -81,4 +81,4 @@ def torn_tokens(found: Found, results: Sequence[SlotResult], tolerance: float) -
         f"noise (over {pct(TORN_FACTOR * tolerance)}) on others, so the engine feeds another tensor on part of the "
         f"sequence (a later prefill chunk, a cached prefix, decode steps), or the two sides ran prompts that share only part of their tokens: compare the per-token errors "
         f"(--plot, tokens.png). {cause}"
-    ), replace(found.diagnosis, overrides=(*found.diagnosis.overrides, Override.TORN_TOKENS)))
+    ), _overridden(found.diagnosis, Override.TORN_TOKENS))
