@@ -22,7 +22,7 @@ from . import conventions as conv
 from .configs import boundaries_read, built_fc_width, config_value, fc_width
 from .convention_rules import FAMILY_READING, KEYS_NESTED, KEYS_TOP
 from .errors import HsdiffError, InputError
-from .gate_model import ERROR, INFO, WARNING, Check, IdsSource
+from .gate_model import ERROR, INFO, WARNING, Check, IdsSource, Severity
 from .serving import as_written, boundary_list, serve
 
 __all__ = ["CHECKS", "CHECK_NAMES", "CheckInput", "static_checks"]
@@ -47,7 +47,7 @@ class CheckInput:
 
 class Finding(NamedTuple):
     ok: bool
-    severity: str
+    severity: Severity
     message: str
     skipped: bool = False
 
@@ -56,7 +56,7 @@ def _ok(message: str, skipped: bool = False) -> Finding:
     return Finding(True, INFO, message, skipped)
 
 
-def _fail(severity: str, message: str) -> Finding:
+def _fail(severity: Severity, message: str) -> Finding:
     return Finding(False, severity, message)
 
 

@@ -25,7 +25,7 @@ from . import conventions as conv
 from .convention_rules import FC_AUX, FINAL_MINUS_ONE
 from .errors import ConfigError, InputError
 from .gate_model import IdsSource
-from .serving import boundary_list, serve
+from .serving import ObstacleKind, boundary_list, serve
 
 __all__ = [
     "read_json",
@@ -272,7 +272,7 @@ def _captured(b: Sequence[int], engine: str, num_layers: int | None, family: str
         served = serve(b, engine, num_layers=num_layers, model_family=family, version=version)
     except InputError:  # a rule that needs what is not known
         return plain
-    lost = [x for o in served.obstacles if o.kind == "uncapturable" for x in o.boundaries]
+    lost = [x for o in served.obstacles if o.kind == ObstacleKind.UNCAPTURABLE for x in o.boundaries]
     kept = [x for x in b if x not in lost]
     if not lost:
         return boundary_list(b, num_layers)

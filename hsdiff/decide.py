@@ -35,6 +35,7 @@ from .model import (
     Configured,
     EngineIds,
     Evidence,
+    LabelSource,
     Metrics,
     Recommendation,
     Settings,
@@ -334,7 +335,7 @@ def _consistent_label(d: SlotDecision, guess: int | None, cands: list[Candidate]
 
 def _label_words(c: Candidate) -> str:
     src = None if c.capture.layer is None else c.capture.layer.source
-    return "the configured ids" if src == "configured" else "the capture's label"
+    return "the configured ids" if src == LabelSource.CONFIGURED else "the capture's label"
 
 
 def _conflict(d: SlotDecision, claim: int | None, unconfigured: bool) -> bool:
@@ -347,7 +348,7 @@ def _conflict(d: SlotDecision, claim: int | None, unconfigured: bool) -> bool:
 
 
 def _from_config(c: Candidate | None) -> bool:
-    return c is not None and c.capture.layer is not None and c.capture.layer.source == "configured"
+    return c is not None and c.capture.layer is not None and c.capture.layer.source == LabelSource.CONFIGURED
 
 
 def _label_warnings(results: Sequence[SlotResult], decisions: Sequence[SlotDecision], claim_src: str,

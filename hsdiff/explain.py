@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from . import conventions as conv
-from .model import Configured, Evidence, Recommendation, SlotResult, Status, Verdict, layers_in_words, pct
+from .model import Configured, Evidence, LabelSource, Recommendation, SlotResult, Status, Verdict, layers_in_words, pct
 from .model.diagnosis import Diagnosis, Finding, Miss
 from .serving import boundary_list
 
@@ -283,7 +283,7 @@ def _printed_evidence(r: SlotResult) -> str:
     c, m = r.match.capture, r.match.metrics
     if c.layer is None:
         claim = "no layer label"
-    elif c.layer.source == "configured":
+    elif c.layer.source == LabelSource.CONFIGURED:
         claim = f"no layer label; as slot {c.slot} of the configured ids it is {c.layer}"
     else:
         claim = f"its label says {c.layer}"

@@ -10,14 +10,41 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from .enums import StrEnum
 from .jsonout import dumps
 
 if TYPE_CHECKING:  # pragma: no cover
     from .model import Report, Settings
 
-__all__ = ["ERROR", "WARNING", "INFO", "SCHEMA_VERSION", "Check", "IdsSource", "GateResult"]
+__all__ = ["Severity", "ERROR", "WARNING", "INFO", "GateVerdict", "SCHEMA_VERSION", "fails_gate", "warns",
+           "Check", "IdsSource", "GateResult"]
 
-ERROR, WARNING, INFO = "error", "warning", "info"
+
+class Severity(StrEnum):
+    """How much a failed check matters."""
+
+    ERROR = "error"  #: fails the gate
+    WARNING = "warning"  #: fails the gate only with ``strict``
+    INFO = "info"  #: never fails it
+
+
+ERROR, WARNING, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
+
+
+class GateVerdict(StrEnum):
+    PASS = "pass"
+    FAIL = "fail"
+
+
+def fails_gate(ok: bool, skipped: bool, severity: str, strict: bool) -> bool:
+    """The gate's one pass rule for a check: a failed, not skipped check fails the gate when it is an
+    error, or a warning under ``strict``. Used on records and on saved JSON documents alike."""
+    return not ok and not skipped and (severity == ERROR or (strict and severity == WARNING))
+
+
+def warns(ok: bool, skipped: bool, severity: str) -> bool:
+    """A failed, not skipped check that only warns (it fails the gate under ``strict``)."""
+    return not ok and not skipped and severity == WARNING
 #: 3: the embedded report is of schema 3 (``diagnosis``); 2: ``settings`` recorded; 1: not
 SCHEMA_VERSION = 3
 
@@ -28,19 +55,23 @@ class Check:
 
     name: str
     ok: bool
-    severity: str  # ERROR, WARNING or INFO: how much a failure matters
+    severity: Severity
     message: str
     skipped: bool = False
     path: str | None = None
 
     @property
     def failed(self) -> bool:
-        """A failure that fails the gate (warnings fail it only with ``strict``)."""
-        return not self.ok and not self.skipped and self.severity == ERROR
+        """A failure that fails the gate whatever ``strict`` says (an error)."""
+        return fails_gate(self.ok, self.skipped, self.severity, strict=False)
 
     @property
     def warned(self) -> bool:
-        return not self.ok and not self.skipped and self.severity == WARNING
+        return warns(self.ok, self.skipped, self.severity)
+
+    def fails(self, strict: bool) -> bool:
+        """Whether this check fails the gate (:func:`fails_gate`)."""
+        return fails_gate(self.ok, self.skipped, self.severity, strict)
 
     @property
     def status(self) -> str:
@@ -110,7 +141,7 @@ class GateResult:
 
     @property
     def failed_checks(self) -> tuple[Check, ...]:
-        return tuple(c for c in self.checks if c.failed or (self.strict and c.warned))
+        return tuple(c for c in self.checks if c.fails(self.strict))
 
     @property
     def passed(self) -> bool:
@@ -121,8 +152,8 @@ class GateResult:
         return True
 
     @property
-    def verdict(self) -> str:
-        return "pass" if self.passed else "fail"
+    def verdict(self) -> GateVerdict:
+        return GateVerdict.PASS if self.passed else GateVerdict.FAIL
 
     @property
     def exit_code(self) -> int:

@@ -30,20 +30,29 @@ from dataclasses import dataclass
 
 from . import conventions as conv
 from .convention_rules import DEEPSEEK, FINAL_L
+from .enums import StrEnum
 from .errors import InputError
 
-__all__ = ["Obstacle", "Serving", "serve", "as_written", "serving_engines", "boundary_label", "boundary_list",
+__all__ = ["ObstacleKind", "Obstacle", "Serving", "serve", "as_written", "serving_engines", "boundary_label", "boundary_list",
            "max_capturable"]
 
 #: The engines that serve a draft (the trainers only capture training data).
 serving_engines: tuple[str, ...] = tuple(k for k, e in conv.ENGINE_INFO.items() if e.kind == "engine")
 
 
+class ObstacleKind(StrEnum):
+    """Why no id list reproduces some training slots."""
+
+    UNCAPTURABLE = "uncapturable"  #: the engine cannot capture that boundary at all
+    ORDER = "order"  #: the engine captures in an order the training slots do not follow
+    REPEATED = "repeated"  #: the training slots repeat a layer the engine captures once
+
+
 @dataclass(frozen=True)
 class Obstacle:
     """One reason no id list reproduces the training slots, and what would."""
 
-    kind: str  # "uncapturable", "order" or "repeated"
+    kind: ObstacleKind
     boundaries: tuple[int, ...]
     reason: str
     remedy: str
@@ -103,11 +112,11 @@ def serve(
     obstacles: list[Obstacle] = []
     bad = [b for b in dict.fromkeys(known) if not conv.capturable(b, key, L, fam, ver)]
     for b in bad:
-        obstacles.append(Obstacle("uncapturable", (b,), _why(b, key, r, L),
+        obstacles.append(Obstacle(ObstacleKind.UNCAPTURABLE, (b,), _why(b, key, r, L),
                                   _instead(b, key, fam, ver, L)))
     if r.reading == DEEPSEEK and not bad and known and any(i is None for b, i in zip(bs, ids) if b is not None):
         obstacles.append(Obstacle(
-            "uncapturable", (1,),
+            ObstacleKind.UNCAPTURABLE, (1,),
             f"{r.label} adds 1 to every id when the first id is 1, so id 1 alone names "
             f"{conv.name_boundary(2, L)}: {conv.name_boundary(1, L)} cannot be captured on its own (source: {r.source}).",
             "What would work: SGLang ≤ 0.5.12 (id 0), vLLM (id 1), or retraining with another layer beside it "
@@ -119,7 +128,7 @@ def serve(
         if len(set(known)) < len(known):
             dup = sorted({b for b in known if known.count(b) > 1})
             obstacles.append(Obstacle(
-                "repeated", tuple(dup),
+                ObstacleKind.REPEATED, tuple(dup),
                 f"The training slots repeat {_listed(dup, L)}, but {title} captures each layer once: it delivers "
                 f"{len(served)} slots where the draft's fc takes {len(known)}.",
                 "What would work: retraining on distinct layers, or summing the draft's fc input blocks of the "
@@ -136,7 +145,7 @@ def serve(
                        f"{perm} — fc.weight = cat([W[:, j*H:(j+1)*H] for j in {perm}], dim=1) — and then "
                        f"configuring ids {list(fix)}, or ")
             obstacles.append(Obstacle(
-                "order", tuple(known),
+                ObstacleKind.ORDER, tuple(known),
                 f"The training slots hold {_listed(known, L)} in that order, but {title} "
                 f"{_order_words(key, ver, L)}, so it feeds the draft {_listed(served, L)} whatever the order of "
                 f"the ids: no id list reproduces the training order (source: {_order_source(key)}).",

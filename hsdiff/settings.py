@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 from . import conventions as conv
 from .errors import InputError
+from .model.capture import Index
 from .model.settings import EngineVersion, Settings
 
 __all__ = ["engine_version", "assumed_versions", "settings_for", "family_key", "TITLES"]
@@ -71,8 +72,8 @@ def settings_for(
     *,
     train_engine: str | None = None,
     train_version: str | None = None,
-    infer_index: str = "boundary",
-    train_index: str = "boundary",
+    infer_index: str = Index.BOUNDARY,
+    train_index: str = Index.BOUNDARY,
     tolerance: float | None = None,
     num_layers: int | None = None,
     num_layers_source: str = "",
@@ -89,6 +90,6 @@ def settings_for(
         own, family_key(model_family), family_source, tuple(given),
         assumed_versions(own.engine, own.version, model_family, given, train_engine,
                          None if train is None else train.version),
-        infer_index, train_index, train, tolerance, num_layers, num_layers_source, hidden_size, hidden_size_source,
+        Index(infer_index), Index(train_index), train, tolerance, num_layers, num_layers_source, hidden_size, hidden_size_source,
         vllm_runner,
     )

@@ -23,7 +23,7 @@ import numpy as np
 
 from .. import align
 from ..arrays import lower_median, row_norms
-from ..model import Capture, Report, SlotResult
+from ..model import Capture, LabelSource, Report, SlotResult
 from ..model.results import Score
 from ..rows import chunks, extent, read, source
 
@@ -129,7 +129,7 @@ def _tokens(report: Report, train_slots: dict[int, list[Capture]], infer: list[C
             pairs.append(("match", s.match.capture, s.match.sample, s.match.offset))
         if s.configured_boundary is not None:
             cfg = next((c for c in infer if c.boundary == s.configured_boundary and c.layer is not None
-                        and c.layer.source == "configured" and c.slot == s.slot), None)
+                        and c.layer.source == LabelSource.CONFIGURED and c.slot == s.slot), None)
             cfg = cfg or next((c for c in infer if c.boundary == s.configured_boundary), None)
             row = None if cfg is None else best.get((s.slot, cfg.label()))
             if cfg is not None and row is not None and (s.match is None or cfg is not s.match.capture):

@@ -13,7 +13,7 @@ from pathlib import Path
 from .. import conventions as conv
 from ..configs import draft_ids
 from ..errors import AlignmentError, InputError
-from ..model import Capture, Configured, Dump, Evidence, Layer, Report, Status
+from ..model import Capture, Configured, Dump, Evidence, Index, LabelSource, Layer, Report, Status
 from ..readers.sglang_dumper import run_of
 
 #: training slot -> its captures (one per training sample)
@@ -82,7 +82,7 @@ def label_infer(infer: Dump, hidden: int, cfg: Configured | None) -> tuple[list[
             labels = None
             k = width // hidden
             if cfg_b is not None and len(cfg_b) == k:
-                labels = [Layer(b, "boundary", "configured") for b in cfg_b]
+                labels = [Layer(b, Index.BOUNDARY, LabelSource.CONFIGURED) for b in cfg_b]
             elif cfg_b is not None:
                 warnings.append(f"{c.origin}: holds {k} slots but {len(cfg_b)} ids are configured; slots left unlabelled")
             parts = c.split(hidden, labels)
@@ -103,9 +103,9 @@ def label_infer(infer: Dump, hidden: int, cfg: Configured | None) -> tuple[list[
         elif all(c.slot is not None for c in caps):
             for c in caps:
                 ok = c.slot is not None and c.slot < len(cfg_b)
-                out.append(c.replace(layer=Layer(cfg_b[c.slot], "boundary", "configured")) if ok else c)  # type: ignore[index]
+                out.append(c.replace(layer=Layer(cfg_b[c.slot], Index.BOUNDARY, LabelSource.CONFIGURED)) if ok else c)  # type: ignore[index]
         elif len(caps) == len(cfg_b):
-            out.extend(c.replace(slot=i, layer=Layer(cfg_b[i], "boundary", "configured")) for i, c in enumerate(caps))
+            out.extend(c.replace(slot=i, layer=Layer(cfg_b[i], Index.BOUNDARY, LabelSource.CONFIGURED)) for i, c in enumerate(caps))
         else:
             warnings.append(
                 f"{len(caps)} unlabelled inference captures in {group} but {len(cfg_b)} configured ids: "
@@ -194,7 +194,7 @@ def unsettled_by_runs(reports: Mapping[str, Report], best: str) -> list[int]:
     out = []
     for i, s in enumerate(r.slots):
         disputed = any(o.slots[i].boundary_index not in (None, s.boundary_index) for o in others)
-        own_label = s.match is not None and s.match.capture.layer is not None and s.match.capture.layer.source != "configured"
+        own_label = s.match is not None and s.match.capture.layer is not None and s.match.capture.layer.source != LabelSource.CONFIGURED
         if s.boundary_index is not None and (disputed or not own_label) and s.claimed_boundary != s.boundary_index:
             out.append(i)
     return out

@@ -10,7 +10,20 @@ A capture is a *description* of a tensor plus a loader: nothing is read from dis
 tens of GB can be opened and scanned cheaply.
 """
 
-from .capture import INFER, TRAIN, Capture, Dump, Layer, Observation, Origin, RowBuffer, files_held, held_files
+from .capture import (
+    INFER,
+    TRAIN,
+    Capture,
+    Dump,
+    Index,
+    LabelSource,
+    Layer,
+    Observation,
+    Origin,
+    RowBuffer,
+    files_held,
+    held_files,
+)
 from .diagnosis import Diagnosis, Finding, Miss, Override
 from .results import (
     Candidate,
@@ -42,6 +55,8 @@ __all__ = [
     "TRAIN",
     "INFER",
     "Origin",
+    "Index",
+    "LabelSource",
     "Layer",
     "Observation",
     "Capture",

@@ -17,11 +17,14 @@ from typing import Any
 import numpy as np
 
 from ..arrays import as_f32, to_torch
+from ..enums import StrEnum
 
 __all__ = [
     "TRAIN",
     "INFER",
     "Origin",
+    "Index",
+    "LabelSource",
     "Layer",
     "Observation",
     "Capture",
@@ -95,25 +98,43 @@ class Origin:
         return text
 
 
+class Index(StrEnum):
+    """What a layer number counts."""
+
+    BOUNDARY = "boundary"  #: B: the residual stream entering layer ``value`` (B0 = embeddings)
+    OUTPUT = "output"  #: O: the output of layer ``value``; B = O + 1
+
+
+class LabelSource(StrEnum):
+    """Where a capture's layer label came from."""
+
+    TAG = "tag"  #: a dumper's own tag (SGLang's dumper names the layer)
+    KEY = "key"  #: a tensor name or key in the file
+    FILENAME = "filename"  #: the file's name
+    CONFIGURED = "configured"  #: the configured ids under test (never evidence for themselves)
+    CLAIMED = "claimed"  #: the training side's stated ids
+    LOG = "log"  #: a line of a debug log
+
+
 @dataclass(frozen=True)
 class Layer:
-    """A layer number as some label states it, and what that number counts.
-
-    ``index`` is ``"boundary"`` (B: residual stream entering layer ``value``) or ``"output"``
-    (O: output of layer ``value``; B = O + 1). ``source`` says where the label came from
-    (``"tag"``, ``"key"``, ``"filename"``, ``"configured"``, ``"claimed"``, ``"log"``).
-    """
+    """A layer number as some label states it, what that number counts (:class:`Index`) and where the
+    label came from (:class:`LabelSource`; plain strings are accepted and checked)."""
 
     value: int
-    index: str = "boundary"
-    source: str = "key"
+    index: Index = Index.BOUNDARY
+    source: LabelSource = LabelSource.KEY
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "index", Index(self.index))
+        object.__setattr__(self, "source", LabelSource(self.source))
 
     @property
     def boundary(self) -> int:
-        return self.value + 1 if self.index == "output" else self.value
+        return self.value + 1 if self.index == Index.OUTPUT else self.value
 
     def __str__(self) -> str:
-        return f"B{self.boundary}" if self.index == "boundary" else f"O{self.value} (B{self.boundary})"
+        return f"B{self.boundary}" if self.index == Index.BOUNDARY else f"O{self.value} (B{self.boundary})"
 
 
 @dataclass(frozen=True, eq=False)

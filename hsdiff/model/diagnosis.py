@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .results import _StrEnum
+from ..enums import StrEnum
 
 __all__ = ["Finding", "Override", "Miss", "Diagnosis"]
 
 
-class Finding(_StrEnum):
+class Finding(StrEnum):
     """The kind of finding; ``offset`` says how far, where the kind has one."""
 
     MATCH = "match"  #: every slot is what the engine captures
@@ -33,7 +33,7 @@ class Finding(_StrEnum):
     OPEN = "open"  #: the evidence does not settle ``slots``
 
 
-class Override(_StrEnum):
+class Override(StrEnum):
     """What changed the verdict the slots gave, after they were decided (:mod:`hsdiff.overrides`)."""
 
     TORN_TOKENS = "torn-tokens"  #: a match holds on most tokens, not on a tenth of them

@@ -11,9 +11,9 @@ import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ..enums import StrEnum
 from ..jsonout import dumps
 from .capture import Capture
 from .settings import EngineVersion, Settings
@@ -79,17 +79,7 @@ def ranked(items: Sequence[_T], error: Callable[[_T], float], prefer: Callable[[
     return out
 
 
-class _StrEnum(str, Enum):
-    """An enum whose members are their string values everywhere: JSON, f-strings, comparisons."""
-
-    __str__ = str.__str__
-    __format__ = str.__format__  # type: ignore[assignment]
-
-    def __repr__(self) -> str:  # reads as the string it is, in a notebook's tuples and lists
-        return repr(self.value)
-
-
-class Evidence(_StrEnum):
+class Evidence(StrEnum):
     """What a slot's answer rests on."""
 
     OBSERVED = "observed"  #: the values match one capture and rule out its neighbours
@@ -100,7 +90,7 @@ class Evidence(_StrEnum):
     NONE = "none"  #: nothing determines it
 
 
-class Status(_StrEnum):
+class Status(StrEnum):
     """A slot's state: against the configuration when ids are configured, else what the values showed."""
 
     OK = "ok"  #: the engine captures exactly this slot's layer
@@ -114,7 +104,7 @@ class Status(_StrEnum):
     UNLABELLED = "matched-unlabelled"  #: matched a capture that carries no layer number
 
 
-class Verdict(_StrEnum):
+class Verdict(StrEnum):
     OK = "ok"
     MISMATCH = "mismatch"
     INCONCLUSIVE = "inconclusive"

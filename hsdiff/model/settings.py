@@ -19,6 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from .capture import Index
+
 __all__ = ["EngineVersion", "Settings", "by_engine_entries"]
 
 
@@ -53,8 +55,8 @@ class Settings:
     model_family_source: str
     engine_versions: tuple[str, ...] = ()
     versions: tuple[EngineVersion, ...] = ()
-    infer_index: str = "boundary"
-    train_index: str = "boundary"
+    infer_index: Index = Index.BOUNDARY
+    train_index: Index = Index.BOUNDARY
     train_engine: EngineVersion | None = None
     tolerance: float | None = None
     num_layers: int | None = None
@@ -63,6 +65,10 @@ class Settings:
     hidden_size_source: str = ""
     vllm_runner: str | None = None
     recorded: bool = field(default=True)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "infer_index", Index(self.infer_index))
+        object.__setattr__(self, "train_index", Index(self.train_index))
 
     def __repr__(self) -> str:
         return f"<Settings {self.words()}>"
@@ -142,7 +148,7 @@ class Settings:
                 tuple(s.get("engine_versions_given") or ()),
                 tuple(EngineVersion(e, t.get(e, e), v.get("version"), v.get("rule") or "")
                       for e, v in (s.get("versions") or {}).items()),
-                s.get("infer_index") or "boundary", s.get("train_index") or "boundary", train, s.get("tolerance"),
+                Index(s.get("infer_index") or Index.BOUNDARY), Index(s.get("train_index") or Index.BOUNDARY), train, s.get("tolerance"),
                 s.get("num_hidden_layers"), s.get("num_hidden_layers_source") or "", s.get("hidden_size"),
                 s.get("hidden_size_source") or "", s.get("vllm_runner"),
             )

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from ..conventions import BOUNDARY, OUTPUT
-from ..model import Capture, Layer, Origin
+from ..model import Capture, Index, LabelSource, Layer, Origin
 from ._container import Entry, Table
 from ._container.filerows import file_rows
 
@@ -84,7 +84,7 @@ def layer_side(name: str) -> str | None:
 def layer_label(n: int, name: str, ctx: ReadContext, source: str) -> Layer:
     """Layer ``n`` found in ``name``: counted as the name says (input of layer 3 is B3, its output B4),
     else as the side's index convention (``--infer-index`` / ``--train-index``)."""
-    return Layer(n, layer_side(name) or ctx.index, source)
+    return Layer(n, Index(layer_side(name) or ctx.index), LabelSource(source))
 
 
 def token_ids_of(table: Table) -> tuple[int, ...] | None:

@@ -33,7 +33,7 @@ import numpy as np
 
 from ..arrays import np_dtype
 from ..errors import FormatError
-from ..model import Capture, Layer, Origin
+from ..model import Capture, Index, LabelSource, Layer, Origin
 from ._common import LazyRows, ReadContext
 
 KEY = "deepspec"
@@ -94,7 +94,7 @@ def read(path: Path, ctx: ReadContext) -> list[Capture]:
                           hint="the cache was not finalised or is truncated; regenerate it")
     records = np.fromfile(path, dtype=RECORD, count=m["n"])
     k, h = len(m["layers"]), m["hidden"]
-    layers = tuple(Layer(i, "output", "claimed") for i in m["layers"])
+    layers = tuple(Layer(i, Index.OUTPUT, LabelSource.CLAIMED) for i in m["layers"])
     shards: dict[int, tuple[Path, int]] = {}
     out = []
     for r in records:

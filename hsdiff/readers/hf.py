@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from ..model import Capture, Layer
+from ..model import Capture, Index, LabelSource, Layer
 from ._common import ReadContext, make_capture, sample_name, token_ids_of
 from ._container import Entry, Table
 
@@ -78,7 +78,7 @@ def read(table: Table, ctx: ReadContext) -> list[Capture]:
             cap = make_capture(
                 table, e, ctx, fmt=KEY, group=group, token_ids=ids, key=f"{e.name}[{b}]",
                 loader=_plane(e, b, per), shape=e.shape[1:], rows=_plane_rows(e, b, per),
-                layer=None if post else Layer(b, "boundary", "key"), post_norm=post,
+                layer=None if post else Layer(b, Index.BOUNDARY, LabelSource.KEY), post_norm=post,
             )
             out.append(cap)
     for prefix, entries in _lists(table).items():
@@ -89,7 +89,7 @@ def read(table: Table, ctx: ReadContext) -> list[Capture]:
             out.append(
                 make_capture(
                     table, e, ctx, fmt=KEY, group=group, token_ids=ids,
-                    layer=None if post else Layer(b, "boundary", "key"), post_norm=post,
+                    layer=None if post else Layer(b, Index.BOUNDARY, LabelSource.KEY), post_norm=post,
                 )
             )
     return out

@@ -28,7 +28,7 @@ from __future__ import annotations
 import re
 
 from ..errors import FormatError
-from ..model import Capture, Layer
+from ..model import Capture, Index, LabelSource, Layer
 from ._common import ReadContext, make_capture, rank_and_run
 from ._container import Table
 
@@ -53,11 +53,11 @@ def read(table: Table, ctx: ReadContext) -> list[Capture]:
     layers = {int(m.group(2)): k for k in table.entries if (m := _LAYER_RE.match(k))}
     prefix = next((m.group(1) for k in layers.values() if (m := _LAYER_RE.match(k)) and m.group(1)), "model")
     if f"{prefix}.embed_tokens" in table.entries:
-        picked.append((f"{prefix}.embed_tokens", Layer(0, "boundary", "key"), False))
-    picked += [(layers[i], Layer(i, "boundary", "key"), False) for i in sorted(layers)]
+        picked.append((f"{prefix}.embed_tokens", Layer(0, Index.BOUNDARY, LabelSource.KEY), False))
+    picked += [(layers[i], Layer(i, Index.BOUNDARY, LabelSource.KEY), False) for i in sorted(layers)]
     complete = bool(layers) and sorted(layers) == list(range(1, max(layers) + 1))
     if f"{prefix}.norm.1" in table.entries and complete:  # B = L is labelled when every layer was dumped
-        picked.append((f"{prefix}.norm.1", Layer(max(layers) + 1, "boundary", "key"), False))
+        picked.append((f"{prefix}.norm.1", Layer(max(layers) + 1, Index.BOUNDARY, LabelSource.KEY), False))
     if f"{prefix}.norm.0" in table.entries:
         picked.append((f"{prefix}.norm.0", None, True))
     out = []

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import FormatError
-from ..model import Capture, Layer
+from ..model import Capture, Index, LabelSource, Layer
 from ._common import LazyRows, ReadContext, make_capture, sample_name, token_ids_of
 from ._container import Table
 
@@ -129,7 +129,7 @@ def read(table: Table, ctx: ReadContext) -> list[Capture]:
     if prov is not None:
         where = ctx.rel(prov)
         if claimed is not None and len(claimed) == k:
-            layers = tuple(Layer(b, "boundary", "claimed") for b in claimed[:-1])
+            layers = tuple(Layer(b, Index.BOUNDARY, LabelSource.CLAIMED) for b in claimed[:-1])
             variant += f"; {where} records ids {claimed}" + (f" (vllm {version})" if version else "")
         else:
             ctx.warnings.append(

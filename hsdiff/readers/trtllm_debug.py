@@ -30,7 +30,7 @@ from typing import Any
 
 from ..arrays import as_f32
 from ..errors import FormatError
-from ..model import Capture, Layer
+from ..model import Capture, Index, LabelSource, Layer
 from ._common import ReadContext, make_capture, rank_and_run
 from ._container import Table, cleanup, open_table, sniff_container
 
@@ -102,7 +102,7 @@ def read(table: Table, ctx: ReadContext) -> list[Capture]:
             "is expected as its (hidden_states, residual) pair of [T, H] tensors", path=path,
             hint="point hsdiff at the dump of a decoder whose layers return (hidden_states, residual), as Llama's do",
         )
-    layer = Layer(0, "boundary", "key") if is_embedding else Layer(siblings.index(parts[-1][0]), "output", "key")
+    layer = Layer(0, Index.BOUNDARY, LabelSource.KEY) if is_embedding else Layer(siblings.index(parts[-1][0]), Index.OUTPUT, LabelSource.KEY)
     if is_embedding and len(entries) != 1:
         return []
     rank, run = rank_and_run(path, _RANK_RE, ctx)

@@ -30,7 +30,7 @@ import re
 import numpy as np
 
 from ..errors import FormatError
-from ..model import Capture, Layer
+from ..model import Capture, Index, LabelSource, Layer
 from ._common import ReadContext, make_capture
 from ._container import Entry, Table
 
@@ -84,7 +84,7 @@ def _sample(table: Table, ctx: ReadContext, i: int) -> Capture:
                        final=_last(entry, aux) if with_last else None,
                        mask=table.entries[p + "loss_mask"].loader if p + "loss_mask" in table.entries else None)
     k = aux // h if h else None
-    labels = tuple(Layer(int(x), "output", "claimed") for x in layer_ids) \
+    labels = tuple(Layer(int(x), Index.OUTPUT, LabelSource.CLAIMED) for x in layer_ids) \
         if isinstance(layer_ids, list) and len(layer_ids) == k else ()
     window = "" if len(ids) == t else f"; {t} hidden rows for {len(ids)} input_ids (a window: placed by value)"
     return cap.replace(col_stop=aux if aux != width else None, slot_layers=labels,

@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 from ..conventions import ENGINE_INFO, rule
 from ..errors import InputError
+from ..gate_model import fails_gate, warns
 from ..model.settings import Settings, by_engine_entries
 from ..settings import TITLES
 
@@ -44,13 +45,12 @@ def is_gate(d: Doc) -> bool:
 
 
 def check_fails(check: Doc, strict: bool) -> bool:
-    """A check that fails the gate: an error, or a warning under ``--strict``."""
-    bad = not check["ok"] and not check["skipped"]
-    return bad and (check["severity"] == "error" or (strict and check["severity"] == "warning"))
+    """A saved check that fails the gate, by the gate's own rule (:func:`hsdiff.gate_model.fails_gate`)."""
+    return fails_gate(check["ok"], check["skipped"], check["severity"], strict)
 
 
 def check_warns(check: Doc) -> bool:
-    return not check["ok"] and not check["skipped"] and check["severity"] == "warning"
+    return warns(check["ok"], check["skipped"], check["severity"])
 
 
 def engine_title(result: Doc) -> str:

@@ -3,6 +3,7 @@ result: each failed check and each failed slot becomes an annotation on the draf
 
 from __future__ import annotations
 
+from ..gate_model import GateVerdict
 from ._doc import Doc, _HasDict, as_doc, check_fails, check_warns, config_line, rec_words
 
 __all__ = ["render_github"]
@@ -47,6 +48,6 @@ def render_github(result: Doc | _HasDict) -> str:
                                f"{report['cause']} Fix ({rec_words(report['recommended'])}): {config_line(report['recommended'])}", d["draft_config"]))
     elif d["command"] == "gate":
         lines.append(_line("error", "hsdiff gate", d["cause"], d["draft_config"]))
-    if d["verdict"] == "pass":
+    if d["verdict"] == GateVerdict.PASS:
         lines.append(_line("notice", f"hsdiff {d['command']}", f"pass: {d['cause']}", None))
     return "\n".join(lines)

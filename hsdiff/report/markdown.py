@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..conventions import describe_boundary
+from ..gate_model import GateVerdict
 from ..model.results import pct
 from ._doc import Doc, _HasDict, as_doc, config_line, engine_title, nested_in, rec_words, rel_err, settings_lines
 
@@ -14,7 +15,7 @@ _ICON = {"ok": "✅ ok", "FAIL": "❌ fail", "warn": "⚠️ warn", "skipped": "
 def render_markdown(result: Doc | _HasDict) -> str:
     """Verdict, where the ids came from, the checks, the per-slot table, the cause and the fix."""
     d = as_doc(result)
-    passed = d["verdict"] == "pass"
+    passed = d["verdict"] == GateVerdict.PASS
     head = "✅ PASS" if passed else "❌ FAIL"
     out = [f"## hsdiff {d['command']}: {head}", ""]
     target = ""

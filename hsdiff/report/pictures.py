@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..model.capture import LabelSource
 from ._doc import as_doc
 
 __all__ = ["heatmap", "norm_trajectory", "token_errors", "write_pictures", "PICTURES", "report_data"]
@@ -86,7 +87,7 @@ def configured_column(slot: dict, columns: list[dict]) -> int | None:
     if b is None:
         return None
     same = [j for j, c in enumerate(columns) if c["boundary"] == b]
-    configured = [j for j in same if columns[j]["label_source"] == "configured"
+    configured = [j for j in same if columns[j]["label_source"] == LabelSource.CONFIGURED
                   and f"slot {slot['slot']} " in columns[j]["capture"] + " "]
     found = configured or same
     return found[0] if found else None
@@ -177,7 +178,7 @@ def heatmap(report: Any, metric: str = "rel_err", ax: Any = None) -> Any:
 
 def _col_label(c: dict, prefix: str) -> str:
     text = _short(c["capture"][len(prefix):] or c["capture"], 28)
-    return text + ("" if c["label_source"] != "configured" else "\n(--layer-ids)")
+    return text + ("" if c["label_source"] != LabelSource.CONFIGURED else "\n(--layer-ids)")
 
 
 def _common_prefix(labels: list[str]) -> str:
@@ -234,8 +235,8 @@ def norm_trajectory(report: Any, ax: Any = None) -> Any:
         for b, r in placed:
             ax.annotate(f"slot {r['slot']}", (b, r["median_norm"]), textcoords="offset points", xytext=(0, 9),
                         ha="center", fontsize=7, color="#1f77b4")
-    own = sorted((r for r in infer if r.get("label_source") != "configured"), key=lambda r: r["boundary"])
-    cfg = sorted((r for r in infer if r.get("label_source") == "configured"), key=lambda r: r["boundary"])
+    own = sorted((r for r in infer if r.get("label_source") != LabelSource.CONFIGURED), key=lambda r: r["boundary"])
+    cfg = sorted((r for r in infer if r.get("label_source") == LabelSource.CONFIGURED), key=lambda r: r["boundary"])
     if own:
         ax.plot([r["boundary"] for r in own], [r["median_norm"] for r in own], "-s", color="#ff7f0e", markersize=4,
                 linewidth=1.2, label="inference captures (at their own layer label)", zorder=2)
