@@ -26,12 +26,12 @@ from . import conventions as conv
 from .configs import config_value, parse_json, read_json
 from .errors import ConfigError, InputError
 from .model import EngineVersion, Settings
+from .model.results import why_not_writable
 from .serving import as_written, serve
 from .settings import TITLES, engine_version, family_key
 
 __all__ = ["FixResult", "fix_config", "ids_from_report", "ReportIds"]
 
-_UNSETTLED = ("ambiguous", "unobserved", "unmatched", "matched-unlabelled")
 
 
 @dataclass(frozen=True)
@@ -165,19 +165,10 @@ def _confident_report(p: Path) -> dict:
                              hint="fix the failed checks it lists, or give --layer-ids")
         raise InputError("not an hsdiff report (no slots/recommended)", path=p,
                          hint="give the file written by hsdiff gate --json or hsdiff compare --json")
-    verdict = report.get("verdict")
-    problems = []
-    if verdict not in ("ok", "mismatch"):
-        problems.append(f"verdict {verdict!r}")
-    slots = report.get("slots") or []
-    for s in slots:
-        if s.get("boundary_index") is None or s.get("status") in _UNSETTLED or s.get("evidence") not in ("observed", "consistent", "inferred"):
-            problems.append(f"slot {s.get('slot')} {s.get('status') or 'unidentified'}")
-    if not any(s.get("evidence") == "observed" for s in slots):
-        problems.append("no slot was observed")
-    bs = (report.get("recommended") or {}).get("boundary_indices") or []
-    if not bs or any(b is None for b in bs):
-        problems.append("the recommendation has unknown layers")
+    problems = why_not_writable(
+        str(report.get("verdict")),
+        [(s.get("boundary_index"), s.get("status"), s.get("evidence")) for s in report.get("slots") or []],
+        (report.get("recommended") or {}).get("boundary_indices") or [])
     if problems:
         raise InputError(
             f"the report is not confident ({'; '.join(problems)}): its ids would be a guess", path=p,

@@ -40,6 +40,8 @@ __all__ = [
     "Report",
     "pct",
     "layers_in_words",
+    "UNSETTLED",
+    "why_not_writable",
     "TIE_REL",
     "best_of",
     "ranked",
@@ -108,6 +110,33 @@ class Verdict(StrEnum):
     OK = "ok"
     MISMATCH = "mismatch"
     INCONCLUSIVE = "inconclusive"
+
+
+#: Slot statuses whose layer is not settled enough to be written into a config.
+UNSETTLED = (Status.AMBIGUOUS, Status.UNOBSERVED, Status.UNMATCHED, Status.UNLABELLED)
+
+
+def why_not_writable(verdict: str, slots: Sequence[tuple[int | None, str, str]],
+                     recommended: Sequence[int | None]) -> list[str]:
+    """Why a report's recommended ids would be a guess (``[]``: they can be written, as ``hsdiff
+    fix-config --from-report`` does and the renderers offer): the one rule, on records and on saved
+    JSON alike. ``slots``: per slot, its layer (boundary index), status and evidence.
+
+    >>> why_not_writable("mismatch", [(3, "mismatch", "observed"), (16, "mismatch", "inferred")], [3, 16])
+    []
+    >>> why_not_writable("inconclusive", [(3, "ok", "observed"), (None, "ambiguous", "none")], [3, None])
+    ["verdict 'inconclusive'", 'slot 1 ambiguous', 'the recommendation has unknown layers']
+    """
+    problems = [] if verdict in (Verdict.OK, Verdict.MISMATCH) else [f"verdict {str(verdict)!r}"]
+    for i, (b, status, evidence) in enumerate(slots):
+        if b is None or status in UNSETTLED or evidence not in (Evidence.OBSERVED, Evidence.CONSISTENT,
+                                                                Evidence.INFERRED):
+            problems.append(f"slot {i} {status or 'unidentified'}")
+    if not any(e == Evidence.OBSERVED for _, _, e in slots):
+        problems.append("no slot was observed")
+    if not recommended or any(b is None for b in recommended):
+        problems.append("the recommendation has unknown layers")
+    return problems
 
 
 def pct(x: float | None, *, table: bool = False) -> str:
@@ -408,6 +437,12 @@ class Report:
     @property
     def exit_code(self) -> int:
         return 0 if self.verdict == Verdict.OK else 1
+
+    @property
+    def not_writable(self) -> list[str]:
+        """Why the recommended ids would be a guess; ``[]`` when they can be written (:func:`why_not_writable`)."""
+        return why_not_writable(self.verdict, [(s.boundary_index, s.status, s.evidence) for s in self.slots],
+                                self.recommended.boundary_indices)
 
     def to_dict(self) -> dict:
         return {

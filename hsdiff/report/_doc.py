@@ -13,6 +13,7 @@ from typing import Any, Protocol
 from ..conventions import ENGINE_INFO, rule
 from ..errors import InputError
 from ..gate_model import fails_gate, warns
+from ..model.results import why_not_writable
 from ..model.settings import Settings, by_engine_entries
 from ..settings import TITLES
 
@@ -47,6 +48,14 @@ def is_gate(d: Doc) -> bool:
 def check_fails(check: Doc, strict: bool) -> bool:
     """A saved check that fails the gate, by the gate's own rule (:func:`hsdiff.gate_model.fails_gate`)."""
     return fails_gate(check["ok"], check["skipped"], check["severity"], strict)
+
+
+def writable(report: Doc) -> bool:
+    """Whether ``hsdiff fix-config --from-report`` takes this report's ids (its one rule:
+    :func:`hsdiff.model.results.why_not_writable`)."""
+    slots = [(s.get("boundary_index"), s.get("status"), s.get("evidence")) for s in report.get("slots") or []]
+    return not why_not_writable(str(report.get("verdict")), slots,
+                                (report.get("recommended") or {}).get("boundary_indices") or [])
 
 
 def check_warns(check: Doc) -> bool:

@@ -13,7 +13,7 @@ import math
 from typing import Any
 
 from ..conventions import describe_boundary
-from ._doc import config_line, nested_in, other_engines, rec_words, settings_lines
+from ._doc import config_line, nested_in, other_engines, rec_words, settings_lines, writable
 from .pictures import heatmap, norm_trajectory, png_bytes, report_data, token_errors
 
 __all__ = ["render_report_markdown", "render_html"]
@@ -82,7 +82,7 @@ def render_report_markdown(report: Any) -> str:
     others = _others(data)
     if others:
         out += ["", f"Same layers on other engines: {others}."]
-    if data["verdict"] != "ok":
+    if data["verdict"] != "ok" and writable(data):
         out += ["", "Or run `hsdiff fix-config DRAFT_CONFIG --from-report REPORT.json` with this run's `--json` report."]
     out += ["", "<details><summary>Settings</summary>", ""] + [f"- {_cell(x)}" for x in settings_lines(data)]
     out += ["", "</details>"]

@@ -5,7 +5,19 @@ from __future__ import annotations
 from ..conventions import describe_boundary
 from ..gate_model import GateVerdict
 from ..model.results import pct
-from ._doc import Doc, _HasDict, as_doc, config_line, engine_title, nested_in, rec_words, rel_err, settings_lines
+from ._doc import (
+    Doc,
+    _HasDict,
+    as_doc,
+    config_line,
+    engine_title,
+    is_gate,
+    nested_in,
+    rec_words,
+    rel_err,
+    settings_lines,
+    writable,
+)
 
 __all__ = ["render_markdown"]
 
@@ -13,8 +25,13 @@ _ICON = {"ok": "✅ ok", "FAIL": "❌ fail", "warn": "⚠️ warn", "skipped": "
 
 
 def render_markdown(result: Doc | _HasDict) -> str:
-    """Verdict, where the ids came from, the checks, the per-slot table, the cause and the fix."""
+    """Verdict, where the ids came from, the checks, the per-slot table, the cause and the fix (a
+    ``compare`` report renders as :func:`hsdiff.report.document.render_report_markdown` does)."""
     d = as_doc(result)
+    if not is_gate(d):
+        from .document import render_report_markdown  # pictures: drawn only for a compare report
+
+        return render_report_markdown(d)
     passed = d["verdict"] == GateVerdict.PASS
     head = "✅ PASS" if passed else "❌ FAIL"
     out = [f"## hsdiff {d['command']}: {head}", ""]
@@ -43,8 +60,10 @@ def render_markdown(result: Doc | _HasDict) -> str:
             rec = report["recommended"]
             where = f' under `"{nested_in(rec)}"`' if nested_in(rec) else ""
             out += ["", f"**Fix:** put this in the draft's `config.json`{where} ({_cell(rec_words(rec))}):", "", "```json",
-                    config_line(rec), "```", "",
-                    "or run `hsdiff fix-config DRAFT_CONFIG --from-report REPORT.json` with this run's `--json` report."]
+                    config_line(rec), "```"]
+            if writable(report):
+                out += ["", "or run `hsdiff fix-config DRAFT_CONFIG --from-report REPORT.json` with this run's "
+                        "`--json` report."]
     for note in d["notes"]:
         out += ["", f"> {_cell(note)}"]
     out += ["", "<details><summary>Settings</summary>", ""] + [f"- {_cell(x)}" for x in settings_lines(d)]

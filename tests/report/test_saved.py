@@ -56,3 +56,26 @@ def test_saved_gate_result_renders_without_torch(tmp_path: Path) -> None:
     assert text.split() == fresh.split()
     assert "gate: FAIL" in text
     assert json.loads(path.read_text())["verdict"] == "fail"
+
+
+def test_renderers_offer_fix_config_only_when_it_would_take_the_report(tmp_path: Path) -> None:
+    """One rule says whether a report's ids can be written: the Markdown report offers
+    ``fix-config --from-report`` on the seed's mismatch (every slot settled), not on the fix dumped
+    without its neighbours (inconclusive), and fix-config itself agrees both times."""
+    from hsdiff.errors import InputError
+    from hsdiff.fix_config import ids_from_report
+    from hsdiff.report import load_doc, render_markdown
+
+    (tmp_path / "w").mkdir()
+    (tmp_path / "f").mkdir()
+    wrong, _ = _saved(tmp_path / "w", "compare", str(SEED / "train"), str(SEED / "infer-wrong"), "--layer-ids=-1,2,30")
+    fixed, _ = _saved(tmp_path / "f", "compare", str(SEED / "train"), str(SEED / "infer-fixed"), "--layer-ids=2,30,58")
+    assert "fix-config DRAFT_CONFIG --from-report" in render_markdown(load_doc(wrong))
+    assert ids_from_report(wrong).ids == (2, 30, 58)
+    assert "fix-config DRAFT_CONFIG --from-report" not in render_markdown(load_doc(fixed))
+    try:
+        ids_from_report(fixed)
+    except InputError as e:
+        assert "not confident" in str(e)
+    else:
+        raise AssertionError("fix-config took an inconclusive report")
