@@ -215,7 +215,8 @@ def resolve(
         cfg = None if cfg_b is None or s >= len(cfg_b) else cfg_b[s]
         a = _answer(d, claims[s], claim_src, offset, label_offset is None, observed_conf,
                     candidates.get(s, []), tolerance, configured is None)
-        status, note = _against_config(d, a.boundary, a.evidence, cfg_b, candidates.get(s, []), tolerance, a.note)
+        status, against = _against_config(d, a.boundary, a.evidence, cfg_b, candidates.get(s, []), tolerance)
+        note = a.note + (f"; {against}" if against else "")
         if conflicts[s] and status == Status.OK:
             status = Status.UNVERIFIED
             note += "; a gate does not pass on labels that contradict the training side"
@@ -227,7 +228,7 @@ def resolve(
             SlotResult(
                 slot=s, boundary_index=a.boundary, layer_id=layer_id, evidence=a.evidence,
                 confidence=float(a.confidence), margin=d.margin, match=d.match, runner_up=d.runner_up,
-                claimed_boundary=claims[s], configured_boundary=cfg, status=status, note=note,
+                claimed_boundary=claims[s], configured_boundary=cfg, status=status, note=note, against_config=against,
                 separation=d.separation, separation_measured=d.measured,
             )
         )
@@ -376,50 +377,51 @@ def _label_warnings(results: Sequence[SlotResult], decisions: Sequence[SlotDecis
 
 
 def _against_config(d: SlotDecision, b: int | None, evidence: Evidence, cfg_b: list[int] | None,
-                    cands: list[Candidate], tolerance: float, note: str) -> tuple[Status, str]:
+                    cands: list[Candidate], tolerance: float) -> tuple[Status, str]:
+    """The slot's status against the configured ids, and the words that say why ("" when its note says it)."""
     s = d.slot
     if cfg_b is None:
         if b is not None and evidence == Evidence.OBSERVED:
-            return Status.IDENTIFIED, note
+            return Status.IDENTIFIED, ""
         if b is not None and evidence == Evidence.INFERRED:
-            return Status.INFERRED, note
+            return Status.INFERRED, ""
         if b is not None:
-            return Status.UNVERIFIED, note
-        return d.status, note
+            return Status.UNVERIFIED, ""
+        return d.status, ""
     if s >= len(cfg_b):
-        return Status.MISMATCH, note + f"; the engine is configured with only {len(cfg_b)} ids, so slot {s} gets nothing"
+        return Status.MISMATCH, f"the engine is configured with only {len(cfg_b)} ids, so slot {s} gets nothing"
     cfg = cfg_b[s]
     if evidence == Evidence.OBSERVED:
         if b == cfg:
-            return Status.OK, note
-        return Status.MISMATCH, note + f"; the engine captures B{cfg} for this slot"
+            return Status.OK, ""
+        return Status.MISMATCH, f"the engine captures B{cfg} for this slot"
     if evidence == Evidence.CONSISTENT:
         if b != cfg:
-            return Status.MISMATCH, note + f"; the engine captures B{cfg} for this slot"
+            return Status.MISMATCH, f"the engine captures B{cfg} for this slot"
         if d.match is not None and d.match.metrics.sink_only:
-            return Status.UNVERIFIED, note + "; a gate passes only on ordinary (non-sink) tokens"
+            return Status.UNVERIFIED, "a gate passes only on ordinary (non-sink) tokens"
         # labels name the layer the values leave open, but a label can be wrong the same way as the
         # configuration (the same ids, the same rule): a gate passes on values alone
-        return Status.UNVERIFIED, note + "; a gate passes only when the values rule out the neighbouring layers"
+        return Status.UNVERIFIED, "a gate passes only when the values rule out the neighbouring layers"
     direct = next((c for c in cands if c.boundary == cfg), None)
     if direct is not None and not direct.metrics.sink_only and (b is None or b == cfg):
         e = direct.metrics.rel_err
         if e > tolerance:
-            return Status.MISMATCH, note + f"; the engine's slot {s} (B{cfg}) differs from it by {pct(e)}"
+            return Status.MISMATCH, f"the engine's slot {s} (B{cfg}) differs from it by {pct(e)}"
         open_ = Status.AMBIGUOUS if d.status == Status.AMBIGUOUS else Status.UNVERIFIED
         best = d.candidate_boundary
         if best is not None and best != cfg and d.match is not None:
-            return open_, note + (f"; the engine's slot {s} (B{cfg}) is within noise ({pct(e)}) but is not the best "
+            return open_, (f"the engine's slot {s} (B{cfg}) is within noise ({pct(e)}) but is not the best "
                                   f"match (B{best} is, at {pct(d.match.metrics.rel_err)}), so it is not passed")
-        return open_, note + (
-            f"; the engine's slot {s} equals it within noise ({pct(e)}), but only the configured ids say that capture "
+        return open_, (
+            f"the engine's slot {s} equals it within noise ({pct(e)}), but only the configured ids say that capture "
             f"is B{cfg}, and the configuration under test is not evidence for itself: {what_to_dump(cfg, d.measured)} "
             "to tell them apart")
     if b is not None:
         if b != cfg:
-            return Status.MISMATCH, note + f"; the engine captures B{cfg} for this slot"
-        return Status.UNVERIFIED, note + "; the configured id agrees but was not observed"
-    return (Status.AMBIGUOUS if d.status == Status.AMBIGUOUS else Status.UNVERIFIED), note
+            return Status.MISMATCH, f"the engine captures B{cfg} for this slot"
+        return Status.UNVERIFIED, "the configured id agrees but was not observed"
+    return (Status.AMBIGUOUS if d.status == Status.AMBIGUOUS else Status.UNVERIFIED), ""
 
 
 def verdict(results: Sequence[SlotResult], configured: Configured | None,

@@ -4,12 +4,25 @@ decision is in :mod:`hsdiff.decide`, every number was measured by :mod:`hsdiff.c
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from . import conventions as conv
-from .model import Configured, Evidence, LabelSource, Recommendation, SlotResult, Status, Verdict, layers_in_words, pct
-from .model.diagnosis import Diagnosis, Finding, Miss
+from .decide import NOISE_TOLERANCE
+from .model import (
+    Configured,
+    Evidence,
+    LabelSource,
+    Recommendation,
+    Report,
+    SlotResult,
+    Status,
+    Verdict,
+    layers_in_words,
+    pct,
+)
+from .model.diagnosis import Diagnosis, Finding, Miss, Override
+from .overrides import TORN_FACTOR
 from .serving import boundary_list
 
 __all__ = ["Words", "explain", "norm_warnings"]
@@ -32,12 +45,43 @@ def explain(
     recommended: Recommendation,
     num_layers: int | None,
     printed_evidence: bool,
+    tolerance: float = NOISE_TOLERANCE,
 ) -> Words:
     """The cause and the walk-through of a comparison (``printed_evidence``: the inference side was a
-    debug log, so the walk-through ends with what the log lacked)."""
+    debug log, so the walk-through ends with what the log lacked). ``verdict`` is the one the slots
+    give; what overrode it (``diagnosis.overrides``) leads the cause."""
     cause = _cause(verdict, diagnosis, results, configured, num_layers, recommended, label_offset, claim_src)
+    cause = _overrides(diagnosis, results, tolerance, cause)
     return Words(cause, tuple(_walkthrough(results, configured, claims, claim_src, recommended, printed_evidence,
                                            num_layers)))
+
+
+def _overrides(d: Diagnosis, results: Sequence[SlotResult], tolerance: float, cause: str) -> str:
+    """The cause the slots give, led by what overrode their verdict, in the order it was applied."""
+    for why in d.overrides:
+        if why == Override.TORN_TOKENS:
+            torn = [r for r in results if r.slot in d.torn and r.match is not None]
+            what = "; ".join(f"slot {r.slot}: median error {pct(r.match.metrics.rel_err)}, but the worst tenth of its "
+                             f"{r.match.metrics.tokens} ordinary tokens beyond {pct(r.match.metrics.p90_err)}"
+                             for r in torn if r.match is not None)
+            cause = (f"Part of the sequence differs: {what}. The values match on most tokens and differ far beyond "
+                     f"noise (over {pct(TORN_FACTOR * tolerance)}) on others, so the engine feeds another tensor on "
+                     "part of the sequence (a later prefill chunk, a cached prefix, decode steps), or the two sides "
+                     "ran prompts that share only part of their tokens: compare the per-token errors (--plot, "
+                     f"tokens.png). {cause}")
+        elif why == Override.RANK_CONFLICT and d.conflicts:
+            more = f" (and {len(d.conflicts) - 1} more tensor(s))" if len(d.conflicts) > 1 else ""
+            cause = (f"Tensor-parallel ranks disagree: {d.conflicts[0]}{more}. Replicated ranks must hold the same "
+                     "hidden states; check the all-reduce and that every rank runs the same configuration. On the "
+                     f"first rank: {cause}")
+    return cause
+
+
+def runs_disagree(reports: Mapping[str, Report], run: str) -> str:
+    """The cause of a report on dumper run ``run`` when the runs in the inference directory disagree."""
+    verdicts = ", ".join(f"{n}: {r.verdict}" for n, r in reports.items())
+    return (f"The dumper runs in the inference directory disagree ({verdicts}); the configured ids describe at "
+            f"most one of them. On run {run}: {reports[run].cause}")
 
 
 def norm_warnings(results: Sequence[SlotResult]) -> list[str]:
@@ -124,7 +168,7 @@ def _cause(verdict: Verdict, diagnosis: Diagnosis, results: Sequence[SlotResult]
                 "Training slot" + ("s " if len(bad) > 1 else " ")
                 + ", ".join(f"{r.slot} ({'not identified' if r.boundary_index is None else f'B{r.boundary_index}'})" for r in bad)
                 + f" {'are' if len(bad) > 1 else 'is'} not what {title} captures with ids {ids} ({boundary_list(cfg, L)}): "
-                + bad[0].note.split("; ")[-1] + "."
+                + bad[0].against_config + "."
             )
     if kind == Finding.IDENTIFIED:
         return f"Every training slot was identified by value: B{_bl(bs)}."

@@ -1,6 +1,7 @@
 """What overrides the verdict the slots give, once they are decided (:mod:`hsdiff.decide`): dumper runs
 in one directory that disagree, tensor-parallel ranks that hold different values for one tensor, and a
-match that holds on most tokens but not on a tenth of them. Each returns the verdict and cause to report.
+match that holds on most tokens but not on a tenth of them. Each returns the verdict and the finding,
+its ``overrides`` recording what changed; :mod:`hsdiff.explain` then puts the records into words.
 """
 
 from __future__ import annotations
@@ -10,28 +11,29 @@ from dataclasses import replace
 from typing import NamedTuple
 
 from .decide import recommend
-from .model import Evidence, Report, Settings, SlotResult, Verdict, pct
+from .model import Evidence, Report, Settings, SlotResult, Verdict
 from .model.diagnosis import Diagnosis, Override
 
 __all__ = ["Found", "runs_disagree", "rank_conflict", "torn_tokens", "TORN_FACTOR", "TORN_MIN_TOKENS"]
 
 
 class Found(NamedTuple):
-    """A comparison's outcome while the overrides are weighed: the verdict, its cause, the finding."""
+    """A comparison's outcome while the overrides are weighed: the verdict and the finding (its
+    ``overrides`` say what changed the verdict the slots gave; :mod:`hsdiff.explain` words them)."""
 
     verdict: Verdict
-    cause: str
     diagnosis: Diagnosis
 
 
-def _overridden(d: Diagnosis, why: Override) -> Diagnosis:
-    return replace(d, overrides=(*d.overrides, why))
+def _overridden(d: Diagnosis, why: Override, *, torn: tuple[int, ...] = (), conflicts: tuple[str, ...] = ()) -> Diagnosis:
+    return replace(d, overrides=(*d.overrides, why), torn=d.torn + torn, conflicts=d.conflicts + conflicts)
 
 
 def runs_disagree(reports: Mapping[str, Report], run: str, doubt: Collection[int], settings: Settings) -> Report:
     """The report on dumper run ``run`` when the inference side holds several runs that disagree (another
-    verdict, or slots ``doubt`` whose layer another run puts elsewhere): those slots are left open, an
-    OK becomes inconclusive, and the cause says the configured ids describe at most one run."""
+    verdict, or slots ``doubt`` whose layer another run puts elsewhere): those slots are left open and an
+    OK becomes inconclusive (the cause, from :func:`hsdiff.explain.runs_disagree`, says the configured
+    ids describe at most one run)."""
     report = reports[run]
     results = tuple(
         replace(s, boundary_index=None, layer_id=None, evidence=Evidence.NONE, confidence=0.0,
@@ -39,9 +41,7 @@ def runs_disagree(reports: Mapping[str, Report], run: str, doubt: Collection[int
         if s.slot in doubt else s for s in report.slots)
     recommended, _ = recommend(settings, [s.boundary_index for s in results])
     verdict = report.verdict if report.verdict == Verdict.MISMATCH else Verdict.INCONCLUSIVE
-    cause = (f"The dumper runs in the inference directory disagree ({', '.join(f'{n}: {r.verdict}' for n, r in reports.items())}); "
-             f"the configured ids describe at most one of them. On run {run}: {report.cause}")
-    return replace(report, verdict=verdict, cause=cause, slots=results, recommended=recommended,
+    return replace(report, verdict=verdict, slots=results, recommended=recommended,
                    diagnosis=None if report.diagnosis is None else _overridden(report.diagnosis, Override.RUNS_DISAGREE))
 
 
@@ -50,11 +50,7 @@ def rank_conflict(found: Found, conflicts: Sequence[str]) -> Found:
     one rank is wrong, and the draft on that rank is fed wrong states whatever the compared rank shows."""
     if not conflicts:
         return found
-    more = f" (and {len(conflicts) - 1} more tensor(s))" if len(conflicts) > 1 else ""
-    return Found(Verdict.MISMATCH, (
-        f"Tensor-parallel ranks disagree: {conflicts[0]}{more}. Replicated ranks must hold the same hidden states; "
-        f"check the all-reduce and that every rank runs the same configuration. On the first rank: {found.cause}"
-    ), _overridden(found.diagnosis, Override.RANK_CONFLICT))
+    return Found(Verdict.MISMATCH, _overridden(found.diagnosis, Override.RANK_CONFLICT, conflicts=tuple(conflicts)))
 
 
 #: A match whose 90th-percentile token error exceeds this multiple of the tolerance, over at least
@@ -68,17 +64,9 @@ def torn_tokens(found: Found, results: Sequence[SlotResult], tolerance: float) -
     """A slot that matches on most ordinary tokens but differs far beyond noise on a tenth or more of
     them (a later prefill chunk or a cached prefix captured at another layer) is not OK: the draft is
     fed wrong states on those tokens whatever the median says."""
-    torn = [r for r in results if r.match is not None and not r.match.metrics.sink_only
-            and r.match.metrics.tokens >= TORN_MIN_TOKENS and r.match.metrics.p90_err > TORN_FACTOR * tolerance]
+    torn = tuple(r.slot for r in results if r.match is not None and not r.match.metrics.sink_only
+                 and r.match.metrics.tokens >= TORN_MIN_TOKENS and r.match.metrics.p90_err > TORN_FACTOR * tolerance)
     if not torn:
         return found
-    verdict, cause = found.verdict, found.cause
-    what = "; ".join(f"slot {r.slot}: median error {pct(r.match.metrics.rel_err)}, but the worst tenth of its "
-                     f"{r.match.metrics.tokens} ordinary tokens beyond {pct(r.match.metrics.p90_err)}"
-                     for r in torn if r.match is not None)
-    return Found((Verdict.INCONCLUSIVE if verdict == Verdict.OK else verdict), (
-        f"Part of the sequence differs: {what}. The values match on most tokens and differ far beyond "
-        f"noise (over {pct(TORN_FACTOR * tolerance)}) on others, so the engine feeds another tensor on part of the "
-        f"sequence (a later prefill chunk, a cached prefix, decode steps), or the two sides ran prompts that share only part of their tokens: compare the per-token errors "
-        f"(--plot, tokens.png). {cause}"
-    ), _overridden(found.diagnosis, Override.TORN_TOKENS))
+    verdict = Verdict.INCONCLUSIVE if found.verdict == Verdict.OK else found.verdict
+    return Found(verdict, _overridden(found.diagnosis, Override.TORN_TOKENS, torn=torn))

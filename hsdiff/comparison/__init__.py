@@ -158,7 +158,8 @@ def _pipeline(train: Dump, infer: Dump, opts: Options, family: str, train_path: 
         return reports[run]
     settings = reports[run].settings
     assert settings is not None
-    return overrides.runs_disagree(reports, run, doubt, settings)
+    return dataclasses.replace(overrides.runs_disagree(reports, run, doubt, settings),
+                               cause=explain.runs_disagree(reports, run))
 
 
 def _compare(train: Dump, infer: Dump, opts: Options, family: str, train_path: str, infer_path: str,
@@ -206,15 +207,15 @@ def _compare(train: Dump, infer: Dump, opts: Options, family: str, train_path: s
     warnings += w_rec
     verdict = decide.verdict(results, configured, recommended)
     diagnosis = diagnose.diagnose(verdict, results, configured, recommended, found_miss)
-    words = explain.explain(results, verdict, diagnosis, configured, claims, claim_src, resolution.label_offset,
-                            recommended, num_layers, printed_evidence=any(c.is_partial for c in infer.captures))
-    warnings += decide.count_warning(configured, k)
-    found = overrides.Found(verdict, words.cause, diagnosis)
-    found = overrides.torn_tokens(found, results, opts.tolerance)
+    found = overrides.torn_tokens(overrides.Found(verdict, diagnosis), results, opts.tolerance)
     found = overrides.rank_conflict(found, train.rank_conflicts + infer.rank_conflicts)
-    verdict, cause, diagnosis = found
+    words = explain.explain(results, verdict, found.diagnosis, configured, claims, claim_src, resolution.label_offset,
+                            recommended, num_layers, printed_evidence=any(c.is_partial for c in infer.captures),
+                            tolerance=opts.tolerance)
+    warnings += decide.count_warning(configured, k)
+    verdict, diagnosis = found
     report = Report(
-        verdict=verdict, cause=cause, slots=results, recommended=recommended, configured=configured,
+        verdict=verdict, cause=words.cause, slots=results, recommended=recommended, configured=configured,
         diagnosis=diagnosis,
         num_layers=num_layers, hidden_size=hidden, explanation=words.walkthrough,
         warnings=tuple(dict.fromkeys(warnings)), scores=scores.rows,

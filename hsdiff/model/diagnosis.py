@@ -75,6 +75,8 @@ class Diagnosis:
     overrides: tuple[Override, ...] = ()
     run: str | None = None
     miss: Miss | None = None  #: nothing matched: which way the captures miss (norms, errors, cosines)
+    torn: tuple[int, ...] = ()  #: slots that match on most tokens, not on a tenth of them (torn-tokens)
+    conflicts: tuple[str, ...] = ()  #: tensors the tensor-parallel ranks disagree on (rank-conflict)
 
     def to_dict(self) -> dict:
         return {
@@ -85,4 +87,6 @@ class Diagnosis:
             "overrides": list(self.overrides),
             "run": self.run,
             "miss": None if self.miss is None else self.miss.to_dict(),
+            "torn_slots": list(self.torn),
+            "rank_conflicts": list(self.conflicts),
         }

@@ -13,10 +13,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..enums import StrEnum
 from ..jsonout import dumps
 from .capture import Capture
 from .settings import EngineVersion, Settings
+from .states import UNSETTLED, Evidence, Status, Verdict, why_not_writable
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -79,64 +79,6 @@ def ranked(items: Sequence[_T], error: Callable[[_T], float], prefer: Callable[[
         out += [items[k] for k in sorted(by_err[i:j], key=lambda k: (prefer(items[k]), k))]
         i = j
     return out
-
-
-class Evidence(StrEnum):
-    """What a slot's answer rests on."""
-
-    OBSERVED = "observed"  #: the values match one capture and rule out its neighbours
-    #: the values match the labelled layer within noise but cannot rule out a neighbour (sink tokens
-    #: only, a few printed values, neighbours not captured): the answer is the labels', confidence capped
-    CONSISTENT = "consistent"
-    INFERRED = "inferred"  #: no value evidence: the training labels and the offset seen on other slots
-    NONE = "none"  #: nothing determines it
-
-
-class Status(StrEnum):
-    """A slot's state: against the configuration when ids are configured, else what the values showed."""
-
-    OK = "ok"  #: the engine captures exactly this slot's layer
-    MISMATCH = "mismatch"  #: the engine captures another layer for this slot
-    AMBIGUOUS = "ambiguous"  #: a match that cannot be told from a neighbouring layer
-    UNVERIFIED = "unverified"  #: the configured id agrees with what is known, but was not observed
-    UNOBSERVED = "unobserved"  #: no inference capture could be compared with this slot
-    UNMATCHED = "unmatched"  #: no inference capture equals this slot
-    IDENTIFIED = "identified"  #: (no configuration) identified by value
-    INFERRED = "inferred"  #: (no configuration) inferred from the training labels
-    UNLABELLED = "matched-unlabelled"  #: matched a capture that carries no layer number
-
-
-class Verdict(StrEnum):
-    OK = "ok"
-    MISMATCH = "mismatch"
-    INCONCLUSIVE = "inconclusive"
-
-
-#: Slot statuses whose layer is not settled enough to be written into a config.
-UNSETTLED = (Status.AMBIGUOUS, Status.UNOBSERVED, Status.UNMATCHED, Status.UNLABELLED)
-
-
-def why_not_writable(verdict: str, slots: Sequence[tuple[int | None, str, str]],
-                     recommended: Sequence[int | None]) -> list[str]:
-    """Why a report's recommended ids would be a guess (``[]``: they can be written, as ``hsdiff
-    fix-config --from-report`` does and the renderers offer): the one rule, on records and on saved
-    JSON alike. ``slots``: per slot, its layer (boundary index), status and evidence.
-
-    >>> why_not_writable("mismatch", [(3, "mismatch", "observed"), (16, "mismatch", "inferred")], [3, 16])
-    []
-    >>> why_not_writable("inconclusive", [(3, "ok", "observed"), (None, "ambiguous", "none")], [3, None])
-    ["verdict 'inconclusive'", 'slot 1 ambiguous', 'the recommendation has unknown layers']
-    """
-    problems = [] if verdict in (Verdict.OK, Verdict.MISMATCH) else [f"verdict {str(verdict)!r}"]
-    for i, (b, status, evidence) in enumerate(slots):
-        if b is None or status in UNSETTLED or evidence not in (Evidence.OBSERVED, Evidence.CONSISTENT,
-                                                                Evidence.INFERRED):
-            problems.append(f"slot {i} {status or 'unidentified'}")
-    if not any(e == Evidence.OBSERVED for _, _, e in slots):
-        problems.append("no slot was observed")
-    if not recommended or any(b is None for b in recommended):
-        problems.append("the recommendation has unknown layers")
-    return problems
 
 
 def pct(x: float | None, *, table: bool = False) -> str:
@@ -315,6 +257,9 @@ class SlotResult:
     configured_boundary: int | None = None
     status: Status = Status.UNOBSERVED
     note: str = ""
+    #: How the slot stands against the configured ids, in words (the last part of ``note``; "" when
+    #: nothing is configured or the note says it all)
+    against_config: str = ""
     #: How far the match's neighbouring layers were judged to be (median per-token error), and whether
     #: every neighbour was captured (else estimated); None where no separation was weighed.
     separation: float | None = None
@@ -337,6 +282,7 @@ class SlotResult:
             "matched": None if self.match is None else self.match.to_dict(),
             "runner_up": None if self.runner_up is None else self.runner_up.to_dict(),
             "note": self.note,
+            "against_config": self.against_config,
         }
 
 

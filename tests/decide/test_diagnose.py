@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hsdiff import diagnose as dg
 from hsdiff import explain
 from hsdiff.model import (
@@ -12,9 +14,11 @@ from hsdiff.model import (
     Diagnosis,
     Evidence,
     Finding,
+    LabelSource,
     Layer,
     Metrics,
     Origin,
+    Override,
     Recommendation,
     SlotResult,
     Status,
@@ -23,7 +27,7 @@ from hsdiff.model import (
 
 
 def cand(b: int, err: float) -> Candidate:
-    cap = Capture("infer", Origin(f"{b}.pt"), (8, 16), "bfloat16", 16, layer=Layer(b, "configured"))
+    cap = Capture("infer", Origin(f"{b}.pt"), (8, 16), "bfloat16", 16, layer=Layer(b, source=LabelSource.CONFIGURED))
     return Candidate(cap, None, 0, Metrics(err, 0.99, err, 1.0, 8, 128))
 
 
@@ -86,4 +90,27 @@ def test_match_open_identified_no_match_and_unservable() -> None:
 def test_the_diagnosis_is_in_the_json_report() -> None:
     d = Diagnosis(Finding.SLOT_SHIFT, offset=1, slots=(0, 1, 2), missing=(59,), run="dump_1")
     assert d.to_dict() == {"kind": "slot-shift", "offset": 1, "slots": [0, 1, 2], "missing_boundaries": [59],
-                           "overrides": [], "run": "dump_1", "miss": None}
+                           "overrides": [], "run": "dump_1", "miss": None, "torn_slots": [], "rank_conflicts": []}
+
+
+def test_overrides_are_records_first_and_lead_the_words() -> None:
+    """Torn tokens and a rank conflict change the verdict on the records (the diagnosis names them and
+    what they concern); the cause is then written from those records, the slots' own words last."""
+    from hsdiff import overrides
+
+    cfg = configured((2, 15, 27))
+    torn = Candidate(cand(15, 0.01).capture, None, 0, Metrics(0.01, 0.99, 0.45, 1.0, 40, 128))
+    results = [slot(0, 2, 2, Status.OK), replace(slot(1, 15, 15, Status.OK), match=torn), slot(2, 27, 27, Status.OK)]
+    d = dg.diagnose(Verdict.OK, results, cfg, rec((2, 15, 27)))
+    found = overrides.torn_tokens(overrides.Found(Verdict.OK, d), results, 0.10)
+    found = overrides.rank_conflict(found, ["rank 1 differs by 71% on hidden_states"])
+    assert found.verdict == Verdict.MISMATCH
+    assert found.diagnosis.overrides == (Override.TORN_TOKENS, Override.RANK_CONFLICT)
+    assert found.diagnosis.torn == (1,) and found.diagnosis.conflicts == ("rank 1 differs by 71% on hidden_states",)
+    assert found.diagnosis.to_dict()["torn_slots"] == [1]
+    words = explain.explain(results, Verdict.OK, found.diagnosis, cfg, [None] * 3, "none", None, rec((2, 15, 27)), 30,
+                            False, tolerance=0.10)
+    assert words.cause.startswith("Tensor-parallel ranks disagree: rank 1 differs by 71%")
+    assert "Part of the sequence differs: slot 1: median error 1%, but the worst tenth of its 40" in words.cause
+    assert words.cause.index("Tensor-parallel") < words.cause.index("Part of the sequence") < words.cause.index(
+        explain.explain(results, Verdict.OK, d, cfg, [None] * 3, "none", None, rec((2, 15, 27)), 30, False).cause)
