@@ -23,7 +23,7 @@ import numpy as np
 
 from .. import align
 from ..arrays import lower_median, row_norms
-from ..model import Capture, LabelSource, Report, SlotResult
+from ..model import Capture, LabelSource, Profiles, Report, SlotResult
 from ..model.results import Score
 from ..rows import chunks, extent, read, source
 
@@ -51,8 +51,8 @@ def measure(report: Report, train_slots: dict[int, list[Capture]], infer: Iterab
     import dataclasses
 
     infer = [c for c in infer if c.observation is None and not c.post_norm]
-    profiles = {"norms": _norms(report, train_slots, infer, norms or {}),
-                "tokens": _tokens(report, train_slots, infer, norms or {}, errors or {})}
+    profiles = Profiles(norms=_norms(report, train_slots, infer, norms or {}),
+                        tokens=_tokens(report, train_slots, infer, norms or {}, errors or {}))
     return dataclasses.replace(report, profiles=profiles)
 
 

@@ -11,7 +11,7 @@ import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
 
 from ..jsonout import dumps
 from .capture import Capture
@@ -38,6 +38,8 @@ __all__ = [
     "EngineIds",
     "Configured",
     "Report",
+    "Inputs",
+    "Profiles",
     "pct",
     "layers_in_words",
     "UNSETTLED",
@@ -349,6 +351,23 @@ class Configured:
         }
 
 
+class Inputs(TypedDict, total=False):
+    """What a report compared: the two paths, the engine and the model family."""
+
+    train: str
+    infer: str
+    engine: str
+    model_family: str
+
+
+class Profiles(TypedDict, total=False):
+    """What the pictures draw (:mod:`hsdiff.comparison.profiles`): per-capture norm rows and per-token
+    error curves, as JSON rows."""
+
+    norms: list[dict[str, Any]]
+    tokens: list[dict[str, Any]]
+
+
 @dataclass(frozen=True, eq=False)
 class Report:
     """The outcome of a comparison. ``verdict`` is ``"ok"``, ``"mismatch"`` or ``"inconclusive"``.
@@ -370,9 +389,9 @@ class Report:
     explanation: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
     scores: tuple[Score, ...] = ()
-    inputs: dict = field(default_factory=dict)
+    inputs: Inputs = field(default_factory=lambda: Inputs())
     tolerance: float = 0.10
-    profiles: dict = field(default_factory=dict)
+    profiles: Profiles = field(default_factory=lambda: Profiles())
     settings: Settings | None = None  # what the verdict and ids rest on (hsdiff.settings)
     diagnosis: Diagnosis | None = None  # what the slots come to as one finding (hsdiff.diagnose)
 
