@@ -148,14 +148,14 @@ def scan(
     progress: Callable[[int, int, Path], None] | None = None,
     log_pattern: str | None = None,
     keep_ranks: bool = False,
-    format_option: str = "--format",
+    format_name: str = "fmt",
 ) -> Dump:
     """Read every capture under ``path`` (a file or a directory, scanned recursively).
 
     ``log_pattern`` is a regular expression with a named group ``values`` for debug logs in an
     unusual format (see :mod:`hsdiff.readers.debuglog`). ``keep_ranks`` leaves the captures of
     each tensor-parallel rank apart (by default replicas collapse into one, loading them to check).
-``format_option`` is the option that forces a format where the caller reads it (named in hints).
+    ``format_name`` is the parameter that forces a format where the caller reads it (named in hints).
 
     >>> dump = scan("fixtures/seed/train", "train")          # doctest: +SKIP
     >>> dump.captures[0].shape
@@ -172,7 +172,8 @@ def scan(
             raise InputError("symbolic link that leads nowhere (broken, or a loop)", path=root, hint="check the link target")
         raise InputError("no such file or directory", path=root, hint="check the path")
     if fmt is not None and fmt not in FORMATS:
-        raise InputError(f"unknown format {fmt!r} for {format_option}", hint=f"choose one of: {', '.join(FORMATS)}")
+        raise InputError(f"unknown format {fmt!r} for `{format_name}`", hint=f"choose one of: {', '.join(FORMATS)}",
+                         options=(format_name,))
     ctx = ReadContext(side=side, index=index, root=root if root.is_dir() else root.parent, log_pattern=log_pattern)
     if root.is_dir():
         files = [p for p in _walk(root) if (p.suffix.lower() not in _SKIP_SUFFIXES or p.name == "config.json"
@@ -229,7 +230,8 @@ def scan(
         raise FormatError(
             f"no hidden states found in this {where}{why[:400]}",
             path=root,
-            hint=f"hsdiff reads {', '.join(FORMATS)}; point it at the dump itself or pass {format_option} FORMAT",
+            hint=f"hsdiff reads {', '.join(FORMATS)}; point it at the dump itself or pass `{format_name}=FORMAT`",
+            options=(format_name,),
         )
     return Dump(tuple(captures), tuple(configs), tuple(ctx.warnings), files=len(files),
                 rank_conflicts=tuple(ctx.rank_conflicts))
