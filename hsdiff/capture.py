@@ -278,5 +278,5 @@ def check_out_dir(out: str | os.PathLike, sample: str | os.PathLike) -> None:
         dump = dump.parent
     o = Path(out).resolve()
     if o == dump or dump in o.parents:
-        raise InputError("--out is inside the dump the sample comes from", path=out,
-                         hint="write captures to a folder of their own, never into a dump directory")
+        raise InputError("`out` is inside the dump the sample comes from", path=out,
+                         hint="write captures to a folder of their own, never into a dump directory", options=("out",))

@@ -177,7 +177,7 @@ def boundaries_read(ids: Sequence[int], engine: str, num_layers: int | None, fam
                                 or (conv.rule(engine).final_id == FINAL_MINUS_ONE and -1 in ids)):
         raise ConfigError(
             f"{conv.applied(engine, family, version).label} depends on the target's num_hidden_layers",
-            hint="pass --target-config path/to/target/config.json",
+            hint="pass `target_config=path/to/target/config.json`", options=("target_config",),
         )
     return conv.to_boundary(ids, engine, num_layers=num_layers, model_family=family, version=version,
                             keep_order=True, check_range=False)
@@ -251,7 +251,8 @@ def read_ids(
     if num_layers is None:
         raise ConfigError(
             f"no layer ids in {where}: {r.title} falls back to its default, which depends on the target's "
-            "num_hidden_layers", path=path, hint="pass --target-config path/to/target/config.json",
+            "num_hidden_layers", path=path, hint="pass `target_config=path/to/target/config.json`",
+            options=("target_config",),
         )
     b = conv.default_boundaries(num_layers, engine, family, version)
     ids = conv.default_ids(engine, num_layers, family, version)

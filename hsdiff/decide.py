@@ -139,8 +139,9 @@ def decide_slot(slot: int, cands: Sequence[Candidate], tolerance: float,
             candidate_boundary=b,
         )
     if ratio < AMBIGUOUS_RATIO and runner is not None and not few and best_of_neighbours(top, sep, runner):
+        next_best = runner
         note = (f"matches {top.capture.label()} at {pct(m.rel_err)} error, the best of B{b} and its captured "
-                f"neighbours (next best {runner.capture.label()} at {pct(runner.metrics.rel_err)}): "  # type: ignore[union-attr]
+                f"neighbours (next best {next_best.capture.label()} at {pct(next_best.metrics.rel_err)}): "
                 "the values decide between neighbouring layers")
         return SlotDecision(slot, Status.IDENTIFIED, b, conf, margin, top, runner, note, separation=sep.value,
                             measured=True)
@@ -279,12 +280,12 @@ def _answer(d: SlotDecision, claim: int | None, claim_src: str, offset: int | No
     guess = None if claim is None or offset is None else claim + offset
     if d.identified:
         conf = d.confidence
-        if _conflict(d, claim, unconfigured):
+        if _conflict(d, claim, unconfigured) and d.match is not None and d.boundary is not None and claim is not None:
             # two sets of labels disagree and the values cannot say which counts right
             conf = min(conf, CONFLICT_CONFIDENCE)
-            whose = _label_words(d.match)  # type: ignore[arg-type]
+            whose = _label_words(d.match)
             note += (f"; the training side labels this slot B{claim} ({claim_src}): {whose} and the training label "
-                     f"differ by {layers_in_words(d.boundary - claim)}"  # type: ignore[operator]
+                     f"differ by {layers_in_words(d.boundary - claim)}"
                      " and the values cannot tell which counts right")
         return _Answer(d.boundary, Evidence.OBSERVED, conf, note)
     label = _consistent_label(d, guess, cands, tolerance)
@@ -329,8 +330,9 @@ def _consistent_label(d: SlotDecision, guess: int | None, cands: list[Candidate]
         if guess in layers:
             return guess, f"the training labels and {_label_words(next(c for c in pool if c.boundary == guess))} say"
         return None
-    if len(layers) == 1 and not _from_config(pool[0]):  # no captured layer as close: the match's own label answers
-        return pool[0].boundary, "the capture's label says"  # type: ignore[return-value]
+    own = pool[0].boundary
+    if len(layers) == 1 and own is not None and not _from_config(pool[0]):  # none as close: its own label answers
+        return own, "the capture's label says"
     return None
 
 

@@ -65,10 +65,11 @@ def diagnose(verdict: Verdict, results: Sequence[SlotResult], configured: Config
 
 def label_shift(results: Sequence[SlotResult], configured: Configured | None) -> int:
     """The one offset between the configured layers and the layers the slots were given, or 0."""
-    if configured is None or not results or any(r.boundary_index is None or r.configured_boundary is None
-                                                for r in results):
+    pairs = [(r.configured_boundary, r.boundary_index) for r in results]
+    known = [(c, b) for c, b in pairs if c is not None and b is not None]
+    if configured is None or not results or len(known) < len(pairs):
         return 0
-    diffs = {r.configured_boundary - r.boundary_index for r in results}  # type: ignore[operator]
+    diffs = {c - b for c, b in known}
     return diffs.pop() if len(diffs) == 1 else 0
 
 

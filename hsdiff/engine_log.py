@@ -154,14 +154,16 @@ def configured_ids(log: EngineLog | None, layer_ids: str | None, engine: str, en
     logged = ",".join(map(str, log.aux_layers))
     where = f"{log.path}:{log.aux_line}"
     if engine_given and engine != log.engine:
-        raise InputError(f"the engine log is {log.engine}'s ({where}) but --engine is {engine}",
-                         hint=f"pass --engine {log.engine}, or leave --engine-log out")
+        raise InputError(f"the engine log is {log.engine}'s ({where}) but `engine` is {engine}",
+                         hint=f"pass `engine={log.engine}`, or leave `engine_log` out",
+                         options=("engine", "engine_log"))
     if layer_ids is not None:
         from .conventions import parse_ids
 
         if parse_ids(layer_ids) != list(log.aux_layers):
-            raise InputError(f"--layer-ids {layer_ids} differ from the ids the engine logged, ({logged}) at {where}",
-                             hint="leave --layer-ids out to use the engine's, or give the log of the run you mean")
+            raise InputError(f"`layer_ids={layer_ids}` differ from the ids the engine logged, ({logged}) at {where}",
+                             hint="leave `layer_ids` out to use the engine's, or give the log of the run you mean",
+                             options=("layer_ids",))
     return logged, log.engine
 
 

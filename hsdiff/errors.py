@@ -10,9 +10,21 @@ hsdiff itself (exit status 3)::
     ├── FormatError             a file is not in any format hsdiff reads, or is damaged
     │   └── UnsafeFileError     a file would need arbitrary code to load (pickle globals, object arrays)
     └── AlignmentError          the two sides cannot be compared at all (no shared hidden size, ...)
+
+Messages speak the library's terms: a setting is named as the parameter (or record field) that takes
+it, in backquotes (```layer_ids```, ```infer_format=vllm```), and listed in ``options``; a front end
+says them its own way with :meth:`HsdiffError.in_terms` (the CLI: as its flags).
+
+    >>> e = InputError("`infer_index` must be 'boundary' or 'output'", hint="give `infer_index=output`",
+    ...                options=("infer_index",))
+    >>> e.in_terms(lambda name: "--" + name.replace("_", "-"))
+    "--infer-index must be 'boundary' or 'output' — give --infer-index output"
 """
 
 from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
 
 __all__ = [
     "HsdiffError",
@@ -27,17 +39,33 @@ __all__ = [
 class HsdiffError(Exception):
     """Base class of every error a user can fix by changing the input."""
 
-    def __init__(self, message: str, *, path: object | None = None, hint: str | None = None):
+    def __init__(self, message: str, *, path: object | None = None, hint: str | None = None,
+                 options: Sequence[str] = ()):
         self.path = None if path is None else str(path)
         self.hint = hint
         self.detail = message
-        super().__init__(self._compose())
+        #: the parameters the message names in backquotes (```layer_ids```, or ```layer_ids=VALUE``` to say
+        #: what to give)
+        self.options = tuple(options)
+        super().__init__(self._compose(self.detail, self.hint))
 
-    def _compose(self) -> str:
-        text = f"{self.path}: {self.detail}" if self.path else self.detail
-        if self.hint:
-            text = f"{text} — {self.hint}"
+    def _compose(self, detail: str, hint: str | None) -> str:
+        text = f"{self.path}: {detail}" if self.path else detail
+        if hint:
+            text = f"{text} — {hint}"
         return text
+
+    def in_terms(self, name: Callable[[str], str]) -> str:
+        """The message with every parameter of ``options`` said as ``name`` says it, without the
+        backquotes (```p=VALUE``` as ``name(p) VALUE``): a command line names the flags that set them."""
+        if not self.options:
+            return str(self)
+        rx = re.compile("`(" + "|".join(map(re.escape, self.options)) + ")(?:=([^`]*))?`")
+
+        def say(text: str) -> str:
+            return rx.sub(lambda m: name(m[1]) + ("" if m[2] is None else " " + m[2]), text)
+
+        return self._compose(say(self.detail), None if self.hint is None else say(self.hint))
 
 
 class InputError(HsdiffError):

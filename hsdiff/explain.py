@@ -88,13 +88,13 @@ def norm_warnings(results: Sequence[SlotResult]) -> list[str]:
     """A warning for each matched printed capture whose printed norm equals none of the training norms."""
     out = []
     for r in results:
-        nc = None if r.match is None else r.match.norm_check
-        if nc is None or nc.agree is not None:
+        if r.match is None or r.match.norm_check is None or r.match.norm_check.agree is not None:
             continue
+        nc = r.match.norm_check
         main = [(k, v) for k, v in nc.refs if not k.startswith("token ")]
         ref_text = ", ".join(f"{k.replace('the ', '', 1)} {v:.4g}" for k, v in main)
         out.append(
-            f"{r.match.capture.origin}: the values match training slot {r.slot}, but the printed norm {nc.printed:.4g} "  # type: ignore[union-attr]
+            f"{r.match.capture.origin}: the values match training slot {r.slot}, but the printed norm {nc.printed:.4g} "
             f"agrees with none of the training side's norms ({ref_text}); {nc.reason}. Norms are secondary evidence: "
             "the values decide, and the match stands"
         )
@@ -118,11 +118,11 @@ def _cause(verdict: Verdict, diagnosis: Diagnosis, results: Sequence[SlotResult]
         if diagnosis.miss is not None and configured is not None:
             return _miss(diagnosis.miss, configured, results, title, L)
         shift = diagnosis.offset
-        if shift:
-            cfg = list(configured.boundary_indices)  # type: ignore[union-attr]
+        if shift and configured is not None:  # an offset from the labels is always against a configuration
+            cfg = list(configured.boundary_indices)
             return (
                 f"Every slot is captured {layers_in_words(shift)} too {'deep' if shift > 0 else 'shallow'}: the "
-                f"configured ids {list(configured.ids)} make {title} capture B{cfg}, but the training labels "  # type: ignore[union-attr]
+                f"configured ids {list(configured.ids)} make {title} capture B{cfg}, but the training labels "
                 f"({claim_src}) say B{_bl(bs)}. No capture equals a training slot by value (closest error "
                 f"{pct(best)}, what neighbouring layers differ by), so the recommendation follows the training labels."
             )
@@ -256,8 +256,9 @@ def _consistent(results: Sequence[SlotResult]) -> str:
 
 def _figures(r: SlotResult) -> str:
     """A slot's error and the separation of its neighbours it was judged against, in figures."""
-    m = r.match.metrics  # type: ignore[union-attr]
-    b = r.match.boundary  # type: ignore[union-attr]
+    assert r.match is not None  # only matched slots have figures
+    m = r.match.metrics
+    b = r.match.boundary
     text = (f"B{r.boundary_index} at {pct(m.rel_err)}" if b is None or b == r.boundary_index
             else f"B{r.boundary_index}: B{b} at {pct(m.rel_err)}")
     if r.separation is not None:

@@ -52,7 +52,7 @@ def request_body(token_ids: Sequence[int], engine: str = "sglang", *, model: str
         return {**native, "return_hidden_states": True} if hidden_states else native
     if hidden_states:  # only the native generate request returns them (SGLang's meta_info)
         raise InputError(f"only SGLang returns hidden states in its response, not {info.title}",
-                         hint="drop --hidden-states, or use --engine sglang")
+                         hint="drop `hidden_states`, or use `engine=sglang`", options=("hidden_states", "engine"))
     body: dict = {"model": model} if model else {}
     body.update({"prompt": ids, "max_tokens": max_new_tokens, "temperature": 0})
     return body

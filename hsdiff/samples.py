@@ -60,7 +60,7 @@ def load_sample(path: str | os.PathLike, sample: str | None = None) -> Sample:
         name = next(iter(groups))
     else:
         raise InputError(f"holds {len(groups)} samples", path=p,
-                         hint=f"pick one with --sample (one of: {', '.join(sorted(groups)[:10])})")
+                         hint=f"pick one with `sample` (one of: {', '.join(sorted(groups)[:10])})", options=("sample",))
     return Sample(name, groups[name], str(p))
 
 

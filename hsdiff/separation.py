@@ -83,11 +83,11 @@ def neighbour_separation(top: Candidate, cands: Sequence[Candidate], num_layers:
     exists = {-1: b - 1 >= 0, 1: num_layers is None or b + 1 <= num_layers}
     sides: dict[int, tuple[float, str, bool]] = {}  # side -> (separation, whence, a direct neighbour)
     for side in (-1, 1):
-        near = [c for c in others if c.boundary is not None and (c.boundary - b) * side > 0]
+        near = [(c, abs(c.boundary - b)) for c in others if c.boundary is not None and (c.boundary - b) * side > 0]
         if not near:
             continue
-        d = min(abs(c.boundary - b) for c in near)  # type: ignore[operator]
-        e = min((c for c in near if abs(c.boundary - b) == d), key=lambda c: c.metrics.rel_err)  # type: ignore[operator]
+        d = min(dist for _, dist in near)
+        e = min((c for c, dist in near if dist == d), key=lambda c: c.metrics.rel_err)
         if d == 1:
             sides[side] = (e.metrics.rel_err, f"B{b + side} captured", True)
         else:

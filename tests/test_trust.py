@@ -17,6 +17,7 @@ import torch
 from safetensors.torch import save_file
 
 import hsdiff
+from hsdiff.cli._group import flag
 
 from . import builders as B
 from .scenarios.noise import apply
@@ -369,9 +370,11 @@ def test_14a_format_hint_names_the_real_options(tmp_path, train):
     (tmp_path / "notes.txt").write_text("nothing here\n")
     with pytest.raises(hsdiff.HsdiffError) as e:
         hsdiff.compare(train, tmp_path)
-    msg = str(e.value)
-    assert not re.search(r"--format\b", msg)
-    assert "--infer-format" in msg
+    msg = str(e.value)  # the library names its own parameter, the command line its flag
+    assert "`infer_format=FORMAT`" in msg and "--" not in msg
+    said = e.value.in_terms(flag)
+    assert not re.search(r"--format\b", said)
+    assert "--infer-format FORMAT" in said
 
 
 def test_14b_layer_ids_as_a_string(tmp_path, train):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 
 # One BLAS thread: hsdiff runs its own threads where they pay, and OpenBLAS's pool, started with numpy,
-# spins on the other core meanwhile (0.07-0.15 s of CPU per run measured here). Set before numpy loads.
+# spins on the other cores meanwhile (figures: benchmarks/results/timings.md). Set before numpy loads.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from ._group import EXIT_BUG, EXIT_FAIL, EXIT_INPUT, EXIT_OK, cli  # each command's module is loaded when it runs

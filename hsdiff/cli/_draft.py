@@ -5,9 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
+
+if TYPE_CHECKING:
+    from ..draft import PredictedAcceptance
+    from ..engine_log import EngineLog
+    from ..model import Report
 
 F = Callable[..., Any]
 
@@ -41,7 +46,7 @@ def draft_options(f: F) -> F:
     return f
 
 
-def engine_log(kw: dict) -> Any:
+def engine_log(kw: dict) -> EngineLog | None:
     """The :class:`~hsdiff.engine_log.EngineLog` of ``--engine-log`` (read once, kept in ``kw``), or None."""
     path = kw.get("engine_log")
     if path is None or not isinstance(path, str):
@@ -92,7 +97,8 @@ def attach(record: Any, report: Any, train: str, infer: str, kw: dict, *, target
     return out, ("\n" + "\n".join(text)) if text else None
 
 
-def predict(report: Any, train: str, infer: str, kw: dict, target_config: str | None = None) -> Any:
+def predict(report: Report | None, train: str, infer: str, kw: dict,
+            target_config: str | None = None) -> PredictedAcceptance | None:
     """The prediction for ``--draft`` (None without it); pops the draft options from ``kw``."""
     opts = {k: kw.pop(k, None) for k in ("draft_dir", "target_model", "num_steps", "topk", "num_draft_tokens",
                                          "draft_dtype")}
@@ -100,7 +106,7 @@ def predict(report: Any, train: str, infer: str, kw: dict, target_config: str | 
         return None
     import torch
 
-    from ..draft import predict_acceptance
+    from ..draft import Speculation, predict_acceptance
 
     target = opts["target_model"]
     if target is None:  # the folder of the target's config.json, when its weights are there too
@@ -108,8 +114,6 @@ def predict(report: Any, train: str, infer: str, kw: dict, target_config: str | 
         folder = derived.parent if derived.is_file() else derived
         if target_config or kw.get("model_config"):
             target = str(folder) if any(folder.glob("*.safetensors")) or any(folder.glob("*.bin")) else None
-    return predict_acceptance(
-        train, infer, report, opts["draft_dir"], target=target, num_steps=opts["num_steps"] or 5,
-        topk=opts["topk"] or 1, num_draft_tokens=opts["num_draft_tokens"],
-        dtype=torch.bfloat16 if opts["draft_dtype"] == "bf16" else torch.float32,
-    )
+    tree = Speculation(opts["num_steps"] or 5, opts["topk"] or 1, opts["num_draft_tokens"])
+    return predict_acceptance(train, infer, report, opts["draft_dir"], target=target, tree=tree,
+                              dtype=torch.bfloat16 if opts["draft_dtype"] == "bf16" else torch.float32)

@@ -25,6 +25,15 @@ COMMANDS = {
 }
 
 
+#: Library parameters a flag of another name sets (every other ``name_x`` is set by ``--name-x``).
+FLAGS = {"fmt": "--format", "target": "--target-model"}
+
+
+def flag(name: str) -> str:
+    """The flag that sets the library parameter ``name``: how an error's options are said here."""
+    return FLAGS.get(name, "--" + name.replace("_", "-"))
+
+
 class _Group(click.Group):
     """Maps library exceptions to exit codes so that a crash is never read as a verdict; loads each
     command's module when the command is asked for."""
@@ -47,7 +56,7 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except HsdiffError as e:
-            click.echo(f"hsdiff: error: {e}", err=True)
+            click.echo(f"hsdiff: error: {e.in_terms(flag)}", err=True)
             ctx.exit(EXIT_INPUT)
         except click.BadParameter as e:
             if not isinstance(getattr(e.param, "type", None), click.Path):

@@ -59,11 +59,12 @@ def _check_log_pattern(ctx: click.Context, param: click.Parameter, value: str | 
         return None
     from ..errors import InputError
     from ..readers.debuglog import compile_pattern
+    from ._group import flag
 
     try:
         compile_pattern(value)
     except InputError as e:
-        raise click.BadParameter(str(e)) from None
+        raise click.BadParameter(e.in_terms(flag)) from None
     return value
 
 

@@ -45,7 +45,7 @@ def compare_cmd(train, infer, layer_ids, engine, json_path, plot_path, markdown_
     given = click.get_current_context().get_parameter_source("engine") != click.core.ParameterSource.DEFAULT
     log = engine_log(kw)
     ids, engine = configured_ids(log, layer_ids, engine, given)
-    source = "--layer-ids" if layer_ids is not None or ids is None else f"the engine log {log.path}:{log.aux_line}"
+    source = f"the engine log {log.path}:{log.aux_line}" if layer_ids is None and ids and log else "--layer-ids"
     opts = options_from(kw, engine=engine, layer_ids=ids, progress=progress, source=source)
     report = compare(train, infer, opts)
     report, acceptance = attach(report, report, train, infer, kw)

@@ -82,10 +82,10 @@ def compare(
     family = conv.normalize_family(opts.model_family) if info and info.family_table else (opts.model_family or "llama")
     train_dump = train if isinstance(train, Dump) else scan(
         train, TRAIN, fmt=opts.train_format, index=opts.train_index, progress=_reading(opts, "training"),
-        format_option="--train-format")
+        format_name="train_format")
     infer_dump = infer if isinstance(infer, Dump) else scan(
         infer, INFER, fmt=opts.infer_format, index=opts.infer_index, progress=_reading(opts, "inference"),
-        log_pattern=opts.log_pattern, format_option="--infer-format")
+        log_pattern=opts.log_pattern, format_name="infer_format")
     return _pipeline(train_dump, infer_dump, opts, family, str(train), str(infer))
 
 
@@ -102,9 +102,9 @@ def _options(options: Options | None, kwargs: dict[str, Any]) -> Options:
             kwargs[k] = _int_list(kwargs[k], k)
     opts = dataclasses.replace(opts, **kwargs)
     conv.rule(opts.engine)
-    for name, value in (("--infer-index", opts.infer_index), ("--train-index", opts.train_index)):
+    for name, value in (("infer_index", opts.infer_index), ("train_index", opts.train_index)):
         if value not in (conv.BOUNDARY, conv.OUTPUT):
-            raise InputError(f"{name} must be 'boundary' or 'output', not {value!r}")
+            raise InputError(f"`{name}` must be 'boundary' or 'output', not {value!r}", options=(name,))
     return opts
 
 
@@ -122,7 +122,7 @@ def _reread_connector(root: str, rel: str) -> Dump | None:
     path = base / rel if base.is_dir() else base
     if not path.is_file():
         return None
-    return scan(path, INFER, fmt="vllm", format_option="--infer-format")
+    return scan(path, INFER, fmt="vllm", format_name="infer_format")
 
 
 def _reading(opts: Options, side: str) -> Callable[[int, int, Path], None] | None:
@@ -183,7 +183,8 @@ def _compare(train: Dump, infer: Dump, opts: Options, family: str, train_path: s
         widths = sorted({c.width for c in infer.captures if c.width})
         raise AlignmentError(
             f"the inference side holds no capture of width {hidden} (or a multiple of it); widths found: {widths}",
-            path=infer_path, hint="check --hidden-size, or that INFER is the inference-side dump",
+            path=infer_path, hint="check `hidden_size`, or that INFER is the inference-side dump",
+            options=("hidden_size",),
         )
 
     claims, claim_src = slots.claims(k, train_slots, train, opts.train_layer_ids, opts.train_engine, num_layers,

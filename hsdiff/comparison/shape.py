@@ -85,7 +85,8 @@ def hidden_size(given: int | None, model_cfg: dict | None, train: Dump, infer: D
     raise AlignmentError(
         f"cannot tell the hidden size: training width {sorted(train_widths)} and inference widths "
         f"{sorted(infer_widths)} do not show how many slots are concatenated",
-        hint="pass --hidden-size H or --model-config path/to/target/config.json",
+        hint="pass `hidden_size=H` or `model_config=path/to/target/config.json`",
+        options=("hidden_size", "model_config"),
     )
 
 
@@ -124,8 +125,9 @@ def _check_fits(h: int, stated: tuple[int, str] | None, train: Dump, infer: Dump
         return
     says = f"; {stated[1]} says {stated[0]}" if stated is not None and stated[0] != h else ""
     raise InputError(
-        f"--hidden-size {h} cannot fit the data: {why}{says}", path=path,
-        hint="drop --hidden-size (hsdiff reads it from the configs and widths) or pass the target's hidden size",
+        f"`hidden_size={h}` cannot fit the data: {why}{says}", path=path,
+        hint="drop `hidden_size` (hsdiff reads it from the configs and widths) or pass the target's hidden size",
+        options=("hidden_size",),
     )
 
 
@@ -180,5 +182,6 @@ def _connector_layout(path: str, shape: tuple[int, ...], n_layers: int | None, k
         f"hidden_states {list(shape)} without token_ids reads as {what[0]} or as {what[1]}"
         + (f", but neither fits {' and '.join(x for x in known if x)}" if not (stack_fits or connector_fits) else ""),
         path=path,
-        hint="pass --infer-format vllm or --infer-format hf (or --num-layers / --layer-ids to settle it)",
+        hint="pass `infer_format=vllm` or `infer_format=hf` (or `num_layers` / `layer_ids` to settle it)",
+        options=("infer_format", "num_layers", "layer_ids"),
     )

@@ -49,8 +49,8 @@ def split_train(train: Dump, hidden: int) -> Slots:
                 hint="point TRAIN at the hidden-state dump, or re-dump it as float32/bfloat16",
             )
         if c.width and c.width != hidden and c.width % hidden == 0:
-            for s in c.split(hidden):
-                slots[s.slot].append(s)  # type: ignore[index]
+            for i, s in enumerate(c.split(hidden)):  # split numbers its parts 0..k-1
+                slots[i].append(s)
         elif c.width == hidden:
             by_group[c.group].append(c)
         else:
@@ -102,8 +102,10 @@ def label_infer(infer: Dump, hidden: int, cfg: Configured | None) -> tuple[list[
             out.extend(caps)
         elif all(c.slot is not None for c in caps):
             for c in caps:
-                ok = c.slot is not None and c.slot < len(cfg_b)
-                out.append(c.replace(layer=Layer(cfg_b[c.slot], Index.BOUNDARY, LabelSource.CONFIGURED)) if ok else c)  # type: ignore[index]
+                if c.slot is not None and c.slot < len(cfg_b):
+                    out.append(c.replace(layer=Layer(cfg_b[c.slot], Index.BOUNDARY, LabelSource.CONFIGURED)))
+                else:
+                    out.append(c)
         elif len(caps) == len(cfg_b):
             out.extend(c.replace(slot=i, layer=Layer(cfg_b[i], Index.BOUNDARY, LabelSource.CONFIGURED)) for i, c in enumerate(caps))
         else:

@@ -9,10 +9,13 @@ measured acceptance when a log gives one, else the prediction.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..engine_log import EngineLog, MeasuredAcceptance
-from .predict import PredictedAcceptance
+from .records import PredictedAcceptance
+
+if TYPE_CHECKING:
+    from ..gate_model import Check
 
 __all__ = ["with_prediction", "acceptance_check", "prediction_text", "measured_text"]
 
@@ -56,7 +59,7 @@ def with_prediction(record: Any, prediction: PredictedAcceptance | None, checks:
 
 
 def acceptance_check(prediction: PredictedAcceptance | None, minimum: float | None,
-                     measured: MeasuredAcceptance | None = None) -> Any:
+                     measured: MeasuredAcceptance | None = None) -> Check:
     """The gate check: the acceptance length is at least ``minimum`` — the engine's measured value
     when there is one (``--engine-log``), else the deployed setting's prediction."""
     from ..gate_model import ERROR, INFO, Check

@@ -255,7 +255,7 @@ def load_draft(path: str | os.PathLike, target: str | os.PathLike | TargetHead |
     if "embed_tokens.weight" not in weights:
         if target is None:
             raise InputError("the draft carries no embed_tokens; the engines take the target's", path=folder,
-                             hint="give the target model's folder (--target DIR)")
+                             hint="give the target model's folder (`target=DIR`)", options=("target",))
         head = target if isinstance(target, TargetHead) else load_target_head(target, dtype=dtype)
         if tuple(head.embed.shape) != (V, H):
             raise FormatError(f"target embeddings have shape {list(head.embed.shape)}, the draft needs [{V}, {H}]",

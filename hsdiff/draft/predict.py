@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,150 +36,18 @@ import numpy as np
 import torch
 
 from ..errors import AlignmentError, InputError
+from ..model import INFER, TRAIN, Capture, Dump, Report
 from .checkpoint import Draft, TargetHead, load_draft, load_target_head
+from .inputs import ReportLayers, Speculation
+from .records import PredictedAcceptance, Prediction
 from .run import draft_tree, prefix_pass
 
-__all__ = ["Prediction", "PredictedAcceptance", "predict_acceptance", "acceptance_from_tree"]
+__all__ = ["Prediction", "PredictedAcceptance", "Speculation", "predict_acceptance", "acceptance_from_tree"]
 
 log = logging.getLogger(__name__)
 
 #: Shortest greedy run (positions) read as the target's own generation.
 MIN_GENERATION = 8
-
-
-@dataclass(frozen=True)
-class Prediction:
-    """One predicted setting: which features the draft read and what acceptance follows."""
-
-    name: str
-    side: str                                  # "train" or "infer"
-    boundaries: tuple[int, ...] | None
-    ids: tuple[int | None, ...] | None
-    acceptance_length: float                   # tokens per verification step (target's token included)
-    top1: float                                # step-1 top-1 agreement with the reference, per position
-    per_depth: tuple[float | None, ...]        # P(depth j accepted | depth j-1 accepted)
-    steps: int                                 # verification steps replayed
-    positions: int                             # start positions scored
-    samples: int
-    #: P(drafted position j accepted) per replayed verification step: vLLM's per-position acceptance rate
-    per_position: tuple[float, ...] = ()
-
-    @property
-    def accepted_per_step(self) -> float:
-        return self.acceptance_length - 1.0
-
-    def to_dict(self) -> dict:
-        return {
-            "name": self.name, "side": self.side,
-            "boundary_indices": None if self.boundaries is None else list(self.boundaries),
-            "eagle_aux_hidden_state_layer_ids": None if self.ids is None else list(self.ids),
-            "acceptance_length": round(self.acceptance_length, 4),
-            "accepted_per_step": round(self.accepted_per_step, 4),
-            "top1_agreement": round(self.top1, 4),
-            "acceptance_by_depth": [None if p is None else round(p, 4) for p in self.per_depth],
-            "acceptance_by_position": [round(p, 4) for p in self.per_position],
-            "verify_steps": self.steps, "positions": self.positions, "samples": self.samples,
-        }
-
-
-@dataclass(frozen=True)
-class PredictedAcceptance:
-    """Predicted acceptance for the configured ids, the recommended ids, the training side and what-ifs.
-
-    >>> pa = hsdiff.predict_acceptance(train, infer, report, "draft/", target="target/")  # doctest: +SKIP
-    >>> pa.configured.acceptance_length, pa.recommended.acceptance_length
-    (1.02, 1.84)
-    """
-
-    draft: str
-    num_steps: int
-    topk: int
-    num_draft_tokens: int
-    reference: str
-    rows: tuple[Prediction, ...]
-    warnings: tuple[str, ...] = ()
-    ids_for: str = ""  # the engine version the rows' ids are written for: the report's ("SGLang 0.5.12, rule: ...")
-
-    def row(self, name: str) -> Prediction | None:
-        return next((r for r in self.rows if r.name == name), None)
-
-    @property
-    def configured(self) -> Prediction | None:
-        return self.row("configured")
-
-    @property
-    def recommended(self) -> Prediction | None:
-        return self.row("recommended")
-
-    @property
-    def training(self) -> Prediction | None:
-        return self.row("training")
-
-    @property
-    def deployed(self) -> Prediction | None:
-        """What the engine as configured gets: the configured row, else the recommended one."""
-        return self.configured or self.recommended
-
-    def to_dict(self) -> dict:
-        def one(p: Prediction | None) -> dict | None:
-            return None if p is None else p.to_dict()
-
-        return {
-            "draft": self.draft,
-            "settings": {"num_steps": self.num_steps, "topk": self.topk, "num_draft_tokens": self.num_draft_tokens},
-            "reference": self.reference,
-            "ids_for": self.ids_for,
-            "configured": one(self.configured),
-            "recommended": one(self.recommended),
-            "training": one(self.training),
-            "what_if": [r.to_dict() for r in self.rows],
-            "warnings": list(self.warnings),
-        }
-
-    def summary(self) -> str:
-        """One line: 'your config: 1.02 tokens/step; recommended: 1.84; training-side ceiling: 1.86'."""
-        parts = []
-        for label, p in (("your config", self.configured), ("recommended", self.recommended),
-                         ("training-side ceiling", self.training)):
-            if p is not None:
-                parts.append(f"{label}: {p.acceptance_length:.2f}")
-        return "; ".join(parts) + " tokens/step" if parts else "no prediction"
-
-    def table(self) -> str:
-        head = f"{'setting':<16} {'layers (B)':<16} {'ids':<16} {'accept len':>10} {'top-1':>7}"
-        lines = [head]
-        for r in self.rows:
-            b = "-" if r.boundaries is None else ",".join(map(str, r.boundaries))
-            i = "-" if r.ids is None else ",".join("?" if x is None else str(x) for x in r.ids)
-            lines.append(f"{r.name:<16} {b:<16} {i:<16} {r.acceptance_length:>10.2f} {r.top1:>6.1%}")
-        if self.ids_for:
-            lines.append(f"ids {self.ids_for}")
-        return "\n".join(lines)
-
-    def frame(self) -> Any:
-        import pandas as pd
-
-        return pd.DataFrame([r.to_dict() for r in self.rows]).set_index("name")
-
-    def plot(self, ax: Any = None) -> Any:
-        """Bar chart of the predicted acceptance length of every row."""
-        import matplotlib.pyplot as plt
-
-        if ax is None:
-            _, ax = plt.subplots(figsize=(8, 3.5))
-        names = [r.name for r in self.rows]
-        vals = [r.acceptance_length for r in self.rows]
-        colors = ["tab:red" if n == "configured" else "tab:green" if n == "recommended" else
-                  "tab:blue" if n == "training" else "tab:gray" for n in names]
-        ax.bar(names, vals, color=colors)
-        ax.axhline(1.0, color="black", lw=0.8)
-        ax.set_ylabel("predicted acceptance length")
-        ax.set_title(f"draft {os.path.basename(self.draft.rstrip('/'))}: {self.num_steps} steps, top-k {self.topk}")
-        ax.tick_params(axis="x", labelrotation=30)
-        return ax
-
-    def __repr__(self) -> str:
-        return f"<PredictedAcceptance {self.summary()}>"
 
 
 # --------------------------------------------------------------------------- the dumps, per sample
@@ -188,14 +56,14 @@ class PredictedAcceptance:
 class _Sample:
     name: str
     tokens: torch.Tensor                   # [T]
-    concat: Any = None                     # capture of width k*H (what the engine fed the draft)
-    layers: dict[int, Any] = field(default_factory=dict)
-    final: Any = None                      # post-norm final state capture
-    last: Any = None                       # pre-norm B=L capture
+    concat: Capture | None = None          # capture of width k*H (what the engine fed the draft)
+    layers: dict[int, Capture] = field(default_factory=dict)
+    final: Capture | None = None           # post-norm final state capture
+    last: Capture | None = None            # pre-norm B=L capture
     reply_start: int | None = None         # where the last reply begins, from a training file's loss_mask
 
 
-def _samples(dump: Any, width: int, hidden: int, num_layers: int | None,
+def _samples(dump: Dump, width: int, hidden: int, num_layers: int | None,
              slots: Sequence[int] = ()) -> dict[tuple[int, ...], _Sample]:
     """Per token sequence: its captures. A capture of one slot with no layer of its own (vLLM's
     connector file) holds the boundary the configured ids put in that slot, ``slots`` (engine order)."""
@@ -259,7 +127,7 @@ def _greedy_run_start(tokens: torch.Tensor, ref: torch.Tensor) -> int:
     return int(bad[-1]) + 1 if len(bad) else 0
 
 
-def _reply_start(mask: Any) -> int | None:
+def _reply_start(mask: np.ndarray) -> int | None:
     """The first position of the last run of ones in a ``loss_mask`` after a zero (the last reply), or None."""
     m = np.asarray(mask).reshape(-1) != 0
     zeros = np.flatnonzero(~m)
@@ -299,9 +167,10 @@ def acceptance_from_tree(tokens: torch.Tensor, parents: torch.Tensor, depth: tor
     return acc
 
 
-def _score(d: Draft, feats: torch.Tensor, s: _Sample, ref: torch.Tensor, valid: torch.Tensor, mode: str,
-           reply_start: int | None, num_steps: int, topk: int, ndt: int) -> tuple[list[int], torch.Tensor, torch.Tensor, torch.Tensor]:
+def _score(d: Draft, it: _Item, tree_shape: Speculation) -> tuple[list[int], torch.Tensor, torch.Tensor, torch.Tensor]:
     """(accepted per visited step, per-start accepted, per-start top-1 hit, starts) for one sample."""
+    s, feats, ref, valid, mode, reply_start = it.sample, it.feats, it.ref, it.valid, it.mode, it.reply_start
+    num_steps = tree_shape.num_steps
     T = len(s.tokens)
     nxt = torch.cat([s.tokens[1:], ref[-1:] if mode == "greedy" else s.tokens[-1:]])
     first = _generation_start(s.tokens, ref, reply_start) if mode == "greedy" else (reply_start or 0)
@@ -310,7 +179,7 @@ def _score(d: Draft, feats: torch.Tensor, s: _Sample, ref: torch.Tensor, valid: 
     if len(starts) == 0:
         return [], torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.bool), starts
     pre = prefix_pass(d, feats.to(d.weights["fc.weight"].dtype), nxt)
-    tree = draft_tree(d, pre, starts, num_steps, topk, ndt)
+    tree = draft_tree(d, pre, starts, num_steps, tree_shape.topk, tree_shape.num_draft_tokens)
     idx = starts[:, None] + torch.arange(1, num_steps + 1)[None, :]
     refs = ref[idx.clamp(max=T - 1)]
     ok_ref = (idx < T) & valid[idx.clamp(max=T - 1)]
@@ -324,14 +193,15 @@ def _score(d: Draft, feats: torch.Tensor, s: _Sample, ref: torch.Tensor, valid: 
     return visited, acc, top1, starts
 
 
-def _predict_row(d: Draft, name: str, side: str, boundaries: Sequence[int] | None, ids: Any,
-                 items: list[tuple[_Sample, torch.Tensor, torch.Tensor, torch.Tensor, str, int | None]],
-                 num_steps: int, topk: int, ndt: int) -> Prediction | None:
+def _predict_row(d: Draft, name: str, side: str, boundaries: Sequence[int] | None, ids: Sequence[int | None] | None,
+                 items: list[_Item], tree: Speculation) -> Prediction | None:
+    """The prediction of one setting over its samples, or None when no sample has a start to draft from."""
+    num_steps = tree.num_steps
     visited: list[int] = []
     accs, tops = [], []
     n = 0
-    for s, feats, ref, valid, mode, reply in items:
-        v, acc, top1, starts = _score(d, feats, s, ref, valid, mode, reply, num_steps, topk, ndt)
+    for it in items:
+        v, acc, top1, starts = _score(d, it, tree)
         if len(starts) == 0:
             continue
         n += 1
@@ -352,14 +222,6 @@ def _predict_row(d: Draft, name: str, side: str, boundaries: Sequence[int] | Non
         positions=len(acc), samples=n,
         per_position=tuple(sum(a >= j for a in visited) / len(visited) for j in range(1, num_steps + 1)),
     )
-
-
-def _report_dict(report: Any) -> dict:
-    if report is None:
-        return {}
-    if isinstance(report, dict):
-        return report
-    return report.to_dict()
 
 
 def _ids_for(boundaries: Sequence[int], engine: str, num_layers: int | None, family: str | None,
@@ -383,125 +245,164 @@ def _ids_words(engine: str, version: str | None, family: str | None) -> str:
 
 
 def predict_acceptance(
-    train: Any, infer: Any, report: Any, draft: str | os.PathLike | Draft, *,
-    target: str | os.PathLike | TargetHead | None = None, num_steps: int = 5, topk: int = 1,
-    num_draft_tokens: int | None = None, dtype: torch.dtype = torch.float32, what_if: bool = True,
+    train: str | os.PathLike | Dump, infer: str | os.PathLike | Dump, report: Report | Mapping[str, Any] | None,
+    draft: str | os.PathLike | Draft, *, target: str | os.PathLike | TargetHead | None = None,
+    tree: Speculation = Speculation(), dtype: torch.dtype = torch.float32, what_if: bool = True,
 ) -> PredictedAcceptance:
     """Predict the acceptance length the deployed draft gets from each side's hidden states.
 
     ``train`` and ``infer`` are dump paths or :class:`~hsdiff.model.Dump` objects; ``report`` (a
     :class:`~hsdiff.model.Report` or its ``to_dict()``) gives the configured and recommended
-    boundaries, the engine and L. ``target`` is the target model's folder: its embeddings when the
-    draft has none, and its ``lm_head`` for the greedy reference. When the inference side captured
-    more layers than configured, every one-layer shift of the recommended ids is predicted too.
+    boundaries, the engine and L (:class:`~hsdiff.draft.inputs.ReportLayers`). ``target`` is the target
+    model's folder: its embeddings when the draft has none, and its ``lm_head`` for the greedy
+    reference. ``tree`` is the draft tree the engine verifies. When the inference side captured more
+    layers than configured, every one-layer shift of the recommended ids is predicted too.
 
     >>> pa = predict_acceptance("train/", "infer/", report, "draft/", target="target/")   # doctest: +SKIP
     >>> print(pa.summary())
     your config: 1.02; recommended: 1.84; training-side ceiling: 1.86 tokens/step
     """
-    from ..readers import scan
-
-    if num_steps < 1 or topk < 1:
-        raise InputError(f"--num-steps ({num_steps}) and --topk ({topk}) must be at least 1")
-    max_nodes = topk + (num_steps - 1) * topk * topk
-    ndt = num_draft_tokens if num_draft_tokens is not None else (num_steps + 1 if topk == 1 else max_nodes + 1)
-    if not 2 <= ndt <= max_nodes + 1:
-        raise InputError(f"--num-draft-tokens {ndt} is out of range for {num_steps} steps and top-k {topk}",
-                         hint=f"give 2..{max_nodes + 1} (the engine sends num_draft_tokens - 1 drafted tokens)")
+    tree = tree.checked()
     head = target if isinstance(target, TargetHead) else (None if target is None else load_target_head(target, dtype))
     d = draft if isinstance(draft, Draft) else load_draft(draft, target=head, dtype=dtype)
     if "embed_tokens.weight" not in d.weights and head is not None:
         d.weights["embed_tokens.weight"] = head.embed
-    rep = _report_dict(report)
-    L = rep.get("num_hidden_layers")
+    rep = ReportLayers.of(report)
     width, H = d.num_aux * d.target_hidden_size, d.target_hidden_size
-    tdump = train if hasattr(train, "captures") else scan(train, "train")
-    idump = infer if hasattr(infer, "captures") else scan(infer, "infer")
-    configured_slots = sorted((rep.get("configured") or {}).get("boundary_indices") or [])
-    tsamples, isamples = _samples(tdump, width, H, L), _samples(idump, width, H, L, configured_slots)
+    feeder = _Feeder(
+        head, dtype,
+        _samples(_dump(train, TRAIN), width, H, rep.num_layers),
+        _samples(_dump(infer, INFER), width, H, rep.num_layers, sorted(rep.configured)),
+    )
     warnings = list(d.warnings)
-    modes: set[str] = set()
-
-    def prepared(samples: dict, other: dict, pick: Any) -> list:
-        items = []
-        for key, s in samples.items():
-            feats = pick(s)
-            if feats is None:
-                continue
-            match = other.get(key)
-            ref, valid, mode = _reference(s, head, [match] if match is not None else [])
-            modes.add(mode)
-            reply = s.reply_start if s.reply_start is not None else None if match is None else match.reply_start
-            items.append((s, feats.float() if dtype == torch.float32 else feats.to(dtype), ref, valid, mode, reply))
-        return items
-
-    def concat_of(s: _Sample) -> torch.Tensor | None:
-        return None if s.concat is None else s.concat.load()
-
-    def layers_of(bs: Sequence[int]) -> Any:
-        def pick(s: _Sample) -> torch.Tensor | None:
-            if not all(b in s.layers for b in bs):
-                return None
-            return torch.cat([s.layers[b].load() for b in bs], -1)
-        return pick
-
-    rows: list[Prediction] = []
-    args = (num_steps, topk, ndt)
-    train_items = prepared(tsamples, isamples, concat_of)
-    if train_items:
-        claimed = rep.get("slots") and [s.get("boundary_index") for s in rep["slots"]]
-        row = _predict_row(d, "training", "train", claimed if claimed and None not in claimed else None, None,
-                           train_items, *args)
-        if row:
-            rows.append(row)
-    else:
-        warnings.append(f"training side: no sample with token ids and a {width}-wide aux tensor; no training-side ceiling")
-    conf: dict = rep.get("configured") or {}
-    rec = rep.get("recommended") or {}
-    engine = rec.get("engine") or conf.get("engine") or "sglang"
-    family = rec.get("model_family")
-    version = rec.get("engine_version")  # the report's own (None in a report of schema 1: the newest)
-    ids_for = _ids_words(engine, version, family)
-    cb = list(conf.get("boundary_indices") or [])
-    if cb and len(cb) == d.num_aux:
-        engine_order = sorted(cb)  # the engines capture in layer order
-        items = prepared(isamples, tsamples, layers_of(engine_order))
-        src = "layers"
-        if not items:
-            items, src = prepared(isamples, tsamples, concat_of), "concat"
-        row = _predict_row(d, "configured", "infer", engine_order, conf.get("eagle_aux_hidden_state_layer_ids"),
-                           items, *args)
-        if row:
-            rows.append(row)
-        log.debug("configured row from %s captures", src)
-    elif any(s.concat is not None for s in isamples.values()):
-        row = _predict_row(d, "configured", "infer", None, None, prepared(isamples, tsamples, concat_of), *args)
-        if row:
-            rows.append(row)
-    rb = rec.get("boundary_indices") or []
-    if rb and None not in rb and len(rb) == d.num_aux:
-        candidates: list[tuple[str, list[int]]] = [("recommended", list(rb))]
-        if what_if:
-            candidates += [(f"all {'+' if s > 0 else '-'}1", [b + s for b in rb]) for s in (-1, 1)]
-            candidates += [(f"slot {i} {'+' if s > 0 else '-'}1", [b + s if j == i else b for j, b in enumerate(rb)])
-                           for i in range(len(rb)) for s in (-1, 1)]
-        for name, bs in candidates:
-            if min(bs) < 0 or (L is not None and max(bs) > L) or len(set(bs)) < len(bs):
-                continue
-            items = prepared(isamples, tsamples, layers_of(bs))
-            row = _predict_row(d, name, "infer", bs, _ids_for(bs, engine, L, family, version), items, *args) if items else None
-            if row:
-                rows.append(row)
-    if not any(r.side == "infer" for r in rows):
+    train_items = feeder.items(TRAIN, _concat_of)
+    if not train_items:
+        warnings.append(f"training side: no sample with token ids and a {width}-wide aux tensor; "
+                        "no training-side ceiling")
+    row = _predict_row(d, "training", TRAIN, rep.claimed, None, train_items, tree) if train_items else None
+    rows = [row] if row else []  # the training side's own features: the ceiling
+    rows += _configured_row(d, rep, feeder, tree)
+    rows += _recommended_rows(d, rep, feeder, tree, what_if)
+    if not any(r.side == INFER for r in rows):
         warnings.append("inference side: no sample with token ids and the aux states the draft reads "
                         "(a concatenated aux tensor, or per-layer captures at the configured/recommended layers)")
     if not rows:
         raise AlignmentError("no sample on either side can be fed to the draft (token ids and aux states needed)",
                              hint=f"the draft reads {d.num_aux} x {H} aux states; dump input_ids with them")
-    if "text" in modes:
+    if "text" in feeder.modes:
         warnings.append("some samples are not the target's greedy output (or no lm_head/final state was found): "
                         "acceptance was measured against the dump's own next tokens there")
-    reference = {frozenset({"greedy"}): "target greedy token (target lm_head on the dump's final hidden state)",
-                 frozenset({"text"}): "the dump's next token"}.get(frozenset(modes), "mixed: target greedy where known, else the dump's next token")
-    return PredictedAcceptance(draft=d.path, num_steps=num_steps, topk=topk, num_draft_tokens=ndt, reference=reference,
-                               rows=tuple(rows), warnings=tuple(warnings), ids_for=ids_for)
+    return PredictedAcceptance(draft=d.path, num_steps=tree.num_steps, topk=tree.topk,
+                               num_draft_tokens=tree.num_draft_tokens or 0, reference=_reference_words(feeder.modes),
+                               rows=tuple(rows), warnings=tuple(warnings),
+                               ids_for=_ids_words(rep.engine, rep.version, rep.family))
+
+
+def _dump(side: str | os.PathLike | Dump, name: str) -> Dump:
+    from ..readers import scan
+
+    return side if isinstance(side, Dump) else scan(side, name)
+
+
+@dataclass(frozen=True)
+class _Item:
+    """One sample ready for the draft: the features it reads, the reference tokens, and where to start."""
+
+    sample: _Sample
+    feats: torch.Tensor
+    ref: torch.Tensor
+    valid: torch.Tensor
+    mode: str  # "greedy" or "text"
+    reply_start: int | None
+
+
+#: Picks the features a row feeds the draft from one sample (None: the sample lacks them).
+Pick = Callable[[_Sample], "torch.Tensor | None"]
+
+
+@dataclass
+class _Feeder:
+    """Both sides' samples, fed to the draft as a row asks (``modes``: the references used so far)."""
+
+    head: TargetHead | None
+    dtype: torch.dtype
+    train: dict[tuple[int, ...], _Sample]
+    infer: dict[tuple[int, ...], _Sample]
+    modes: set[str] = field(default_factory=set)
+
+    def items(self, side: str, pick: Pick) -> list[_Item]:
+        """Every sample of ``side`` with the features ``pick`` takes, beside the other side's same tokens."""
+        samples, other = (self.train, self.infer) if side == TRAIN else (self.infer, self.train)
+        out = []
+        for key, s in samples.items():
+            feats = pick(s)
+            if feats is None:
+                continue
+            match = other.get(key)
+            ref, valid, mode = _reference(s, self.head, [match] if match is not None else [])
+            self.modes.add(mode)
+            reply = s.reply_start if s.reply_start is not None else None if match is None else match.reply_start
+            out.append(_Item(s, feats.float() if self.dtype == torch.float32 else feats.to(self.dtype), ref, valid,
+                             mode, reply))
+        return out
+
+
+def _concat_of(s: _Sample) -> torch.Tensor | None:
+    return None if s.concat is None else s.concat.load()
+
+
+def _layers_of(bs: Sequence[int]) -> Pick:
+    def pick(s: _Sample) -> torch.Tensor | None:
+        if not all(b in s.layers for b in bs):
+            return None
+        return torch.cat([s.layers[b].load() for b in bs], -1)
+
+    return pick
+
+
+def _configured_row(d: Draft, rep: ReportLayers, feeder: _Feeder, tree: Speculation) -> list[Prediction]:
+    """What the engine as configured feeds the draft: the configured layers, else the aux tensor it wrote."""
+    if rep.configured and len(rep.configured) == d.num_aux:
+        engine_order = sorted(rep.configured)  # the engines capture in layer order
+        items = feeder.items(INFER, _layers_of(engine_order))
+        src = "layers"
+        if not items:
+            items, src = feeder.items(INFER, _concat_of), "concat"
+        row = _predict_row(d, "configured", INFER, engine_order, rep.configured_ids, items, tree)
+        log.debug("configured row from %s captures", src)
+        return [row] if row else []
+    if any(s.concat is not None for s in feeder.infer.values()):
+        row = _predict_row(d, "configured", INFER, None, None, feeder.items(INFER, _concat_of), tree)
+        return [row] if row else []
+    return []
+
+
+def _recommended_rows(d: Draft, rep: ReportLayers, feeder: _Feeder, tree: Speculation,
+                      what_if: bool) -> list[Prediction]:
+    """The recommended layers, and (``what_if``) every shift of them by one layer, all slots or one."""
+    rb = list(rep.recommended or ())
+    if not rb or len(rb) != d.num_aux:
+        return []
+    candidates: list[tuple[str, list[int]]] = [("recommended", rb)]
+    if what_if:
+        candidates += [(f"all {'+' if s > 0 else '-'}1", [b + s for b in rb]) for s in (-1, 1)]
+        candidates += [(f"slot {i} {'+' if s > 0 else '-'}1", [b + s if j == i else b for j, b in enumerate(rb)])
+                       for i in range(len(rb)) for s in (-1, 1)]
+    L = rep.num_layers
+    rows = []
+    for name, bs in candidates:
+        if min(bs) < 0 or (L is not None and max(bs) > L) or len(set(bs)) < len(bs):
+            continue
+        items = feeder.items(INFER, _layers_of(bs))
+        ids = _ids_for(bs, rep.engine, L, rep.family, rep.version)
+        row = _predict_row(d, name, INFER, bs, ids, items, tree) if items else None
+        if row:
+            rows.append(row)
+    return rows
+
+
+def _reference_words(modes: set[str]) -> str:
+    """What the acceptance was measured against, in words."""
+    return {frozenset({"greedy"}): "target greedy token (target lm_head on the dump's final hidden state)",
+            frozenset({"text"}): "the dump's next token"}.get(
+        frozenset(modes), "mixed: target greedy where known, else the dump's next token")

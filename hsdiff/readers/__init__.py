@@ -9,7 +9,8 @@ The package:
 * one module per format, its name the format's key (the same string in ``--format`` and in the
   JSON report): ``specforge``, ``modelopt``, ``eagle``, ``sglang_dumper``, ``vllm``, ``hf``,
   ``tensors`` (tensor files) and the ``debuglog`` package (text logs). Each declares its ``KEY``,
-  what it ``READS``, its detection ``PRIORITY`` and ``sniff``; :mod:`~hsdiff.readers.registry` lists them;
+  what it ``READS``, its detection ``PRIORITY`` and ``sniff``; :mod:`~hsdiff.readers.registry` lists them,
+  each typed as its kind's Protocol (``TableReader``, ``TextReader``, ``DatasetReader``);
 * ``_container/``: opening files safely, one backend module per container (torch, safetensors,
   numpy, gzip) behind a small table; :func:`read_safetensors_header` is the one safetensors header
   reader;
@@ -23,7 +24,6 @@ import logging
 import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from types import ModuleType
 
 import numpy as np
 
@@ -40,7 +40,7 @@ from ._container import (
     read_safetensors_header,
     sniff_container,
 )
-from .registry import BY_KEY, DATASETS, DETECTION, FORMATS, LOG_SUFFIXES, TEXT_READER, accepts
+from .registry import BY_KEY, DATASETS, DETECTION, FORMATS, LOG_SUFFIXES, TABLES, TEXT_READER, DatasetReader, accepts
 
 __all__ = ["FORMATS", "ReadContext", "scan", "read_file", "read_safetensors_header", "replica_groups", "replica_difference"]
 
@@ -76,8 +76,7 @@ def read_file(path: Path, ctx: ReadContext, fmt: str | None = None) -> list[Capt
         raise InputError(f"cannot read ({e.strerror or e})", path=path) from None
     if container == "empty":
         raise FormatError("file is empty", path=path, hint="the dump was not written completely; re-run it")
-    forced = BY_KEY.get(fmt) if fmt is not None else None
-    reads_text = forced is not None and forced.READS == "text"
+    reads_text = fmt is not None and fmt == TEXT_READER.KEY
     if container in ("text", "binary") and not reads_text and claimed_format(path) is not None:
         raise not_what_it_claims(path, container)
     if container == "binary" and not reads_text and path.suffix.lower() not in LOG_SUFFIXES:
@@ -88,10 +87,11 @@ def read_file(path: Path, ctx: ReadContext, fmt: str | None = None) -> list[Capt
     if container in ("text", "binary") or reads_text:
         if fmt is not None and not reads_text:
             raise FormatError(f"not a {fmt} file: it holds text", path=path)
-        return list((forced or TEXT_READER).read(path, ctx))
+        return list(TEXT_READER.read(path, ctx))
     table = open_table(path, container)
     try:
         if fmt is not None:
+            forced = TABLES.get(fmt)
             if forced is None:
                 raise InputError(f"unknown format {fmt!r}", hint=f"choose one of: {', '.join(FORMATS)}")
             if not accepts(forced, table):
@@ -105,7 +105,7 @@ def read_file(path: Path, ctx: ReadContext, fmt: str | None = None) -> list[Capt
         cleanup(table)
 
 
-def _dataset(path: Path, fmt: str | None) -> ModuleType | None:
+def _dataset(path: Path, fmt: str | None) -> DatasetReader | None:
     """The dataset reader whose entry point ``path`` is (with ``fmt``, that format's only), or None."""
     found = next((r for r in DATASETS if (fmt is None or fmt == r.KEY) and path.is_file() and r.claims(path)), None)
     if found is None and fmt is not None and BY_KEY.get(fmt) in DATASETS:
@@ -148,14 +148,14 @@ def scan(
     progress: Callable[[int, int, Path], None] | None = None,
     log_pattern: str | None = None,
     keep_ranks: bool = False,
-    format_option: str = "--format",
+    format_name: str = "fmt",
 ) -> Dump:
     """Read every capture under ``path`` (a file or a directory, scanned recursively).
 
     ``log_pattern`` is a regular expression with a named group ``values`` for debug logs in an
     unusual format (see :mod:`hsdiff.readers.debuglog`). ``keep_ranks`` leaves the captures of
     each tensor-parallel rank apart (by default replicas collapse into one, loading them to check).
-``format_option`` is the option that forces a format where the caller reads it (named in hints).
+    ``format_name`` is the parameter that forces a format where the caller reads it (named in hints).
 
     >>> dump = scan("fixtures/seed/train", "train")          # doctest: +SKIP
     >>> dump.captures[0].shape
@@ -172,7 +172,8 @@ def scan(
             raise InputError("symbolic link that leads nowhere (broken, or a loop)", path=root, hint="check the link target")
         raise InputError("no such file or directory", path=root, hint="check the path")
     if fmt is not None and fmt not in FORMATS:
-        raise InputError(f"unknown format {fmt!r} for {format_option}", hint=f"choose one of: {', '.join(FORMATS)}")
+        raise InputError(f"unknown format {fmt!r} for `{format_name}`", hint=f"choose one of: {', '.join(FORMATS)}",
+                         options=(format_name,))
     ctx = ReadContext(side=side, index=index, root=root if root.is_dir() else root.parent, log_pattern=log_pattern)
     if root.is_dir():
         files = [p for p in _walk(root) if (p.suffix.lower() not in _SKIP_SUFFIXES or p.name == "config.json"
@@ -229,7 +230,8 @@ def scan(
         raise FormatError(
             f"no hidden states found in this {where}{why[:400]}",
             path=root,
-            hint=f"hsdiff reads {', '.join(FORMATS)}; point it at the dump itself or pass {format_option} FORMAT",
+            hint=f"hsdiff reads {', '.join(FORMATS)}; point it at the dump itself or pass `{format_name}=FORMAT`",
+            options=(format_name,),
         )
     return Dump(tuple(captures), tuple(configs), tuple(ctx.warnings), files=len(files),
                 rank_conflicts=tuple(ctx.rank_conflicts))

@@ -40,6 +40,7 @@ KEY = "sglang_http"
 READS = "dataset"
 PRIORITY = 0
 ENTRY = None  # one response per file: nothing for hsdiff audit to refuse
+TITLE = "an SGLang response"
 #: The largest response parsed (bytes): JSON numbers take ~10 bytes each, and parsing holds them all.
 JSON_LIMIT = int(os.environ.get("HSDIFF_JSON_LIMIT", str(2**30)))
 _PEEK = 1 << 20

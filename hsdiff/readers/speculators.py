@@ -113,7 +113,8 @@ def read(table: Table, ctx: ReadContext) -> list[Capture]:
             + (f" for {len(ids)} token ids" if ids is not None else "")
             + "; a speculators hs_*.safetensors holds [T, k, H] with k >= 2 (the aux layers, then the "
             "verifier's last hidden state) and T token_ids", path=table.path,
-            hint="point hsdiff at the files data_generation_offline.py wrote, or pass --format vllm for a connector file",
+            hint="point hsdiff at the files data_generation_offline.py wrote, or pass `fmt=vllm` for a connector file",
+            options=("fmt",),
         )
     t, k, h = entry.shape
     layers: tuple[Layer | None, ...] = ()

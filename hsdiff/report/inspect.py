@@ -70,11 +70,12 @@ def _num(v: float | None) -> str:
 def _size(n: int | None) -> str:
     if n is None:
         return "?"
+    x = float(n)
     for unit in ("B", "KB", "MB", "GB"):
-        if n < 1024 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024  # type: ignore[assignment]
-    return f"{n} B"
+        if x < 1024 or unit == "GB":
+            return f"{x:.0f} {unit}" if unit == "B" else f"{x:.1f} {unit}"
+        x /= 1024
+    return f"{x} B"
 
 
 def _short(text: str, n: int) -> str:

@@ -17,7 +17,7 @@ import torch
 from safetensors.torch import save_file
 
 import hsdiff
-from hsdiff.draft import load_draft, predict_acceptance
+from hsdiff.draft import Speculation, load_draft, predict_acceptance
 
 from .. import builders as B
 from . import tiny
@@ -114,7 +114,7 @@ def test_prediction_from_dumps_matches_the_real_loop(measured):
     for case, (ids, boundaries) in CASES.items():
         report = hsdiff.compare(train, infer, layer_ids=ids)
         assert list(report.configured.boundary_indices) == boundaries
-        pa = predict_acceptance(train, infer, report, DRAFT, target=target_dir, num_steps=NUM_STEPS)
+        pa = predict_acceptance(train, infer, report, DRAFT, target=target_dir, tree=Speculation(NUM_STEPS))
         assert pa.reference.startswith("target greedy")
         predicted[case] = pa.configured.acceptance_length
         if case == "incident":

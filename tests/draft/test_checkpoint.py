@@ -8,6 +8,7 @@ import pickle
 import pytest
 import torch
 
+from hsdiff.cli._group import flag
 from hsdiff.draft import load_draft
 from hsdiff.draft.predict import acceptance_from_tree
 from hsdiff.draft.run import draft_tree, prefix_pass
@@ -79,8 +80,9 @@ def test_malformed_drafts_get_one_line_errors(tmp_path, target, change, error, w
 
 
 def test_embeddings_are_needed_from_somewhere(tmp_path):
-    with pytest.raises(InputError, match="--target"):
+    with pytest.raises(InputError, match="`target=DIR`") as e:  # the parameter; the command line says its flag
         load_draft(tiny.write_draft(tmp_path / "draft"))
+    assert "(--target-model DIR)" in e.value.in_terms(flag)
 
 
 def test_damaged_weights(tmp_path, target):

@@ -18,7 +18,7 @@ from safetensors.torch import save_file
 import hsdiff
 from hsdiff.cli import cli
 from hsdiff.conventions import from_boundary
-from hsdiff.draft import predict_acceptance
+from hsdiff.draft import Speculation, predict_acceptance
 
 from . import tiny
 
@@ -107,7 +107,7 @@ def test_prediction_matches_the_loop_on_a_small_model(world):
     for case, bs in (("right", RIGHT), ("shifted", SHIFTED), ("wrong", WRONG)):
         report = hsdiff.compare(world["train"], world["infer"], layer_ids=[b - 1 for b in bs])
         pa = predict_acceptance(world["train"], world["infer"], report, world["draft"], target=world["target"],
-                                num_steps=NUM_STEPS)
+                                tree=Speculation(NUM_STEPS))
         predicted[case] = pa.configured.acceptance_length
         assert pa.configured.boundaries == tuple(sorted(bs))
     print("measured", m, "predicted", predicted)
@@ -146,7 +146,7 @@ def test_what_if_ids_are_for_the_report_s_engine_version(world, tmp_path):
         doc = json.loads(json.dumps(report))
         doc["recommended"].update(model_family="deepseek", engine_version=version)
         pa = predict_acceptance(world["train"], world["infer"], doc, world["draft"], target=world["target"],
-                                num_steps=NUM_STEPS)
+                                tree=Speculation(NUM_STEPS))
         assert pa.ids_for.startswith(f"for SGLang {version}, rule: SGLang")
         rows[version] = {r.name: (r.boundaries, r.ids) for r in pa.rows if r.side == "infer" and r.name != "configured"}
     assert rows["0.5.12"].keys() == rows["0.5.23"].keys() and len(rows["0.5.12"]) > 3

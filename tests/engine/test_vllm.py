@@ -16,7 +16,7 @@ import hsdiff
 from hsdiff import conventions as conv
 from hsdiff.cli import cli as hsdiff_cli
 from hsdiff.configs import read_ids
-from hsdiff.draft import predict_acceptance
+from hsdiff.draft import Speculation, predict_acceptance
 from hsdiff.engine_log import read_engine_log
 
 from .conftest import DRAFT, NUM_STEPS, RUNS, TARGET, EngineRun, L, draft_config
@@ -178,7 +178,8 @@ def predictions(engine, train_dumps):
         ids = list(r.top or r.nested or [])
         report = hsdiff.compare(train_dumps[r.name], got.dump, engine="vllm", layer_ids=ids,
                                 model_config=str(TARGET / "config.json"))
-        pa = predict_acceptance(train_dumps[r.name], got.dump, report, DRAFT, target=TARGET, num_steps=NUM_STEPS)
+        pa = predict_acceptance(train_dumps[r.name], got.dump, report, DRAFT, target=TARGET,
+                                tree=Speculation(NUM_STEPS))
         measured = read_engine_log(got.log).acceptance
         assert measured is not None and pa.configured is not None
         out[r.name] = (pa, measured)

@@ -4,8 +4,8 @@ The readers memory-map a tensor file read-only (``np.memmap``): nothing is read 
 :meth:`Capture.array` slices it. The comparison instead reads rows ``[i0, i1)`` of a C-contiguous
 tensor with ``pread`` into a buffer of the calling thread and converts them to float32, into the
 caller's buffer when it gives one (``out``), so a walk over a multi-GB dump allocates nothing per
-block. Measured on 134 MB bf16 planes here, reading through the mapping cost 1.5 times as much as
-``pread`` into a reused buffer: mapping the file's pages (and giving them back, to bound the
+block. Reading through the mapping cost more than ``pread`` into a reused buffer
+(benchmarks/results/timings.md): mapping the file's pages (and giving them back, to bound the
 resident memory) is dearer than copying them. The last rows read are kept per thread, so the slots
 of a concatenated ``[T, k*H]`` tensor read one after the other read the rows once.
 """
@@ -175,10 +175,9 @@ class _FileRows:
                           hint="let whatever writes it finish, then run hsdiff again")
 
 
-#: Reads land at the same offset modulo this as their bytes have in the file. Measured here (an AMD
-#: EPYC under Linux 6.18), ``pread`` into a buffer 8 or 16 bytes off the file's alignment copied at a
-#: third of the speed of an aligned one (1.2 against 4 GB/s), and numpy's buffers start 16 bytes into
-#: an allocation.
+#: Reads land at the same offset modulo this as their bytes have in the file: ``pread`` into a buffer
+#: 8 or 16 bytes off the file's alignment can copy several times slower than into an aligned one
+#: (benchmarks/results/timings.md), and numpy's buffers start 16 bytes into an allocation.
 ALIGN = 64
 
 

@@ -1,0 +1,149 @@
+"""What a prediction gives: a :class:`Prediction` per setting the draft was fed, gathered in a
+:class:`PredictedAcceptance` (:func:`hsdiff.draft.predict_acceptance` makes them)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from matplotlib.axes import Axes
+
+__all__ = ["Prediction", "PredictedAcceptance"]
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """One predicted setting: which features the draft read and what acceptance follows."""
+
+    name: str
+    side: str                                  # "train" or "infer"
+    boundaries: tuple[int, ...] | None
+    ids: tuple[int | None, ...] | None
+    acceptance_length: float                   # tokens per verification step (target's token included)
+    top1: float                                # step-1 top-1 agreement with the reference, per position
+    per_depth: tuple[float | None, ...]        # P(depth j accepted | depth j-1 accepted)
+    steps: int                                 # verification steps replayed
+    positions: int                             # start positions scored
+    samples: int
+    #: P(drafted position j accepted) per replayed verification step: vLLM's per-position acceptance rate
+    per_position: tuple[float, ...] = ()
+
+    @property
+    def accepted_per_step(self) -> float:
+        return self.acceptance_length - 1.0
+
+    def to_dict(self) -> dict:
+        return {
+            "name": self.name, "side": self.side,
+            "boundary_indices": None if self.boundaries is None else list(self.boundaries),
+            "eagle_aux_hidden_state_layer_ids": None if self.ids is None else list(self.ids),
+            "acceptance_length": round(self.acceptance_length, 4),
+            "accepted_per_step": round(self.accepted_per_step, 4),
+            "top1_agreement": round(self.top1, 4),
+            "acceptance_by_depth": [None if p is None else round(p, 4) for p in self.per_depth],
+            "acceptance_by_position": [round(p, 4) for p in self.per_position],
+            "verify_steps": self.steps, "positions": self.positions, "samples": self.samples,
+        }
+
+
+@dataclass(frozen=True)
+class PredictedAcceptance:
+    """Predicted acceptance for the configured ids, the recommended ids, the training side and what-ifs.
+
+    >>> pa = hsdiff.predict_acceptance(train, infer, report, "draft/", target="target/")  # doctest: +SKIP
+    >>> pa.configured.acceptance_length, pa.recommended.acceptance_length
+    (1.02, 1.84)
+    """
+
+    draft: str
+    num_steps: int
+    topk: int
+    num_draft_tokens: int
+    reference: str
+    rows: tuple[Prediction, ...]
+    warnings: tuple[str, ...] = ()
+    ids_for: str = ""  # the engine version the rows' ids are written for: the report's ("SGLang 0.5.12, rule: ...")
+
+    def row(self, name: str) -> Prediction | None:
+        return next((r for r in self.rows if r.name == name), None)
+
+    @property
+    def configured(self) -> Prediction | None:
+        return self.row("configured")
+
+    @property
+    def recommended(self) -> Prediction | None:
+        return self.row("recommended")
+
+    @property
+    def training(self) -> Prediction | None:
+        return self.row("training")
+
+    @property
+    def deployed(self) -> Prediction | None:
+        """What the engine as configured gets: the configured row, else the recommended one."""
+        return self.configured or self.recommended
+
+    def to_dict(self) -> dict:
+        def one(p: Prediction | None) -> dict | None:
+            return None if p is None else p.to_dict()
+
+        return {
+            "draft": self.draft,
+            "settings": {"num_steps": self.num_steps, "topk": self.topk, "num_draft_tokens": self.num_draft_tokens},
+            "reference": self.reference,
+            "ids_for": self.ids_for,
+            "configured": one(self.configured),
+            "recommended": one(self.recommended),
+            "training": one(self.training),
+            "what_if": [r.to_dict() for r in self.rows],
+            "warnings": list(self.warnings),
+        }
+
+    def summary(self) -> str:
+        """One line: 'your config: 1.02 tokens/step; recommended: 1.84; training-side ceiling: 1.86'."""
+        parts = []
+        for label, p in (("your config", self.configured), ("recommended", self.recommended),
+                         ("training-side ceiling", self.training)):
+            if p is not None:
+                parts.append(f"{label}: {p.acceptance_length:.2f}")
+        return "; ".join(parts) + " tokens/step" if parts else "no prediction"
+
+    def table(self) -> str:
+        head = f"{'setting':<16} {'layers (B)':<16} {'ids':<16} {'accept len':>10} {'top-1':>7}"
+        lines = [head]
+        for r in self.rows:
+            b = "-" if r.boundaries is None else ",".join(map(str, r.boundaries))
+            i = "-" if r.ids is None else ",".join("?" if x is None else str(x) for x in r.ids)
+            lines.append(f"{r.name:<16} {b:<16} {i:<16} {r.acceptance_length:>10.2f} {r.top1:>6.1%}")
+        if self.ids_for:
+            lines.append(f"ids {self.ids_for}")
+        return "\n".join(lines)
+
+    def frame(self) -> pd.DataFrame:
+        import pandas as pd
+
+        return pd.DataFrame([r.to_dict() for r in self.rows]).set_index("name")
+
+    def plot(self, ax: Axes | None = None) -> Axes:
+        """Bar chart of the predicted acceptance length of every row."""
+        import matplotlib.pyplot as plt
+
+        if ax is None:
+            _, ax = plt.subplots(figsize=(8, 3.5))
+        names = [r.name for r in self.rows]
+        vals = [r.acceptance_length for r in self.rows]
+        colors = ["tab:red" if n == "configured" else "tab:green" if n == "recommended" else
+                  "tab:blue" if n == "training" else "tab:gray" for n in names]
+        ax.bar(names, vals, color=colors)
+        ax.axhline(1.0, color="black", lw=0.8)
+        ax.set_ylabel("predicted acceptance length")
+        ax.set_title(f"draft {os.path.basename(self.draft.rstrip('/'))}: {self.num_steps} steps, top-k {self.topk}")
+        ax.tick_params(axis="x", labelrotation=30)
+        return ax
+
+    def __repr__(self) -> str:
+        return f"<PredictedAcceptance {self.summary()}>"
