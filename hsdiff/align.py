@@ -21,17 +21,17 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from .arrays import lower_median, quantile, row_norms, unique_ints
+from .arrays import lower_median, row_norms, unique_ints
+from .largedump import TrainSlot
+from .largedump.metrics import summarise, token_metrics, upper_median
+from .largedump.rows import RowStats, chunks, extent, source
 from .model import Capture, Metrics, best_of
-from .rows import RowStats, chunks, extent, source
+from .sinks import sink_mask
 from .token_ids import id_offsets, shared_prefix
-from .training import SINK_FACTOR, TrainSlot, sink_mask
 
 __all__ = [
-    "SINK_FACTOR",
     "SINK_PENALTY",
     "TrainSlot",
-    "sink_mask",
     "id_offsets",
     "shared_prefix",
     "upper_median",
@@ -58,50 +58,6 @@ def _per_token(x: np.ndarray, y: np.ndarray, nx: np.ndarray | None = None, ny: n
     return token_metrics(nx, ny, diff)
 
 
-def token_metrics(nx: np.ndarray, ny: np.ndarray, diff: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per-token relative error, cosine and norm ratio of inference rows ``x`` against training rows
-    ``y``, from the float32 norms of ``x``, ``y`` and ``x - y``."""
-    with np.errstate(all="ignore"):
-        nyc = np.maximum(ny, np.float32(_EPS))
-        err = diff / nyc
-        # x.y = (|x|^2 + |y|^2 - |x - y|^2) / 2 from the norms already at hand: one pass over the rows
-        # fewer, and as exact as a float32 dot product
-        n_x, n_y, d = nx.astype(np.float64), ny.astype(np.float64), diff.astype(np.float64)
-        cos = ((n_x * n_x + n_y * n_y - d * d) / np.maximum(2 * n_x * n_y, 2 * _EPS)).astype(np.float32)
-        ratio = nx / nyc
-    return err, cos, ratio
-
-
-def _summarise(err: np.ndarray, cos: np.ndarray, ratio: np.ndarray, sinks: np.ndarray,
-               values_per_token: int) -> Metrics:
-    ordinary = ~sinks
-    finite = np.isfinite(err)
-    use = ordinary & finite
-    sink_only = False
-    if not bool(use.any()):
-        use = finite
-        sink_only = True
-    if not bool(use.any()):
-        return Metrics.empty(sink_only)
-    e = err[use]
-    return Metrics(
-        rel_err=upper_median(e),
-        cosine=-upper_median(-cos[use]),
-        p90_err=quantile(e, 0.9) if e.size > 1 else float(e[0]),
-        norm_ratio=lower_median(ratio[use]),
-        tokens=int(use.sum()),
-        values=int(use.sum()) * values_per_token,
-        sink_only=sink_only,
-    )
-
-
-def upper_median(v: np.ndarray) -> float:
-    """The middle value, the upper one of an even count: more than half the values are at or below it,
-    so a minority of tokens cannot carry it (``torch.median`` takes the lower one: with two tokens,
-    one match and one miss would read as a match)."""
-    return float(np.partition(v.ravel(), v.size // 2)[v.size // 2])
-
-
 def score(train: TrainSlot, infer: np.ndarray | Capture, offset: int, stats: RowStats | None = None) -> Metrics:
     """Metrics of an inference capture against a training slot with ``infer[i] ~ train[i + offset]``.
 
@@ -123,7 +79,7 @@ def score(train: TrainSlot, infer: np.ndarray | Capture, offset: int, stats: Row
         parts.append(_per_token(xc, train.rows(a + offset, b + offset)))
         a = b
     err, cos, ratio = (np.concatenate(p) for p in zip(*parts))
-    return _summarise(err, cos, ratio, train.sinks[i0 + offset : i1 + offset], extent(x)[1])
+    return summarise(err, cos, ratio, train.sinks[i0 + offset : i1 + offset], extent(x)[1])
 
 
 def observation_arrays(cap: Capture, width: int) -> tuple[np.ndarray, list[int], list[int]]:
@@ -187,7 +143,7 @@ def _metrics_at(train: TrainSlot, oe: _ObsErrors, rows: list[int], tokens: list[
     r = np.asarray([k[0] for k in keep], dtype=np.int64)
     j = np.asarray([k[1] for k in keep], dtype=np.int64)
     sinks = train.sinks[j]
-    m = _summarise(oe.err[r, j], oe.cos[r, j], oe.ratio[r, j], sinks, 1)
+    m = summarise(oe.err[r, j], oe.cos[r, j], oe.ratio[r, j], sinks, 1)
     if m.tokens == 0:
         return m
     e = oe.err[r, j]

@@ -33,6 +33,9 @@ __all__ = [
     "load_draft",
     "is_draft_config",
     "draft_ids",
+    "stated_ids",
+    "num_aux",
+    "stated_hidden_size",
     "config_value",
     "TargetShape",
     "target_shape",
@@ -102,12 +105,42 @@ def is_draft_config(cfg: dict[str, Any]) -> bool:
     return "eagle_config" in cfg or "eagle_aux_hidden_state_layer_ids" in cfg or "Eagle" in archs or "Draft" in archs
 
 
-def draft_ids(cfg: dict[str, Any]) -> list[int] | None:
-    """The aux layer ids a draft config states (the nested ``eagle_config`` key first), as written."""
+def stated_ids(cfg: dict[str, Any], ints_only: bool = False) -> tuple[str, list[Any]] | None:
+    """Where a draft config states its aux layer ids (the nested ``eagle_config`` key first), as a dotted
+    key, and the list as written; ``ints_only``: the first that is a list of integers. None: neither."""
     for key in (conv.NESTED_KEY, conv.TOP_KEY):
         found, value = config_value(cfg, key)
-        if found and isinstance(value, list):
-            return [int(i) for i in value]
+        if found and isinstance(value, list) and (not ints_only or _is_int_list(value)):
+            return ".".join(key), value
+    return None
+
+
+def draft_ids(cfg: dict[str, Any]) -> list[int] | None:
+    """The aux layer ids a draft config states (:func:`stated_ids`), as integers."""
+    got = stated_ids(cfg)
+    return None if got is None else [int(i) for i in got[1]]
+
+
+def num_aux(config: dict[str, Any]) -> tuple[int, str]:
+    """The aux slots a draft config builds its ``fc`` for, and why: ``num_aux_hidden_states``, else the
+    number of ids in ``eagle_config.eagle_aux_hidden_state_layer_ids``, else 3 (the EAGLE-3 default)."""
+    n_aux = config.get("num_aux_hidden_states")
+    found, nested = config_value(config, conv.NESTED_KEY)
+    if isinstance(n_aux, int) and not isinstance(n_aux, bool) and n_aux > 0:
+        return n_aux, f"num_aux_hidden_states {n_aux}"
+    if found and _is_int_list(nested) and nested:
+        return len(nested), f"{len(nested)} ids in eagle_config.eagle_aux_hidden_state_layer_ids"
+    return 3, "the default of 3 slots"
+
+
+def stated_hidden_size(config: dict[str, Any] | None, keys: Sequence[str] = ("target_hidden_size", "hidden_size")
+                       ) -> int | None:
+    """The target's hidden size a config states: the first of ``keys`` holding a positive integer (a
+    draft's ``target_hidden_size``, else its ``hidden_size``, the target's width for an EAGLE-3 draft)."""
+    for key in keys:
+        v = (config or {}).get(key)
+        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+            return v
     return None
 
 
@@ -299,22 +332,15 @@ def built_fc_width(config: dict[str, Any], engine: str, version: str | None = No
     """The ``fc`` input width ``engine`` builds from the draft config alone, and why; ``(None, "")`` when
     the engine does not size it from the draft config."""
     info = conv.rule(engine)
-    th = config.get("target_hidden_size") or config.get("hidden_size")
+    th = stated_hidden_size(config)
     if not th:
         return None, ""
     title = info.title
     ver = conv.parse_version(info.key, version)
     if info.fc_three_before and conv.version_tuple(ver) < conv.version_tuple(info.fc_three_before):
         return 3 * int(th), f"{title} {ver} builds it as 3 × target_hidden_size {th}"
-    if info.fc_rule == FC_AUX:  # num_aux_hidden_states, else the number of nested ids, else 3
-        n_aux = config.get("num_aux_hidden_states")
-        found, nested = config_value(config, conv.NESTED_KEY)
-        if isinstance(n_aux, int) and not isinstance(n_aux, bool) and n_aux > 0:
-            n, why = n_aux, f"num_aux_hidden_states {n_aux}"
-        elif found and _is_int_list(nested) and nested:
-            n, why = len(nested), f"{len(nested)} ids in eagle_config.eagle_aux_hidden_state_layer_ids"
-        else:
-            n, why = 3, "the default of 3 slots"
+    if info.fc_rule == FC_AUX:
+        n, why = num_aux(config)
         return n * int(th), f"{title} {ver} builds it as {why} × target_hidden_size {th}"
     return None, ""
 

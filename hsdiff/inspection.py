@@ -24,11 +24,13 @@ import numpy as np
 
 from . import conventions as conv
 from .arrays import as_f32, is_float, lower_median, row_norms
+from .configs import stated_hidden_size, stated_ids, target_shape
 from .errors import InputError
 from .jsonout import dumps
 from .model import Capture, Dump
 from .readers import replica_difference, replica_groups, scan
 from .readers.sglang_dumper import run_of
+from .sinks import sink_mask
 
 __all__ = ["inspect", "Inspection", "SAMPLE_ROWS", "SCHEMA_VERSION"]
 
@@ -37,7 +39,6 @@ log = logging.getLogger("hsdiff")
 SCHEMA_VERSION = 1
 #: Rows (tokens) of each tensor read for the norm statistics: the first 4, then evenly spaced.
 SAMPLE_ROWS = 256
-_SINK_FACTOR = 8.0  # as the aligner: a token whose norm is over 8x the median is an attention sink
 
 #: Why each format was detected: the rule its reader applies (hsdiff/readers/<format>.py).
 WHY = {
@@ -134,27 +135,22 @@ def _why(fmt: str, dump: Dump) -> str:
 def _config_info(path: str, cfg: dict) -> dict:
     ids = _draft_ids(cfg)
     return {"path": path, "draft": ids is not None, "eagle_aux_hidden_state_layer_ids": ids,
-            "hidden_size": cfg.get("target_hidden_size") or cfg.get("hidden_size"),
-            "num_hidden_layers": cfg.get("num_hidden_layers")}
+            "hidden_size": stated_hidden_size(cfg), "num_hidden_layers": cfg.get("num_hidden_layers")}
 
 
 def _draft_ids(cfg: dict) -> list[int] | None:
-    nested = cfg.get("eagle_config")
-    for where in (nested if isinstance(nested, dict) else {}, cfg):
-        ids = where.get("eagle_aux_hidden_state_layer_ids")
-        if isinstance(ids, list) and all(isinstance(i, int) for i in ids):
-            return ids
-    return None
+    got = stated_ids(cfg, ints_only=True)
+    return None if got is None else got[1]
 
 
 def _shape_from_configs(dump: Dump) -> tuple[int | None, int | None]:
     hidden = layers = None
     for _, cfg in dump.configs:
         if _draft_ids(cfg) is not None:
-            hidden = hidden or cfg.get("target_hidden_size")
+            hidden = hidden or stated_hidden_size(cfg, ("target_hidden_size",))
         else:
-            hidden = hidden or cfg.get("hidden_size")
-            layers = layers or cfg.get("num_hidden_layers")
+            shape = target_shape(cfg)
+            hidden, layers = hidden or shape.hidden_size, layers or shape.num_layers
     if hidden is None:  # the most common plain width, when no config says; else a training file's final state
         plain = Counter(c.width for c in dump.captures if c.width and not c.concat and c.observation is None)
         final = Counter(c.final_width for c in dump.captures if c.final_width)
@@ -203,8 +199,8 @@ def _norm_stats(x: Any, rows: list[int]) -> dict:
         norms = row_norms(x)
         finite = norms[np.isfinite(norms)]
         med = lower_median(finite) if finite.size else None
-        big = np.isfinite(norms) & (norms > _SINK_FACTOR * (med or 0.0))  # an Inf row is damage, not a sink
-    sinks = [] if med is None or finite.size < 3 else [rows[i] for i in np.flatnonzero(big).tolist()]
+        big = np.isfinite(norms) & sink_mask(norms)  # an Inf row is damage, not a sink
+    sinks = [rows[i] for i in np.flatnonzero(big).tolist()]
     return {"median": _r(med), "min": _r(float(finite.min())) if finite.size else None,
             "max": _r(float(finite.max())) if finite.size else None, "sink_tokens": sinks[:32]}
 

@@ -90,8 +90,8 @@ def test_files_held_open_for_a_walk_are_bounded_and_closed(tmp_path):
     as much as the read), holds at most HOLD_AT_MOST files, and closes them all when it ends."""
     from safetensors.numpy import save_file
 
-    from hsdiff.model import files_held
     from hsdiff.readers._container.filerows import HOLD_AT_MOST
+    from hsdiff.rowio import files_held
 
     caps = []
     for i in range(HOLD_AT_MOST + 6):
@@ -121,7 +121,7 @@ def test_a_dump_rewritten_while_held_is_refused(tmp_path):
 
     from safetensors.numpy import save_file
 
-    from hsdiff.model import files_held
+    from hsdiff.rowio import files_held
 
     path = tmp_path / "a.safetensors"
     save_file({"hidden_states.layer_2": np.ones((40, 64), dtype=np.float32)}, str(path))

@@ -39,7 +39,7 @@ def _both(monkeypatch, train, infer, **kw):
     monkeypatch.setattr(scoring, "SKETCH_ABOVE", 1 << 62)
     full = compare(train, infer, **kw)
     monkeypatch.setattr(scoring, "SKETCH_ABOVE", 0)
-    monkeypatch.setattr(scoring, "WHOLE_WITH_LOOP_BELOW", 0)
+    monkeypatch.setattr(scoring, "WHOLE_WALK_BELOW", 0)
     return full, compare(train, infer, **kw)
 
 
@@ -76,16 +76,15 @@ def test_sample_then_verify_gives_the_full_answer(data, monkeypatch, case, ids):
 
 
 def test_every_pair_in_one_walk_gives_the_full_answer(data, monkeypatch):
-    """Below WHOLE_WITH_LOOP_BELOW, with the C loop and token ids, the pairs are all scored on every
-    token in one walk over the rows instead of sampled: the answers and metrics of scoring them one by one."""
-    from hsdiff import fused
+    """Below WHOLE_WALK_BELOW, with token ids, the pairs are all scored on every token in one walk over
+    the rows instead of sampled: the answers and metrics of scoring them one by one."""
+    from hsdiff.largedump import backend
 
     p = data["pair"]
     monkeypatch.setattr(scoring, "SKETCH_ABOVE", 1 << 62)
     full = compare(p.train, p.infer, layer_ids="1,14,26")
     monkeypatch.setattr(scoring, "SKETCH_ABOVE", 0)
-    monkeypatch.setattr(fused, "AVAILABLE", True)  # the choice of path...
-    monkeypatch.setattr(fused, "WORTH", 1 << 62)  # ...with numpy's sums (the loop's: tests/test_fused.py)
+    monkeypatch.setattr(backend, "WORTH", 1 << 62)  # numpy's sums (the loop's: tests/test_fused.py)
     walked = compare(p.train, p.infer, layer_ids="1,14,26")
     assert _answer(walked) == _answer(full)
     assert {(r.slot, r.capture): r.metrics for r in walked.scores} == {(r.slot, r.capture): r.metrics for r in full.scores}
@@ -120,7 +119,7 @@ def test_nan_and_zero_rows_are_counted_from_the_rows_read(tmp_path):
     x[11] = 0
     save_file({"hidden_states.layer_2": x.to(torch.bfloat16)}, str(tmp_path / "a.safetensors"))
     cap = scan(tmp_path / "a.safetensors", INFER).captures[0]
-    from hsdiff.rows import RowStats, chunks
+    from hsdiff.largedump.rows import RowStats, chunks
 
     st = RowStats(40)
     a = 0
@@ -135,7 +134,7 @@ def test_progress_is_a_plain_callable_and_quiet_off_a_terminal(data, monkeypatch
     from hsdiff.cli._options import progress_printer
 
     monkeypatch.setattr(scoring, "SKETCH_ABOVE", 0)
-    monkeypatch.setattr(scoring, "WHOLE_WITH_LOOP_BELOW", 0)
+    monkeypatch.setattr(scoring, "WHOLE_WALK_BELOW", 0)
     seen: list[tuple[str, int, int]] = []
     p = data["pair"]
     compare(p.train, p.infer, layer_ids="1,14,26", progress=lambda what, i, n: seen.append((what, i, n)))

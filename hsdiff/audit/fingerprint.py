@@ -32,6 +32,7 @@ import numpy as np
 
 from ..arrays import as_f32, dtype_name, row_norms
 from ..errors import HsdiffError
+from ..sinks import ordinary_median
 
 log = logging.getLogger("hsdiff.audit")
 
@@ -41,8 +42,6 @@ PREFIX_TOKENS = 16
 PROJECTION_DIM = 32
 #: Tokens walked at a time when checking values, so memory stays bounded on long samples.
 CHUNK_TOKENS = 4096
-#: A token whose norm exceeds this multiple of the slot's median is an attention sink.
-SINK_FACTOR = 8.0
 
 
 @dataclass(frozen=True)
@@ -218,10 +217,7 @@ def _summarise_local(path: Path, job: Job, size: int) -> FileSummary:
     for s, t in enumerate(tensors):
         norms, nf = _walk_slot(t, s, digest)
         bad.extend(nf)
-        finite = norms[np.isfinite(norms)]
-        med = float(np.median(finite)) if finite.size else float("nan")
-        ordinary = finite[finite <= SINK_FACTOR * med] if finite.size else finite
-        medians.append(float(np.median(ordinary)) if ordinary.size else float("nan"))
+        medians.append(ordinary_median(norms))
         head = as_f32(t[:p])
         proj[:, s, :] = head @ _projection(int(t.shape[1]))
         pnorms[:, s] = norms[:p]

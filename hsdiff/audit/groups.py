@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..configs import stated_ids
 from . import prefix as P
 from .fingerprint import FileSummary
 from .report import Group, Problem
@@ -415,12 +416,5 @@ def _relation(group: Sequence[FileSummary], majority: Sequence[FileSummary], tol
 
 def _claimed(config: dict | None) -> str:
     """The layer ids a config.json at the dataset's top claims (a label, not checked by value)."""
-    if not config:
-        return ""
-    nested = config.get("eagle_config")
-    nested = nested if isinstance(nested, dict) else {}
-    for where, ids in (("eagle_config.eagle_aux_hidden_state_layer_ids", nested.get("eagle_aux_hidden_state_layer_ids")),
-                       ("eagle_aux_hidden_state_layer_ids", config.get("eagle_aux_hidden_state_layer_ids"))):
-        if isinstance(ids, list):
-            return f"config.json claims {where} {ids}"
-    return ""
+    got = stated_ids(config) if config else None
+    return "" if got is None else f"config.json claims {got[0]} {got[1]}"

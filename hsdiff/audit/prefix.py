@@ -21,13 +21,13 @@ slot is :data:`SPREAD_FACTOR` times the largest error of those pairs in it, with
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from .fingerprint import SINK_FACTOR, FileSummary
+from ..sinks import usable
+from .fingerprint import FileSummary
 
 #: Step between two errors of one run's continuum of rounding errors, at most (a larger step is a gap).
 GAP = 3.0
@@ -68,9 +68,7 @@ def key(s: FileSummary) -> tuple[int, ...]:
 
 def _usable(s: FileSummary, n: int, slot: int) -> np.ndarray:
     assert s.prefix_norms is not None
-    norms = s.prefix_norms[:n, slot]
-    med = s.median_norms[slot]
-    return (norms > 0) & np.isfinite(norms) & (norms <= SINK_FACTOR * med if math.isfinite(med) else True)
+    return usable(s.prefix_norms[:n, slot], s.median_norms[slot])
 
 
 def slot_errors(a: FileSummary, b: FileSummary, sa: int, sb: int, n: int) -> tuple[float, float, int, float] | None:
@@ -110,10 +108,7 @@ def same_slots(a: FileSummary, b: FileSummary, n: int) -> list[float] | None:
 
 def _usable_all(s: FileSummary, n: int, k: int) -> np.ndarray:
     assert s.prefix_norms is not None
-    norms = s.prefix_norms[:n, :k]
-    med = np.asarray(s.median_norms[:k], dtype=np.float64)
-    cap = np.where(np.isfinite(med), SINK_FACTOR * med, np.inf)
-    return (norms > 0) & np.isfinite(norms) & (norms <= cap)
+    return usable(s.prefix_norms[:n, :k], np.asarray(s.median_norms[:k], dtype=np.float64))
 
 
 def within(errs: Sequence[float], tol: Sequence[float]) -> bool:

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..configs import stated_hidden_size
 from ..errors import InputError
 from .fingerprint import FileSummary, Job, list_files, summarise_batch
 from .groups import analyse
@@ -115,11 +116,7 @@ def _refuse_datasets(url: str, listed: list[tuple[str, str]]) -> None:
 
 def _config_hidden_size(config: dict | None) -> int | None:
     """The target's hidden size a draft or model config.json at the dataset's top states, if any."""
-    for key in ("target_hidden_size", "hidden_size"):
-        v = (config or {}).get(key)
-        if isinstance(v, int) and v > 0:
-            return v
-    return None
+    return stated_hidden_size(config)
 
 
 def default_checkpoint(url: str) -> Path:

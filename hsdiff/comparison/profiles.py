@@ -21,11 +21,12 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from .. import align
 from ..arrays import lower_median, row_norms
+from ..largedump import NormsRead, PairKey
+from ..largedump.rows import chunks, extent, read, source
 from ..model import Capture, LabelSource, Profiles, Report, SlotResult
 from ..model.results import Score
-from ..rows import chunks, extent, read, source
+from ..sinks import sink_mask
 
 __all__ = ["measure", "MAX_TOKENS", "MAX_CAPTURES"]
 
@@ -37,16 +38,16 @@ MAX_TOKENS = 4096
 MAX_CAPTURES = 512
 
 
-Norms = dict[int, tuple[np.ndarray, np.ndarray, int]]
-Errors = dict[tuple[int, int, int], np.ndarray]
+Norms = dict[Capture, NormsRead]
+Errors = dict[PairKey, np.ndarray]
 
 
 def measure(report: Report, train_slots: dict[int, list[Capture]], infer: Iterable[Capture],
             norms: Norms | None = None, errors: Errors | None = None) -> Report:
-    """``report`` with its ``profiles`` filled in (see the module docstring). ``norms`` holds, by ``id``
-    of a capture, the per-token norms the comparison already read, their token positions and the token
-    count, and ``errors`` the per-token errors of pairs already compared, by ``id`` of the training and
-    inference capture and the offset; what they do not cover is read here. When only some rows were read (a large dump
+    """``report`` with its ``profiles`` filled in (see the module docstring). ``norms`` holds, by
+    capture, the per-token norms the comparison already read, their token positions and the token
+    count, and ``errors`` the per-token errors of pairs already compared, by pair (training and
+    inference capture, offset); what they do not cover is read here. When only some rows were read (a large dump
     checked on a sample of tokens), the row says how many in ``sampled_tokens``."""
     import dataclasses
 
@@ -83,8 +84,8 @@ def _norms(report: Report, train_slots: dict[int, list[Capture]], infer: list[Ca
 
 
 def _norm_row(cap: Capture, side: str, known: Norms) -> dict | None:
-    if id(cap) in known:
-        norms, pos, tokens = known[id(cap)]
+    if cap in known:
+        norms, pos, tokens = known[cap]
     else:
         if cap.loader is None or not cap.dtype.startswith(("float", "bfloat")):
             return None
@@ -97,7 +98,7 @@ def _norm_row(cap: Capture, side: str, known: Norms) -> dict | None:
     finite = norms[np.isfinite(norms)]
     if finite.size == 0:
         return None
-    sinks = pos[align.sink_mask(norms)].tolist()
+    sinks = pos[sink_mask(norms)].tolist()
     row = {
         "side": side,
         "capture": cap.label(),
@@ -138,7 +139,7 @@ def _tokens(report: Report, train_slots: dict[int, list[Capture]], infer: list[C
             train = next((c for c in train_slots.get(s.slot, []) if c.group == sample), None)
             if train is None:
                 continue
-            curve = _curve(train, cap, offset, known, errors.get((id(train), id(cap), offset)))
+            curve = _curve(train, cap, offset, known, errors.get(PairKey(train, cap, offset)))
             if curve is not None:
                 curve.update(slot=s.slot, role=role, capture=cap.label(), capture_boundary=cap.boundary,
                              sample=sample, token_offset=offset)
@@ -191,13 +192,14 @@ def _curve(train: Capture, cap: Capture, offset: int, known: Norms, done: np.nda
 def _sinks_of(train: Capture, known: Norms, norms: np.ndarray, j0: int, j1: int) -> np.ndarray:
     """The sink mask of training tokens ``[j0, j1)`` against the whole slot's median norm (the norms
     the comparison read, else read here when the curve did not cover every token)."""
-    if id(train) in known and known[id(train)][0].size == known[id(train)][2]:
-        return align.sink_mask(known[id(train)][0])[j0:j1]
+    got = known.get(train)
+    if got is not None and got.norms.size == got.tokens:
+        return sink_mask(got.norms)[j0:j1]
     src = source(train)
     tokens = extent(src)[0]
     if j0 == 0 and j1 == tokens:
-        return align.sink_mask(norms)
-    return align.sink_mask(_every_norm(src, tokens))[j0:j1]
+        return sink_mask(norms)
+    return sink_mask(_every_norm(src, tokens))[j0:j1]
 
 
 def _every_norm(src: np.ndarray | Capture, tokens: int) -> np.ndarray:

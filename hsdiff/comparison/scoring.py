@@ -8,47 +8,71 @@ import math
 from collections import defaultdict
 from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field, replace
+from enum import Enum
 
 import numpy as np
 
-from .. import align, fused
+from .. import align
 from ..arrays import lower_median
-from ..model import Candidate, Capture, Metrics, NormCheck, PrintedEvidence, Score, best_of, files_held, ranked
-from ..rows import RowStats, chunks, extent, read
-from ..verify import score_many, sketch, sketch_all
+from ..largedump import NormsRead, PairKey, SampleCache, TrainSlot, score_many, sketch, sketch_all
+from ..largedump.rows import RowStats, chunks, extent, read, source
+from ..model import Candidate, Capture, Metrics, NormCheck, PrintedEvidence, Score, best_of, ranked
+from ..rowio import files_held
 from . import validate
 from .slots import Slots
 
 Progress = Callable[[str, int, int], None]
+#: Per inference capture, what its rows are read from (None: not a hidden state, skipped).
+Sources = dict[Capture, "np.ndarray | Capture | None"]
 
 
 @dataclass(frozen=True)
 class Scores:
     """Per training slot, the best candidate of each inference capture (best first); every scored
-    pair; the warnings that reading and validating the tensors raised; and, by ``id`` of a capture, the
-    per-token norms of the rows read with their positions and the token count, and by ``id`` of the
-    training and inference capture and the offset, the per-token errors of pairs verified in one pass
-    (both for the profiles)."""
+    pair; the warnings that reading and validating the tensors raised; by capture, the per-token norms
+    of the rows read; by pair, the per-token errors of pairs verified in one pass (both for the
+    profiles); and the strategy the pairs were scored by."""
 
     candidates: dict[int, list[Candidate]]
     rows: tuple[Score, ...]
     warnings: tuple[str, ...]
-    norms: dict[int, tuple[np.ndarray, np.ndarray, int]] = field(default_factory=dict)  # see norms_read
-    errors: dict[tuple[int, int, int], np.ndarray] = field(default_factory=dict)  # (train, capture, offset)
+    norms: dict[Capture, NormsRead] = field(default_factory=dict)
+    errors: dict[PairKey, np.ndarray] = field(default_factory=dict)
+    strategy: Strategy | None = None
 
 
 #: Above this many bytes of full-precision work (float32, both sides, every pair), pairs are first
 #: scored on a sample of tokens and only a shortlist is verified on every token.
 SKETCH_ABOVE = 256 * 2**20
-#: With the C loop (:mod:`hsdiff.fused`) and one token offset per pair from the ids, pairs are all
-#: scored on every token up to this much work instead: reading each capture whole then costs less than
-#: sampling every pair (measured on the 0.2 GB benchmark pair; the 1 GB one is past the crossing).
-WHOLE_WITH_LOOP_BELOW = 4 * 2**30
+#: With one token offset per pair from the ids, pairs are all scored on every token in one walk up to
+#: this much work instead: with the C loop, reading each capture whole then cost less than sampling
+#: every pair on the 0.2 GB benchmark pair (the 1 GB one is past the crossing). The numpy backend
+#: walks too, slower but to the same answer: the strategy, and the rows the warnings rest on, never
+#: depend on which backend was built.
+WHOLE_WALK_BELOW = 4 * 2**30
 #: Ordinary tokens per pair in that sample.
 SKETCH_TOKENS = 64
 #: Per training slot, pairs are verified in full, best first by their current error (the full one
 #: once verified, else the sample's), until the best pairs of this many layers are all verified.
 VERIFY_LAYERS = 3
+
+
+class Strategy(str, Enum):
+    """How the pairs of a comparison are scored."""
+
+    EACH = "each"  # every token of every pair, pair by pair (small dumps)
+    WALK = "walk"  # every token of every pair, in one walk over the rows
+    SKETCH = "sketch"  # a sample of tokens per pair, then a shortlist on every token
+
+
+def strategy(work: int, one_offset: bool) -> Strategy:
+    """The strategy for ``work`` bytes of full-precision work (:data:`SKETCH_ABOVE`,
+    :data:`WHOLE_WALK_BELOW`), ``one_offset`` when the ids give every pair one token offset."""
+    if work <= SKETCH_ABOVE:
+        return Strategy.EACH
+    if one_offset and work <= WHOLE_WALK_BELOW:
+        return Strategy.WALK
+    return Strategy.SKETCH
 
 
 @dataclass(eq=False)
@@ -57,7 +81,7 @@ class _Job:
 
     sample: str | None
     slot: int
-    train: align.TrainSlot
+    train: TrainSlot
     capture: Capture
     offsets: list[int] | None
     order: int = 0
@@ -72,56 +96,53 @@ def score_all(slots: Slots, infer: list[Capture], tolerance: float, progress: Pr
     """Score every slot of every training sample against every inference capture; a training sample
     whose token ids rule it out is never loaded.
 
-    Above :data:`SKETCH_ABOVE` with the C loop and one offset per pair from the ids, every pair is
-    scored on every token in one walk over the rows (up to :data:`WHOLE_WITH_LOOP_BELOW`). On larger
-    dumps every pair is first scored on a sample of ordinary tokens
-    read as row slices, and only the pairs that can matter are verified on every token: per slot the
+    Above :data:`SKETCH_ABOVE` with one offset per pair from the ids, every pair is scored on every
+    token in one walk over the rows (up to :data:`WHOLE_WALK_BELOW`). On larger dumps every pair is
+    first scored on a sample of ordinary tokens read as row slices, and only the pairs that can matter are verified on every token: per slot the
     best :data:`VERIFY_LAYERS` layers (repeated until the verified errors settle) and the captures at
     the boundaries ``verify`` names for its slot (the configured and the labelled one). Decisions rest on verified pairs only; the
     other pairs keep their sample's metrics (``tokens`` says how many were compared)."""
     warnings: list[str] = []
-    sources: dict[int, np.ndarray | Capture | None] = {}
-    stats: dict[int, RowStats] = {}
+    sources: Sources = {}
+    stats: dict[Capture, RowStats] = {}
     for c in infer:
         if c.observation is not None:
             continue
         if not c.dtype.startswith(("float", "bfloat")):
             warnings.append(f"{c.origin}: integer tensor ({c.dtype}) is not a hidden state; skipped")
-            sources[id(c)] = None
+            sources[c] = None
             continue
-        sources[id(c)] = align.source(c)
-        stats[id(c)] = RowStats(extent(sources[id(c)])[0])  # type: ignore[arg-type]
+        src = sources[c] = source(c)
+        stats[c] = RowStats(extent(src)[0])
     jobs, partial, ids_failed, homes, prefixes, train_warn = _plan(slots, infer, sources, progress)
     warnings += train_warn
-    work = sum(_work(j, sources) for j in jobs)
-    errors: dict[tuple[int, int, int], np.ndarray] = {}
-    one_offset = all(j.offsets and len(j.offsets) == 1 for j in jobs)
-    if work > SKETCH_ABOVE and fused.AVAILABLE and one_offset and work <= WHOLE_WITH_LOOP_BELOW:
+    errors: dict[PairKey, np.ndarray] = {}
+    how = strategy(sum(_work(j, sources) for j in jobs), all(j.offsets and len(j.offsets) == 1 for j in jobs))
+    if how is Strategy.WALK:
         if progress:
             progress("verifying pairs", 0, len(jobs))
         _verify_at([(j, j.offsets[0]) for j in jobs], sources, stats, progress, errors)  # type: ignore[index]
         if progress:
             progress("verifying pairs", len(jobs), len(jobs))
-    elif work > SKETCH_ABOVE:
+    elif how is Strategy.SKETCH:
         _sketch(jobs, sources, stats, progress)
         _verify_shortlist(jobs, sources, stats, verify or {}, progress, errors)
     else:
-        for c in infer:
-            src = sources.get(id(c))
-            if src is not None:
-                for a, x in _chunked(src):
-                    stats[id(c)].add(x, a)
+        for c, st in stats.items():
+            whole = sources[c]
+            assert whole is not None  # a capture with stats has a source
+            for a, x in _chunked(whole):
+                st.add(x, a)
         _verify_all(jobs, sources, stats, progress)
-    for c in infer:
-        if id(c) in stats:
-            warnings += validate.inference_rows(c, stats[id(c)], extent(sources[id(c)])[0])  # type: ignore[arg-type]
-    best: dict[tuple[int, int], list[tuple[Candidate, align.TrainSlot]]] = defaultdict(list)
+    for c, st in stats.items():
+        warnings += validate.inference_rows(c, st, st.tokens or 0)
+    best: dict[tuple[int, Capture], list[tuple[Candidate, TrainSlot]]] = defaultdict(list)
     rows: list[Score] = []
     for j in sorted(jobs + partial, key=lambda j: j.order):
         assert j.result is not None
         off, m = j.result
         c, s = j.capture, j.slot
-        best[(s, id(c))].append((Candidate(c, j.sample, off, m), j.train))
+        best[(s, c)].append((Candidate(c, j.sample, off, m), j.train))
         label_source = None if c.layer is None else c.layer.source
         rows.append(Score(s, j.sample, c.label(), c.boundary, label_source, off, m))
     for g in sorted(x for x in ids_failed if x is not None):
@@ -146,15 +167,15 @@ def score_all(slots: Slots, infer: list[Capture], tolerance: float, progress: Pr
         out[s].append(replace(top, samples_tied=tied))
     for s in out:  # captures of one tensor (replicas, a layer dumped twice) tie: not ordered by rounding
         out[s] = ranked(out[s], lambda c: c.metrics.rel_err, _tie_key)
-    norms = {id(j.train.capture): (j.train.norms, np.arange(j.train.tokens), j.train.tokens) for j in jobs + partial}
-    for key, st in stats.items():
+    norms = {j.train.capture: NormsRead(j.train.norms, np.arange(j.train.tokens), j.train.tokens) for j in jobs + partial}
+    for c, st in stats.items():
         got = st.norms_read()
         if got is not None and st.tokens is not None:
-            norms[key] = (got[0], got[1], st.tokens)
-    return Scores(dict(out), tuple(rows), tuple(warnings), norms, errors)
+            norms[c] = NormsRead(got[0], got[1], st.tokens)
+    return Scores(dict(out), tuple(rows), tuple(warnings), norms, errors, how)
 
 
-def _plan(slots: Slots, infer: list[Capture], sources: dict[int, np.ndarray | Capture | None],
+def _plan(slots: Slots, infer: list[Capture], sources: Sources,
           progress: Progress | None) -> tuple[list[_Job], list[_Job], set, dict, dict[str | None, int], list[str]]:
     """Every pair to score, in report order (printed values scored at once); training slots are read
     here (their norms, sinks and data-quality warnings, in one pass each). A capture whose token ids
@@ -197,11 +218,11 @@ def _plan(slots: Slots, infer: list[Capture], sources: dict[int, np.ndarray | Ca
             plan.append((c, offsets, prefix))
         if not plan:
             continue  # token ids rule this sample out: its tensors are never loaded
-        loaded = dict(zip(slot_caps, align.TrainSlot.load_all(list(slot_caps.values()))))
+        loaded = dict(zip(slot_caps, TrainSlot.load_all(list(slot_caps.values()))))
         for s, ts in loaded.items():
             warnings += validate.training_rows(ts.capture, s, ts.stats, ts.tokens)
         for c, offsets, prefix in plan:
-            src = sources.get(id(c))
+            src = sources.get(c)
             if c.observation is None and src is None:
                 continue
             head = None
@@ -222,13 +243,13 @@ def _plan(slots: Slots, infer: list[Capture], sources: dict[int, np.ndarray | Ca
     return jobs, partial, ids_failed, homes, prefixes, warnings
 
 
-def _src(j: _Job, sources: dict[int, np.ndarray | Capture | None]) -> np.ndarray | Capture:
-    src = j.source if j.source is not None else sources[id(j.capture)]
+def _src(j: _Job, sources: Sources) -> np.ndarray | Capture:
+    src = j.source if j.source is not None else sources[j.capture]
     assert src is not None
     return src
 
 
-def _work(j: _Job, sources: dict[int, np.ndarray | Capture | None]) -> int:
+def _work(j: _Job, sources: Sources) -> int:
     ti, width = extent(_src(j, sources))
     return 8 * min(ti, j.train.tokens) * width
 
@@ -240,13 +261,13 @@ def _chunked(src: np.ndarray | Capture) -> Iterator[tuple[int, np.ndarray]]:
         a += int(x.shape[0])
 
 
-def _verify(j: _Job, sources: dict[int, np.ndarray | Capture | None], stats: dict[int, RowStats]) -> None:
-    j.result = align.best_alignment(j.train, j.capture, _src(j, sources), j.offsets, stats[id(j.capture)])
+def _verify(j: _Job, sources: Sources, stats: dict[Capture, RowStats]) -> None:
+    j.result = align.best_alignment(j.train, j.capture, _src(j, sources), j.offsets, stats[j.capture])
     j.verified = True
 
 
-def _verify_all(jobs: list[_Job], sources: dict[int, np.ndarray | Capture | None],
-                stats: dict[int, RowStats], progress: Progress | None) -> None:
+def _verify_all(jobs: list[_Job], sources: Sources, stats: dict[Capture, RowStats],
+                progress: Progress | None) -> None:
     for i, j in enumerate(jobs):
         if progress:
             progress("scoring pairs", i, len(jobs))
@@ -255,11 +276,10 @@ def _verify_all(jobs: list[_Job], sources: dict[int, np.ndarray | Capture | None
         progress("scoring pairs", len(jobs), len(jobs))
 
 
-def _sketch(jobs: list[_Job], sources: dict[int, np.ndarray | Capture | None], stats: dict[int, RowStats],
-            progress: Progress | None) -> None:
+def _sketch(jobs: list[_Job], sources: Sources, stats: dict[Capture, RowStats], progress: Progress | None) -> None:
     """Every pair's metrics on a sample of :data:`SKETCH_TOKENS` ordinary tokens (rows read alone, from
     files held open while sampling). A capture's pairs are consecutive and share the rows it read; its
-    pairs at the same offsets are sampled together (:func:`~hsdiff.verify.sketch_all`). Sampling
+    pairs at the same offsets are sampled together (:func:`~hsdiff.largedump.sketch_all`). Sampling
     captures on a second thread, or reading the next capture's rows ahead there, was slower here: the
     reads are short, and the threads contend for the interpreter."""
     done = 0
@@ -267,14 +287,16 @@ def _sketch(jobs: list[_Job], sources: dict[int, np.ndarray | Capture | None], s
         for group in _by_capture(jobs):
             if progress:
                 progress("sampling pairs", done, len(jobs))
-            cache: dict = {}  # rows read of the capture, and its samples
+            cache = SampleCache()  # rows read of the capture, and its samples
             columns: dict = {}  # its columns and norms read for the search by value, shared by its training slots
-            together: dict[tuple, list[_Job]] = {}
+            # by rows compared (the capture's, or the prefix it shares with one sample) and offsets
+            together: dict[tuple[bool, str | None, tuple[int, ...]], list[_Job]] = {}
             for j in group:
-                src = _src(j, sources)
                 if j.offsets:
-                    together.setdefault((id(src), *j.offsets), []).append(j)
+                    prefix = j.source is not None
+                    together.setdefault((prefix, j.sample if prefix else None, tuple(j.offsets)), []).append(j)
                     continue
+                src = _src(j, sources)
                 o = align.search_offset(j.train, src, columns)
                 j.result = (o, sketch(j.train, src, o, SKETCH_TOKENS, cache))
             for js in together.values():
@@ -283,7 +305,8 @@ def _sketch(jobs: list[_Job], sources: dict[int, np.ndarray | Capture | None], s
                 for k, j in enumerate(js):
                     j.result = best_of([(o, m[k]) for o, m in zip(offsets, tried)], lambda r: r[1].rel_err,
                                        lambda r: abs(r[0]))
-            _count_sampled({id(group[0].capture): cache}, stats)
+            for rows, xs, norms in cache.sampled():  # what the rows sampled of the capture hold
+                stats[group[0].capture].add_at(xs, rows, norms)
             done += len(group)
     if progress:
         progress("sampling pairs", len(jobs), len(jobs))
@@ -300,17 +323,9 @@ def _by_capture(jobs: list[_Job]) -> list[list[_Job]]:
     return groups
 
 
-def _count_sampled(cache: dict[int, dict], stats: dict[int, RowStats]) -> None:
-    """What the rows sampled of each capture hold (``cache``: its samples of rows, with their norms)."""
-    for key, got in cache.items():
-        for sample, value in got.items():
-            if isinstance(sample, tuple) and sample[0] == "sample":  # ("sample", raw, *rows)
-                stats[key].add_at(value[0], sample[2:], value[1])
-
-
-def _verify_shortlist(jobs: list[_Job], sources: dict[int, np.ndarray | Capture | None],
-                      stats: dict[int, RowStats], verify: Mapping[int, Collection[int]], progress: Progress | None,
-                      errors: dict[tuple[int, int, int], np.ndarray]) -> None:
+def _verify_shortlist(jobs: list[_Job], sources: Sources, stats: dict[Capture, RowStats],
+                      verify: Mapping[int, Collection[int]], progress: Progress | None,
+                      errors: dict[PairKey, np.ndarray]) -> None:
     """Verify, per slot, the pairs of the best :data:`VERIFY_LAYERS` layers by current error until they
     are all verified, and every pair whose capture sits at a boundary ``verify`` names for its slot; ``errors`` receives
     their per-token errors (the pictures' curves)."""
@@ -322,11 +337,11 @@ def _verify_shortlist(jobs: list[_Job], sources: dict[int, np.ndarray | Capture 
         todo = [j for j in jobs if not j.verified and j.capture.boundary is not None
                 and j.capture.boundary in verify.get(j.slot, ())]
         for slot_jobs in by_slot.values():
-            layers: set = set()
+            layers: set[int | Capture] = set()  # boundaries, or the capture when it has none
             for j in sorted(slot_jobs, key=lambda j: _err(j.result[1])):  # type: ignore[index]
                 if len(layers) >= VERIFY_LAYERS and j.capture.boundary not in layers:
                     break
-                layers.add(j.capture.boundary if j.capture.boundary is not None else id(j.capture))
+                layers.add(j.capture.boundary if j.capture.boundary is not None else j.capture)
                 if not j.verified and j not in todo:
                     todo.append(j)
         if not todo:
@@ -344,18 +359,17 @@ def _verify_shortlist(jobs: list[_Job], sources: dict[int, np.ndarray | Capture 
         progress("verifying pairs", done, done)
 
 
-def _verify_at(pairs: list[tuple[_Job, int]], sources: dict[int, np.ndarray | Capture | None],
-               stats: dict[int, RowStats], progress: Progress | None,
-               errors: dict[tuple[int, int, int], np.ndarray]) -> None:
+def _verify_at(pairs: list[tuple[_Job, int]], sources: Sources, stats: dict[Capture, RowStats],
+               progress: Progress | None, errors: dict[PairKey, np.ndarray]) -> None:
     """Each job scored on every token at its offset, all in one walk over the rows
-    (:func:`~hsdiff.verify.score_many`); ``errors`` receives their per-token errors."""
+    (:func:`~hsdiff.largedump.score_many`); ``errors`` receives their per-token errors."""
     errs: list[np.ndarray | None] = [None] * len(pairs)
-    found = score_many([(j.train, _src(j, sources), o) for j, o in pairs], [stats[id(j.capture)] for j, _ in pairs],
+    found = score_many([(j.train, _src(j, sources), o) for j, o in pairs], [stats[j.capture] for j, _ in pairs],
                        errs, None if progress is None else lambda i, n: progress("verifying pairs (chunks)", i, n))
     for (j, o), m, e in zip(pairs, found, errs):
         j.result, j.verified = (o, m), True
         if e is not None:
-            errors[(id(j.train.capture), id(j.capture), o)] = e
+            errors[PairKey(j.train.capture, j.capture, o)] = e
 
 
 def _tie_key(c: Candidate) -> tuple[int, int]:
@@ -367,7 +381,7 @@ def _err(m: Metrics) -> float:
     return m.rel_err if math.isfinite(m.rel_err) else math.inf
 
 
-def _with_evidence(cand: Candidate, ts: align.TrainSlot) -> Candidate:
+def _with_evidence(cand: Candidate, ts: TrainSlot) -> Candidate:
     """``cand`` with where its printed values sat and how a printed norm compares."""
     c = cand.capture
     toks = align.observation_tokens(ts, c, cand.offset) if c.is_partial else []
@@ -376,7 +390,7 @@ def _with_evidence(cand: Candidate, ts: align.TrainSlot) -> Candidate:
     return Candidate(c, cand.sample, cand.offset, cand.metrics, cand.samples_tied, printed, norm)
 
 
-def _printed(ts: align.TrainSlot, c: Capture, toks: list[int | None]) -> PrintedEvidence:
+def _printed(ts: TrainSlot, c: Capture, toks: list[int | None]) -> PrintedEvidence:
     vals, _, cols = align.observation_arrays(c, ts.width)
     placed = [(i, t) for i, t in enumerate(toks) if t is not None]
     ordinary = [(i, t) for i, t in placed if not bool(ts.sinks[t])]
@@ -394,7 +408,7 @@ def _printed(ts: align.TrainSlot, c: Capture, toks: list[int | None]) -> Printed
     )
 
 
-def _norm_check(ts: align.TrainSlot, c: Capture, toks: list[int | None]) -> NormCheck | None:
+def _norm_check(ts: TrainSlot, c: Capture, toks: list[int | None]) -> NormCheck | None:
     """A printed norm against the training slot's norms: which one it equals, or the likely reason."""
     printed = float(c.norm)  # type: ignore[arg-type]
     norms = ts.norms[np.isfinite(ts.norms)]

@@ -6,8 +6,8 @@ from __future__ import annotations
 import dataclasses
 
 from ..errors import AlignmentError
+from ..largedump.rows import RowStats
 from ..model import Capture, Dump
-from ..rows import RowStats
 from .slots import Slots
 
 

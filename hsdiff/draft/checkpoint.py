@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from ..arrays import to_torch
-from ..configs import load_config
+from ..configs import load_config, num_aux, stated_ids
 from ..errors import ConfigError, FormatError, InputError
 
 __all__ = ["Draft", "TargetHead", "load_draft", "load_target_head", "DRAFT_ARCHITECTURES"]
@@ -179,9 +179,8 @@ def load_draft(path: str | os.PathLike, target: str | os.PathLike | TargetHead |
     hd = _int(cfg, "head_dim", cfg_path, H // nh)
     V = _int(cfg, "vocab_size", cfg_path)
     Vd = _int(cfg, "draft_vocab_size", cfg_path, V) if cfg.get("draft_vocab_size") is not None else V
-    eagle: dict = cfg["eagle_config"] if isinstance(cfg.get("eagle_config"), dict) else {}
-    ids = eagle.get("eagle_aux_hidden_state_layer_ids")
-    k = cfg.get("num_aux_hidden_states") or (len(ids) if isinstance(ids, list) and ids else 3)
+    k = num_aux(cfg)[0]
+    stated = stated_ids(cfg, ints_only=True)
     if cfg.get("hidden_act", "silu") != "silu":
         raise ConfigError(f"hidden_act {cfg.get('hidden_act')!r} is not supported (silu only)", path=cfg_path)
     if nh % nkv:
@@ -265,7 +264,7 @@ def load_draft(path: str | os.PathLike, target: str | os.PathLike | TargetHead |
     return Draft(
         path=str(folder), hidden_size=H, target_hidden_size=Ht, num_aux=k, num_heads=nh, num_kv_heads=nkv,
         head_dim=hd, rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)), rope_theta=theta, rope_scaling=scaling,
-        vocab_size=V, draft_vocab_size=Vd, layer_ids=tuple(ids) if isinstance(ids, list) else None,
+        vocab_size=V, draft_vocab_size=Vd, layer_ids=None if stated is None else tuple(stated[1]),
         weights=weights, d2t=d2t, norm_before_fc="input_norm.weight" in weights,
         fc_norm="fc_norm.0.weight" in weights, norm_before_residual=bool(cfg.get("norm_before_residual")),
         embeddings_from=emb_from, warnings=tuple(warns),

@@ -10,20 +10,7 @@ A capture is a *description* of a tensor plus a loader: nothing is read from dis
 tens of GB can be opened and scanned cheaply.
 """
 
-from .capture import (
-    INFER,
-    TRAIN,
-    Capture,
-    Dump,
-    Index,
-    LabelSource,
-    Layer,
-    Observation,
-    Origin,
-    RowBuffer,
-    files_held,
-    held_files,
-)
+from .capture import INFER, TRAIN, Capture, Dump, Index, LabelSource, Layer, Observation, Origin
 from .diagnosis import Diagnosis, Finding, Miss, Override
 from .results import (
     Candidate,
@@ -63,9 +50,6 @@ __all__ = [
     "Observation",
     "Capture",
     "Dump",
-    "RowBuffer",
-    "files_held",
-    "held_files",
     "Evidence",
     "Status",
     "Verdict",

@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .diagnosis import Diagnosis
 
 __all__ = [
+    "config_line",
     "Evidence",
     "Status",
     "Verdict",
@@ -302,6 +303,12 @@ class EngineIds:
         return f"<{self.at.title} {self.at.version}: {list(self.ids)}>"
 
 
+
+def config_line(ids: Sequence[int | None]) -> str:
+    """The line of a draft config.json that states ``ids`` (``null`` for an id no convention gives)."""
+    shown = ", ".join("null" if i is None else str(i) for i in ids)
+    return f'"eagle_aux_hidden_state_layer_ids": [{shown}]'
+
 @dataclass(frozen=True)
 class Recommendation:
     """The ids for ``engine`` at ``version`` (the report's own), and the same layers on every engine
@@ -329,8 +336,7 @@ class Recommendation:
         }
 
     def config_line(self) -> str:
-        ids = ", ".join("null" if i is None else str(i) for i in self.ids)
-        return f'"eagle_aux_hidden_state_layer_ids": [{ids}]'
+        return config_line(self.ids)
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ import numpy as np
 from ..arrays import as_f32, lower_median
 from ..errors import FormatError, HsdiffError, InputError
 from ..model import Capture, Dump, pct
+from ..sinks import ordinary_mask
 from . import sglang_dumper, speculators
 from ._common import ReadContext
 from ._container import (
@@ -267,8 +268,6 @@ def _attach_token_ids(captures: list[Capture], warnings: list[str]) -> list[Capt
     return out
 
 
-#: A token whose norm is over this many times the median is an attention sink (as the aligner says).
-_SINK_FACTOR = 8.0
 #: Replicas of one tensor agree when no ordinary token differs by more than this (relative to its norm):
 #: tensor-parallel ranks hold the same all-reduced residual stream, bit for bit or within rounding.
 _REPLICA_TOLERANCE = 1e-2
@@ -335,10 +334,8 @@ def replica_difference(ref: np.ndarray, t: np.ndarray) -> str | None:
         return f"has shape {tuple(t.shape)}, against {tuple(ref.shape)} on"
     with np.errstate(all="ignore"):
         norms = np.linalg.norm(ref, axis=-1)
-        finite = np.isfinite(norms)
         err = np.linalg.norm(t - ref, axis=-1) / np.maximum(norms, 1e-12)
-        med = lower_median(norms[finite]) if int(finite.sum()) >= 3 else None
-        ordinary = finite & (norms <= _SINK_FACTOR * med) if med is not None else finite
+        ordinary = ordinary_mask(norms)
     used = err[ordinary] if bool(ordinary.any()) else err
     bad = ~np.isfinite(used) | (used > _REPLICA_TOLERANCE)
     if not bool(bad.any()):

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 from ..conventions import ENGINE_INFO, rule
 from ..errors import InputError
 from ..gate_model import fails_gate, warns
+from ..model.results import config_line as ids_line
 from ..model.results import why_not_writable
 from ..model.settings import Settings, by_engine_entries
 from ..settings import TITLES
@@ -75,8 +76,8 @@ def engine_title(result: Doc) -> str:
 
 
 def config_line(rec: Doc) -> str:
-    ids = ", ".join("null" if i is None else str(i) for i in rec["eagle_aux_hidden_state_layer_ids"])
-    return f'"eagle_aux_hidden_state_layer_ids": [{ids}]'
+    """The config.json line of a recommendation as a report document holds it."""
+    return ids_line(rec["eagle_aux_hidden_state_layer_ids"])
 
 
 def nested_in(rec: Doc) -> str:

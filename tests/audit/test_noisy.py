@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from hsdiff.audit import AuditOptions, audit
-from hsdiff.audit.fingerprint import SINK_FACTOR
+from hsdiff.sinks import SINK_FACTOR
 
 from .. import builders as B
 from . import dataset as D

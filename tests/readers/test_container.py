@@ -69,8 +69,9 @@ def test_rows_read_into_buffers_at_any_alignment_are_the_rows(tmp_path, dtype):
     """Rows are read from the file into buffers placed to share the file's alignment (a skewed copy
     is slow): whatever the caller's buffer offset, the values are the tensor's rows."""
     from hsdiff.arrays import as_f32
-    from hsdiff.model import INFER, RowBuffer
+    from hsdiff.model import INFER
     from hsdiff.readers import scan
+    from hsdiff.rowio import RowBuffer
 
     rng = np.random.default_rng(7)
     t = torch.from_numpy(rng.standard_normal((50, 36)).astype(np.float32)).to(dtype)

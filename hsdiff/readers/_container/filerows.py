@@ -24,7 +24,7 @@ import numpy as np
 
 from ...arrays import as_f32
 from ...errors import FormatError
-from ...model import RowBuffer, held_files
+from ...rowio import RowBuffer, held_files
 
 __all__ = ["file_rows", "identity"]
 
@@ -33,7 +33,7 @@ def file_rows(a: np.ndarray, ident: tuple[int, ...] | None = None) -> Callable[.
     """``(i0, i1, c0=0, c1=None, out=None, raw=False) -> float32`` rows ``[i0, i1)`` and columns
     ``[c0, c1)`` of a C-contiguous array seen as ``[-1, last dimension]``: read from its file when it is
     a memory map of one, else sliced from memory. ``raw``: in the stored dtype instead, the whole rows
-    read into ``out`` (a :class:`~hsdiff.model.RowBuffer`) or this thread's, valid until its next read."""
+    read into ``out`` (a :class:`~hsdiff.rowio.RowBuffer`) or this thread's, valid until its next read."""
     flat = a.reshape(-1, a.shape[-1])
     place = _file_place(flat) if hasattr(os, "preadv") else None
     if place is None:
@@ -60,7 +60,7 @@ def _file_place(a: np.ndarray) -> tuple[str, int] | None:
     return os.fspath(name), int(root.offset) + (a.ctypes.data - root.ctypes.data)  # type: ignore[attr-defined]
 
 
-#: Files a thread keeps open at most within :func:`~hsdiff.model.files_held` (others are opened for
+#: Files a thread keeps open at most within :func:`~hsdiff.rowio.files_held` (others are opened for
 #: each read): a sketch over a training set of thousands of files stays far from the open-file limit.
 HOLD_AT_MOST = 64
 
@@ -74,7 +74,7 @@ class _FileRows:
     error, not rows of another file. When the path is gone (a gzip member's temporary file is removed
     once mapped) the rows are sliced from the mapping made while it was there. No descriptor is held
     between reads, so a training set of thousands of files costs none, except within
-    :func:`~hsdiff.model.files_held`, where the calling thread keeps up to :data:`HOLD_AT_MOST` files
+    :func:`~hsdiff.rowio.files_held`, where the calling thread keeps up to :data:`HOLD_AT_MOST` files
     open until it ends."""
 
     def __init__(self, path: str, offset: int, a: np.ndarray, ident: tuple[int, ...] | None = None) -> None:
@@ -140,7 +140,7 @@ class _FileRows:
                 os.close(fd)
 
     def _held(self, held: dict[str, int]) -> int | None:
-        """This file's descriptor among those the thread holds open (:func:`~hsdiff.model.files_held`),
+        """This file's descriptor among those the thread holds open (:func:`~hsdiff.rowio.files_held`),
         opened and kept on first use, and checked again at each read (``fstat``: no path lookup; a
         path since replaced by another file is read from the one scanned, still open)."""
         if self.path not in held:

@@ -1,25 +1,27 @@
-"""Scoring at scale: pairs estimated on a sample of tokens, and many pairs verified in one pass.
+"""Pair scoring at scale: pairs estimated on a sample of tokens, and many pairs verified in one pass.
 
 Both give what :func:`hsdiff.align.score` gives, computed another way: :func:`sketch` on a few dozen
 ordinary tokens read as row slices (an estimate, to shortlist candidates), :func:`score_many` on every
-token of many pairs at once, reading each block of each tensor once on two threads. On a large dump
-whose tensors are bfloat16 or float32 the norms come from the C loop of :mod:`hsdiff.fused`, one pass
-per block in the stored dtype: the same answers as scoring the pairs one by one, the metrics to
-float32 accuracy (numpy's sums and the loop's differ in the last bits).
+token of many pairs at once, reading each block of each tensor once on the row threads. With the C
+loop backend (:mod:`~hsdiff.largedump.backend`) the norms of a large dump whose tensors are bfloat16
+or float32 come from one pass per block in the stored dtype: the same answers as scoring the pairs
+one by one, the metrics to float32 accuracy (numpy's sums and the loop's differ in the last bits).
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
-from . import fused
-from .align import TrainSlot, _summarise, token_metrics
-from .arrays import as_f32, row_norms, row_sq_norms, unique_ints
-from .model import Capture, Metrics, files_held
+from ..arrays import as_f32, row_norms, row_sq_norms, unique_ints
+from ..model import Capture, Metrics
+from ..rowio import files_held
+from . import backend
+from .metrics import summarise, token_metrics
 from .rows import (
     CHUNK_BYTES,
     THREADS,
@@ -34,21 +36,62 @@ from .rows import (
     row_buffers,
     scratch,
 )
+from .trainslot import TrainSlot
 
-__all__ = ["read_sample", "sketch", "sketch_all", "score_many"]
+__all__ = ["NormsRead", "PairKey", "SampleCache", "read_sample", "sketch", "sketch_all", "score_many"]
+
+
+class PairKey(NamedTuple):
+    """A pair scored: a training capture against an inference capture at a token offset (captures are
+    keys by identity)."""
+
+    train: Capture
+    infer: Capture
+    offset: int
+
+
+class NormsRead(NamedTuple):
+    """The per-token norms of the rows read of a capture, their token positions (ascending), and its
+    token count (more than the positions when only a sample was read)."""
+
+    norms: np.ndarray
+    positions: np.ndarray
+    tokens: int
+
+
+class SampleKey(NamedTuple):
+    """A sample of a capture's rows: which rows, and whether read in their stored dtype."""
+
+    raw: bool
+    rows: tuple[int, ...]
+
+
+@dataclass(eq=False)
+class SampleCache:
+    """What the sketch read of one capture: its rows by row number (shared by the samples of every
+    offset), and each sample of rows with their norms (the training slots of one sample at one offset
+    sample the same rows)."""
+
+    rows: dict = field(default_factory=dict)
+    samples: dict[SampleKey, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+
+    def sampled(self) -> Iterator[tuple[tuple[int, ...], np.ndarray, np.ndarray]]:
+        """Each sample: its row numbers, the rows as read, and their float32 norms."""
+        for key, (xs, norms) in self.samples.items():
+            yield key.rows, xs, norms
 
 
 def sketch(train: TrainSlot, x: np.ndarray | Capture, offset: int, n: int,
-           cache: dict | None = None) -> Metrics:
+           cache: SampleCache | None = None) -> Metrics:
     """Metrics on at most ``n`` ordinary tokens, in a few runs of neighbours spread over the overlap at
     ``offset``: an estimate that reads a few rows of each side (``cache``: see :func:`read_sample`).
-    The norms of ``x - y`` come from the C loop when it is built (whatever the size: an estimate), those
-    of ``x`` from numpy."""
+    The norms of ``x - y`` come from the backend's loop when it has one (whatever the size: an
+    estimate), those of ``x`` from numpy."""
     return sketch_all([train], x, offset, n, cache)[0]
 
 
 def sketch_all(trains: Sequence[TrainSlot], x: np.ndarray | Capture, offset: int, n: int,
-               cache: dict | None = None) -> list[Metrics]:
+               cache: SampleCache | None = None) -> list[Metrics]:
     """:func:`sketch` of each training slot against ``x``, the same results: the slots that sample the
     same rows (the slots of one sample) are compared with them in one pass over them."""
     out = [Metrics.empty()] * len(trains)
@@ -63,9 +106,9 @@ def sketch_all(trains: Sequence[TrainSlot], x: np.ndarray | Capture, offset: int
         _, pick, xs, nx = got[idx[0]]
         ys = [trains[i].sample([r + offset for r in rows], raw) for i in idx]
         with np.errstate(all="ignore"):
-            if fused.handles(xs, *ys):  # bf16 rows as read, or float32: the same sums
+            if backend.BACKEND.handles(xs, *ys):  # bf16 rows as read, or float32: the same sums
                 d2 = [np.empty(len(rows)) for _ in idx]
-                fused.rows_sq_many(xs, ys, np.empty(len(rows)), d2)
+                backend.rows_sq_many(xs, ys, np.empty(len(rows)), d2)
                 diff = np.sqrt(np.stack(d2)).astype(np.float32)
             else:
                 (d,) = scratch(1, xs.size)
@@ -73,37 +116,36 @@ def sketch_all(trains: Sequence[TrainSlot], x: np.ndarray | Capture, offset: int
         err, cos, ratio = token_metrics(nx, np.stack([trains[i].norms[pick + offset] for i in idx]), diff)
         sinks = np.zeros(len(rows), dtype=bool)
         for k, i in enumerate(idx):
-            out[i] = _summarise(err[k], cos[k], ratio[k], sinks, extent(x)[1])
+            out[i] = summarise(err[k], cos[k], ratio[k], sinks, extent(x)[1])
     return out
 
 
 def _raw_sample(train: TrainSlot, x: np.ndarray | Capture) -> bool:
-    """Whether the sample is read in its stored dtype, for the C loop to convert as it sums (bfloat16 to
-    float32 is exact: the same sums as on converted rows)."""
-    return fused.reads([train.source, x])
+    """Whether the sample is read in its stored dtype, for the backend's loop to convert as it sums
+    (bfloat16 to float32 is exact: the same sums as on converted rows, the same rows sampled)."""
+    return backend.BACKEND.reads([train.source, x])
 
 
-def read_sample(train: TrainSlot, x: np.ndarray | Capture, offset: int, n: int, cache: dict | None = None
+def read_sample(train: TrainSlot, x: np.ndarray | Capture, offset: int, n: int, cache: SampleCache | None = None
                 ) -> tuple[list[int], np.ndarray, np.ndarray, np.ndarray] | None:
     """The rows :func:`sketch` compares at ``offset`` (None: the sides do not overlap), their
     positions in the training slot less ``offset``, and those rows of ``x`` (in their stored dtype with
-    the C loop) with their norms. ``cache`` keeps the rows read, by row number, and each sample with its
-    norms, by ``("sample", raw, *rows)`` (the training slots of one sample at one offset sample the same
-    rows); the training rows are read too (:meth:`TrainSlot.sample` keeps them)."""
+    the loop) with their norms, kept in ``cache``; the training rows are read too
+    (:meth:`TrainSlot.sample` keeps them)."""
     ti, tt = extent(x)[0], train.tokens
     i0, i1 = max(0, -offset), min(ti, tt - offset)
     if i1 <= i0:
         return None
     pick, rows = train.kept(("pick", i0, i1, offset, n), lambda: _pick(train, i0, i1, offset, n))
-    cache = {} if cache is None else cache
+    cache = SampleCache() if cache is None else cache
     raw = _raw_sample(train, x)
-    key = ("sample", raw, *rows)
-    if key not in cache:
-        xs = read_at(x, rows, cache, raw)
+    key = SampleKey(raw, tuple(rows))
+    if key not in cache.samples:
+        xs = read_at(x, rows, cache.rows, raw)
         with np.errstate(all="ignore"):
-            cache[key] = (xs, row_norms(as_f32(xs)))
+            cache.samples[key] = (xs, row_norms(as_f32(xs)))
         train.sample([r + offset for r in rows], raw)
-    return (rows, pick, *cache[key])
+    return (rows, pick, *cache.samples[key])
 
 
 def _pick(train: TrainSlot, i0: int, i1: int, offset: int, n: int) -> tuple[np.ndarray, list[int]]:
@@ -153,7 +195,7 @@ class _Walk:
     slot_of: dict[int, int]  # pair -> index in slots
     x_of: dict[int, int]  # pair -> index in xs
     width: int
-    fused: bool = False  # read the rows in their stored dtype, compared by the C loop (:mod:`hsdiff.fused`)
+    loop: bool = False  # read the rows in their stored dtype, compared by the backend's loop
     x_keys: dict[int, list[int]] = field(default_factory=dict)  # capture -> its pairs
     x_rows: dict[int, tuple[int, int]] = field(default_factory=dict)  # capture -> the rows its pairs need
     t_rows: dict[int, tuple[int, int]] = field(default_factory=dict)  # training slot -> the same
@@ -164,7 +206,7 @@ class _Walk:
         self.x_keys = {xi: [k for k in self.ks if self.x_of[k] == xi] for xi in range(len(self.xs))}
         self.x_rows = {xi: self.extent(ks) for xi, ks in self.x_keys.items()}
         self.t_rows = {ti: self.extent([k for k in self.ks if self.slot_of[k] == ti]) for ti in range(len(self.slots))}
-        kind = np.float64 if self.fused else np.float32
+        kind = np.float64 if self.loop else np.float32
         self.x_sq = {xi: np.full(hi - lo, np.nan, dtype=kind) for xi, (lo, hi) in self.x_rows.items()}
         self.d_sq = {k: np.full(hi - lo, np.nan, dtype=kind) for k, (lo, hi) in self.span.items()}
 
@@ -180,18 +222,21 @@ def _walks(pairs: Sequence[tuple[TrainSlot, np.ndarray | Capture, int]]) -> list
     for o, ks in by_offset.items():
         span = {k: (max(0, -o), min(extent(pairs[k][1])[0], pairs[k][0].tokens - o)) for k in ks}
         ks = [k for k in ks if span[k][1] > span[k][0]]
-        slot_ids = list(dict.fromkeys(id(pairs[k][0]) for k in ks))
-        for g in range(0, len(slot_ids), _SLOTS_PER_WALK):
-            group = set(slot_ids[g : g + _SLOTS_PER_WALK])
-            mine = [k for k in ks if id(pairs[k][0]) in group]
-            slots = list({id(pairs[k][0]): pairs[k][0] for k in mine}.values())
-            xs = list({id(pairs[k][1]): pairs[k][1] for k in mine}.values())
+        all_slots = list(dict.fromkeys(pairs[k][0] for k in ks))  # by identity (TrainSlot: eq=False)
+        for g in range(0, len(all_slots), _SLOTS_PER_WALK):
+            slots = all_slots[g : g + _SLOTS_PER_WALK]
+            slot_at = {t: i for i, t in enumerate(slots)}
+            mine = [k for k in ks if pairs[k][0] in slot_at]
+            x_at: dict[int, int] = {}  # by id: an inference side may be an array, which hashes by nothing
+            xs: list[np.ndarray | Capture] = []
+            for k in mine:
+                if id(pairs[k][1]) not in x_at:
+                    x_at[id(pairs[k][1])] = len(xs)
+                    xs.append(pairs[k][1])
             values = sum((span[k][1] - span[k][0]) * extent(pairs[k][1])[1] for k in mine)
-            slot_at = {id(t): i for i, t in enumerate(slots)}  # by identity: a TrainSlot's == compares arrays
-            x_at = {id(x): i for i, x in enumerate(xs)}
             walks.append(_Walk(o, mine, {k: span[k] for k in mine}, slots,
-                               xs, {k: slot_at[id(pairs[k][0])] for k in mine}, {k: x_at[id(pairs[k][1])] for k in mine},
-                               max(extent(x)[1] for x in xs), fused.worth([t.source for t in slots] + xs, values)))
+                               xs, {k: slot_at[pairs[k][0]] for k in mine}, {k: x_at[id(pairs[k][1])] for k in mine},
+                               max(extent(x)[1] for x in xs), backend.BACKEND.worth([t.source for t in slots] + xs, values)))
     return walks
 
 
@@ -205,7 +250,7 @@ def _compare_rows(w: _Walk, a: int, b: int) -> None:
     rows go into the walk's arrays."""
     o = w.offset
     rows = block_rows(w.width)
-    if w.fused:  # the stored rows, a buffer per file the training slots read (their rows once) and one for x
+    if w.loop:  # the stored rows, a buffer per file the training slots read (their rows once) and one for x
         rows = raw_block_rows(w.width)
         nx2_scratch = np.empty(rows, dtype=np.float64)
         files = list(dict.fromkeys(t.file_rows for t in w.slots))
@@ -220,7 +265,7 @@ def _compare_rows(w: _Walk, a: int, b: int) -> None:
             for ti, t in enumerate(w.slots):
                 lo, hi = max(r0, w.t_rows[ti][0]), min(r1, w.t_rows[ti][1])
                 if hi > lo:
-                    ys[ti] = (lo, read_raw(t.source, lo + o, hi + o, slot_buf[ti]) if w.fused
+                    ys[ti] = (lo, read_raw(t.source, lo + o, hi + o, slot_buf[ti]) if w.loop
                               else t.rows(lo + o, hi + o, _block(fbuf[ti], hi - lo, t.width)))
             for xi, x in enumerate(w.xs):
                 x0, x1 = w.x_rows[xi]
@@ -236,15 +281,15 @@ def _compare_rows(w: _Walk, a: int, b: int) -> None:
                     p0, p1 = max(lo, s0), min(hi, s1)
                     if p1 > p0:
                         (whole if (p0, p1) == (lo, hi) else part).append((k, p0, p1))
-                if w.fused:
+                if w.loop:
                     xb = read_raw(x, lo, hi, xbuf)
                     if whole:  # x read once for all of them, its norms too
-                        fused.rows_sq_many(xb, [_y_rows(ys[w.slot_of[k]], p0, p1) for k, p0, p1 in whole], x_sq,
+                        backend.rows_sq_many(xb, [_y_rows(ys[w.slot_of[k]], p0, p1) for k, p0, p1 in whole], x_sq,
                                            [w.d_sq[k][p0 - w.span[k][0] : p1 - w.span[k][0]] for k, p0, p1 in whole])
                     else:
-                        fused.rows_sq_into(xb, None, x_sq, None)
+                        backend.rows_sq_into(xb, None, x_sq, None)
                     for k, p0, p1 in part:
-                        fused.rows_sq_into(xb[p0 - lo : p1 - lo], _y_rows(ys[w.slot_of[k]], p0, p1),
+                        backend.rows_sq_into(xb[p0 - lo : p1 - lo], _y_rows(ys[w.slot_of[k]], p0, p1),
                                            nx2_scratch[: p1 - p0], w.d_sq[k][p0 - w.span[k][0] : p1 - w.span[k][0]])
                     continue
                 xb = read(x, lo, hi, _block(xf, hi - lo, extent(x)[1]))
@@ -292,7 +337,7 @@ def score_many(pairs: Sequence[tuple[TrainSlot, np.ndarray | Capture, int]],
                     i0, i1 = w.span[k]
                     err, cos, ratio = token_metrics(norms[i0 - x0 : i1 - x0], t.norms[i0 + o : i1 + o],
                                                     np.sqrt(w.d_sq[k]).astype(np.float32))
-                    out[k] = _summarise(err, cos, ratio, t.sinks[i0 + o : i1 + o], extent(x)[1])
+                    out[k] = summarise(err, cos, ratio, t.sinks[i0 + o : i1 + o], extent(x)[1])
                     if errors is not None:
                         errors[k] = err
     return out
@@ -306,5 +351,5 @@ def _task_rows(w: _Walk) -> int:
     """Rows per task: a chunk's worth, fewer when that would leave a thread idle (at least three tasks
     per thread when the rows allow it: a short dump's walk is a few tasks, and each costs the same)."""
     lo, hi = w.extent(w.ks)
-    block = raw_block_rows(w.width) if w.fused else block_rows(w.width)
+    block = raw_block_rows(w.width) if w.loop else block_rows(w.width)
     return max(min(block, _MIN_TASK_ROWS), min(CHUNK_BYTES // (4 * max(1, w.width)), -(-(hi - lo) // (3 * THREADS))))

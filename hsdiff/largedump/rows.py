@@ -21,9 +21,10 @@ from typing import Any
 
 import numpy as np
 
-from . import fused
-from .arrays import as_f32, np_dtype, row_norms, row_sq_norms
-from .model import Capture, RowBuffer, files_held
+from ..arrays import as_f32, np_dtype, row_norms, row_sq_norms
+from ..model import Capture
+from ..rowio import RowBuffer, files_held
+from . import backend
 
 __all__ = ["BLOCK_BYTES", "CHUNK_BYTES", "RAW_BLOCK_BYTES", "THREADS", "RowStats", "block_rows", "chunks",
            "extent", "gather_columns", "in_order", "norms_of", "raw_block_rows", "read", "read_at", "read_raw",
@@ -31,8 +32,24 @@ __all__ = ["BLOCK_BYTES", "CHUNK_BYTES", "RAW_BLOCK_BYTES", "THREADS", "RowStats
 
 #: Rows per chunk are chosen so that one chunk of one side holds about this many float32 bytes.
 CHUNK_BYTES = 8 * 2**20
-#: Threads reading and computing on rows (``pread`` and numpy release the GIL, so they share the cores).
-THREADS = 2
+
+
+def _cpus() -> int:
+    """The CPUs this process may run on (its affinity, which a container or ``taskset`` narrows), at
+    most :data:`MAX_THREADS`."""
+    try:
+        n = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # no affinity call (macOS, Windows)
+        n = os.cpu_count() or 1
+    return max(1, min(n, MAX_THREADS))
+
+
+#: The most threads a walk uses: each holds a block of every tensor it walks in its own buffers.
+MAX_THREADS = 16
+#: Threads reading and computing on rows (``pread`` and numpy release the GIL, so they share the
+#: cores): one per CPU of the process. How rows are split among them changes no result: every
+#: row's sums are its own.
+THREADS = _cpus()
 #: Bytes of float32 per block of one tensor: a block stays in cache from its conversion to its last use.
 BLOCK_BYTES = 2**20
 #: Bytes per block of a tensor read in its stored dtype for the C loop.
@@ -222,7 +239,7 @@ def read_at(src: np.ndarray | Capture, rows: list[int], cache: dict | None, raw:
 
 
 def raw_block_rows(width: int) -> int:
-    """Rows per block read in the stored dtype for the C loop (:mod:`hsdiff.fused`): it makes one pass
+    """Rows per block read in the stored dtype for the C loop (:mod:`~hsdiff.largedump.backend`): it makes one pass
     over each, so its blocks can be larger than numpy's (fewer calls) at no cost in cache (2 MB of
     bfloat16 was the quickest on the 4 GB benchmark pair here)."""
     return max(8, min(1024, RAW_BLOCK_BYTES // (2 * max(1, width))))
@@ -308,7 +325,7 @@ def norms_of(srcs: Sequence[np.ndarray | Capture]) -> list[tuple[np.ndarray, dic
     step = max(1, CHUNK_BYTES // (4 * max(1, width)))
     tasks = [(a, a + step) for a in range(0, max(tokens), step)]
 
-    c_loop = fused.worth(srcs, sum(t * extent(s)[1] for s, t in zip(srcs, tokens)))
+    c_loop = backend.BACKEND.worth(srcs, sum(t * extent(s)[1] for s, t in zip(srcs, tokens)))
 
     def task(a: int, b: int) -> list[np.ndarray]:
         rows = raw_block_rows(width) if c_loop else block_rows(width)
@@ -321,7 +338,7 @@ def norms_of(srcs: Sequence[np.ndarray | Capture]) -> list[tuple[np.ndarray, dic
                     if r1 <= r0:
                         continue
                     if c_loop:  # the slots of one file find their rows in this thread's buffer
-                        fused.rows_sq_into(read_raw(src, r0, r1), None, o[r0 - a : r1 - a], None)
+                        backend.rows_sq_into(read_raw(src, r0, r1), None, o[r0 - a : r1 - a], None)
                     else:
                         w = extent(src)[1]
                         x = read(src, r0, r1, buf[: (r1 - r0) * w].reshape(r1 - r0, w))

@@ -9,22 +9,19 @@ from typing import Any
 
 import numpy as np
 
-from .arrays import lower_median
-from .model import Capture
+from ..model import Capture
+from ..sinks import sink_mask
 from .rows import RowStats, extent, gather_columns, norms_of, read, read_at, source
 
-__all__ = ["SINK_FACTOR", "TrainSlot", "sink_mask"]
-
-#: A token whose norm exceeds this multiple of the median token norm is an attention sink.
-SINK_FACTOR = 8.0
-_EPS = 1e-12
+__all__ = ["TrainSlot"]
 
 
-@dataclass
+@dataclass(eq=False)
 class TrainSlot:
     """One training slot of one sample: per-token norms and sink mask from one chunked pass; its rows
     are read again as float32 when needed (:meth:`rows`, :meth:`columns`), and the whole ``[T, H]``
-    tensor only when something asks for :attr:`tensor` (printed-value placement)."""
+    tensor only when something asks for :attr:`tensor` (printed-value placement). It holds arrays:
+    two slots are equal only when they are the same object (a key of a dict, a member of a set)."""
 
     capture: Capture
     sinks: np.ndarray  # bool [T]
@@ -33,8 +30,10 @@ class TrainSlot:
     stats: RowStats
     _source: np.ndarray | Capture
     _columns: dict[tuple[int, ...], np.ndarray]
-    #: rows read (sketches): by row number, samples by their rows, the rows sampled by extent and offset
+    #: rows read (sketches), by row number (see :func:`~hsdiff.largedump.rows.read_at`)
     _rows: dict = field(default_factory=dict)
+    #: what :meth:`kept` computed, by its key
+    _kept: dict = field(default_factory=dict)
     #: tokens ordinary (finite, non-zero, no sink) in every slot of its sample read with it: the slots of
     #: one sample sample the same rows of a capture, read once for all of them
     ordinary: np.ndarray | None = None
@@ -80,7 +79,7 @@ class TrainSlot:
         return self._source
 
     def rows(self, i0: int, i1: int, out: np.ndarray | None = None) -> np.ndarray:
-        """Rows ``[i0, i1)`` as float32 (:func:`hsdiff.rows.read`)."""
+        """Rows ``[i0, i1)`` as float32 (:func:`~hsdiff.largedump.rows.read`)."""
         return read(self._source, i0, i1, out)
 
     def rows_at(self, rows: list[int]) -> np.ndarray:
@@ -92,20 +91,21 @@ class TrainSlot:
         return self._source
 
     @property
-    def file_rows(self) -> int:
-        """Equal for slots whose rows are read from the same rows of a file (one concatenated tensor)."""
+    def file_rows(self) -> object:
+        """The same object for slots whose rows are read from the same rows of a file (one concatenated
+        tensor: its reader), else the slot itself."""
         src = self._source
-        return id(src.rows) if isinstance(src, Capture) and src.rows is not None else id(self)
+        return src.rows if isinstance(src, Capture) and src.rows is not None else self
 
     def kept(self, key: tuple, make: Callable[[], Any]) -> Any:
         """``make()``, computed once per ``key`` for this slot (what a sketch derives from it)."""
-        if key not in self._rows:
-            self._rows[key] = make()
-        return self._rows[key]
+        if key not in self._kept:
+            self._kept[key] = make()
+        return self._kept[key]
 
     def sample(self, rows: list[int], raw: bool = False) -> np.ndarray:
         """:meth:`rows_at`, kept: the sketch samples the same rows of a slot for every capture (``raw``: in
-        the stored dtype, see :func:`~hsdiff.rows.read_at`)."""
+        the stored dtype, see :func:`~hsdiff.largedump.rows.read_at`)."""
         return self.kept(("sample", raw, *rows), lambda: read_at(self._source, rows, self._rows, raw))
 
     def columns(self, cols: np.ndarray) -> np.ndarray:
@@ -114,15 +114,3 @@ class TrainSlot:
         if key not in self._columns:
             self._columns[key] = gather_columns(self._source, cols, self.tokens)
         return self._columns[key]
-
-
-def sink_mask(norms: np.ndarray) -> np.ndarray:
-    """True where a token's norm is far above the median (attention-sink tokens)."""
-    finite = norms[np.isfinite(norms)]
-    if finite.size < 3:
-        return np.zeros(norms.shape, dtype=bool)
-    med = lower_median(finite)
-    with np.errstate(invalid="ignore"):
-        return norms > np.float32(SINK_FACTOR * max(med, _EPS))
-
-
