@@ -11,7 +11,7 @@ tens of GB can be opened and scanned cheaply.
 """
 
 from .capture import INFER, TRAIN, Capture, Dump, Layer, Observation, Origin, RowBuffer, files_held, held_files
-from .diagnosis import Diagnosis, Finding, Miss, Override
+from .diagnosis import Diagnosis, Direction, Finding, Miss, Override
 from .results import (
     Candidate,
     Configured,
@@ -38,6 +38,7 @@ __all__ = [
     "Diagnosis",
     "Finding",
     "Miss",
+    "Direction",
     "Override",
     "TRAIN",
     "INFER",
