@@ -22,7 +22,7 @@ from . import conventions as conv
 from .errors import InputError
 from .model import Candidate, Configured, Evidence, Recommendation, SlotResult, Status, Verdict
 from .model.diagnosis import Diagnosis, Finding, Miss
-from .separation import miss_direction
+from .separation import miss_direction, one_layer_apart, one_layer_floor, separation_at
 
 __all__ = ["diagnose", "miss", "with_miss", "MISS_CONFIDENCE", "label_shift", "position_shift"]
 
@@ -88,24 +88,36 @@ def miss(results: Sequence[SlotResult], configured: Configured | None, candidate
     """Which way the configured captures miss their training slots when no capture matched and no
     training label names the slots: each slot against the capture configured for it, on the same
     tokens (:func:`hsdiff.separation.miss_direction`). The distance is one layer when another
-    engine's reading of the configured ids captures exactly the layers one step that way."""
+    engine's reading of the configured ids captures exactly the layers one step that way, or when no
+    capture but a neighbour of where the miss places each slot is nearer to it than its own, and every
+    miss is what one layer moves the states by there (:func:`hsdiff.separation.one_layer_apart`)."""
     if configured is None or any(r.match is not None or r.boundary_index is not None for r in results):
         return None
     cfg = list(configured.boundary_indices)
-    pairs = []
+    own = []
     for r in results:
-        own = [c for c in candidates.get(r.slot, []) if r.slot < len(cfg) and c.boundary == cfg[r.slot]]
-        if not own:
+        mine = [c for c in candidates.get(r.slot, []) if r.slot < len(cfg) and c.boundary == cfg[r.slot]]
+        if not mine:
             return None
-        pairs.append(min(own, key=lambda c: c.metrics.rel_err).metrics)
-    direction = miss_direction(pairs)
-    if direction is None:
+        own.append(min(mine, key=lambda c: c.metrics.rel_err))
+    seen = miss_direction([c.metrics for c in own])
+    if seen is None:
         return None
-    trained = [cfg[r.slot] - direction for r in results]
+    trained = [cfg[r.slot] - seen.sign for r in results]
     by = tuple(conv.rule(e).title for e in conv.ENGINES if _reads_as(configured.ids, e, trained, num_layers, model_family))
-    ratios, errors, cosines = ([getattr(m, k) for m in pairs] for k in ("norm_ratio", "rel_err", "cosine"))
-    return Miss(direction, 1 if by else None, by, (min(ratios), max(ratios)), (min(errors), max(errors)),
-                (min(cosines), max(cosines)))
+    seps = [separation_at(b, [c for c in candidates[r.slot] if c is not mine], num_layers)
+            for b, mine, r in zip(trained, own, results)]
+    near = bool(by) or (all(_nearest(c, candidates[r.slot], b) for c, r, b in zip(own, results, trained))
+                        and one_layer_apart([c.metrics.rel_err for c in own], seps))
+    return Miss(seen, 1 if near else None, by, max(one_layer_floor(s) for s in seps))
+
+
+def _nearest(own: Candidate, cands: Sequence[Candidate], b: int) -> bool:
+    """Whether no capture but ``own`` and the other neighbour of ``b`` (one layer's update can be far
+    smaller than the next: SmolLM2 up-scaled to 126 layers, B4 is 26 % from B5, B6 115 %) is nearer to
+    the slot a miss places at ``b``; one there or farther off would contradict the placement."""
+    return all(o.metrics.rel_err >= own.metrics.rel_err for o in cands
+               if o is not own and o.boundary is not None and abs(o.boundary - b) != 1)
 
 
 def _reads_as(ids: Sequence[int], engine: str, boundaries: list[int], num_layers: int | None,
@@ -130,9 +142,8 @@ def with_miss(results: Sequence[SlotResult], found: Miss, configured: Configured
             layer_id = conv.from_boundary([b], engine, num_layers=num_layers, model_family=family, version=version)[0]
         except InputError:  # not a layer this engine can capture: the recommendation says so
             layer_id = None
-        way = "shallower" if found.direction < 0 else "deeper"
         out.append(replace(r, boundary_index=b, layer_id=layer_id, evidence=Evidence.INFERRED, confidence=MISS_CONFIDENCE,
                            status=Status.MISMATCH,
                            note=f"{r.note}; inferred B{b}: the capture configured for it (B{configured.boundary_indices[r.slot]}) "
-                                f"sits one layer {way} (norms on the same tokens), as every slot's does"))
+                                f"sits one layer {found.seen.way} (norms on the same tokens), as every slot's does"))
     return tuple(out)

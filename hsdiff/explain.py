@@ -204,22 +204,32 @@ def _cause(verdict: Verdict, diagnosis: Diagnosis, results: Sequence[SlotResult]
 
 def _miss(m: Miss, configured: Configured, results: Sequence[SlotResult], title: str, L: int | None) -> str:
     """Nothing matched, but every capture sits the same way off its training slot."""
-    way, norms = ("shallower", "lower") if m.direction < 0 else ("deeper", "higher")
+    seen = m.seen
     cfg = list(configured.boundary_indices)
-    figures = (f"{norms} norms on the same tokens, {_range(m.ratios, 'ratio')}; errors {_range(m.errors)} at cosines "
-               f"{m.cosines[0]:.2f}–{m.cosines[1]:.2f}, as neighbouring layers differ")
+    figures = (f"{seen.norms} norms on the same tokens, {_range(seen.ratios, 'ratio')}; errors {_range(seen.errors)} at "
+               f"cosines {seen.cosines[0]:.2f}–{seen.cosines[1]:.2f}, as neighbouring layers differ")
     steps = (1,) if m.layers is not None else (1, 2)  # the layers the miss points at
     near = sorted({b - m.direction * k for b in cfg for k in steps if b - m.direction * k >= 0} - set(cfg))
     confirm = f"dump the layers {_and([f'B{b}' for b in near])} once to confirm"
+    floor = "" if m.separation is None else f" ({pct(m.separation)}, bounded from the other captures and the depth)"
     if m.layers is None:
-        return (f"No capture equals a training slot, but every capture sits {way} than its training slot ({figures}); "
-                f"no engine's reading of the ids {list(configured.ids)} explains a single step, so the distance is "
-                f"not known: {confirm} and find it.")
+        return (f"No capture equals a training slot, but every capture sits {seen.way} than its training slot "
+                f"({figures}); no engine's reading of the ids {list(configured.ids)} explains a single step, and the "
+                f"errors do not show one layer (each capture the nearest to its slot but for a neighbour, above the least "
+                f"one layer moves the states by here{floor}), so the distance is not known: {confirm} and find it.")
     bs = [r.boundary_index for r in results]
-    return (f"No capture equals a training slot, but every capture sits about one layer {way} than its training slot "
-            f"({figures}): {title} takes {boundary_list(cfg, L)} where training used {boundary_list(bs, L)}, likely ids "
-            f"written in another convention — {_and(list(m.explained_by))} read {list(configured.ids)} as exactly "
-            f"the training layers. The recommendation is inferred from that, not observed: {confirm}.")
+    head = (f"No capture equals a training slot, but every capture sits about one layer {seen.way} than its training "
+            f"slot ({figures})")
+    if m.explained_by:
+        return (f"{head}: {title} takes {boundary_list(cfg, L)} where training used {boundary_list(bs, L)}, likely ids "
+                f"written in another convention — {_and(list(m.explained_by))} read {list(configured.ids)} as exactly "
+                f"the training layers. The recommendation is inferred from that, not observed: {confirm}.")
+    way = "shallower" if seen.sign > 0 else "deeper"
+    return (f"{head}: {title} takes {boundary_list(cfg, L)} where training likely used {boundary_list(bs, L)}. No "
+            f"engine's reading of the ids {list(configured.ids)} names those layers; each capture is the nearest to its "
+            f"slot but for a neighbour and above the least one layer moves the states by here{floor}, and one layer is "
+            f"the nearest reading (two layers off can look the same). The recommendation moves each id one layer {way} in {title}'s "
+            f"convention: inferred from the miss at low confidence, not observed — {confirm}.")
 
 
 def _and(names: list[str]) -> str:

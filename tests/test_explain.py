@@ -10,6 +10,7 @@ from hsdiff.model import (
     Capture,
     Configured,
     Diagnosis,
+    Direction,
     Evidence,
     Finding,
     Layer,
@@ -190,14 +191,14 @@ def test_nothing_matched_by_labels_says_which_way_and_the_closest_error() -> Non
 def test_a_miss_one_layer_away_names_the_engine_that_explains_it_and_what_to_dump() -> None:
     c = cfg("vllm", (2, 15, 27))
     results = [slot(i, None, k, Status.MISMATCH, matched=False) for i, k in enumerate((2, 15, 27))]
-    m = Miss(-1, 1, ("SGLang",), (0.9, 0.95), (0.2, 0.3), (0.96, 0.98))
+    m = Miss(Direction(-1, (0.9, 0.95), (0.2, 0.3), (0.96, 0.98)), 1, ("SGLang",))
     cause = words(
         results, Verdict.MISMATCH, Diagnosis(Finding.NO_MATCH, -1, (0, 1, 2), miss=m), c, rec("vllm", (3, 16, 28))
     ).cause
     assert "every capture sits about one layer shallower than its training slot" in cause
     assert "SGLang read [2, 15, 27] as exactly the training layers" in cause
     assert "dump the layers B3, B16 and B28 once to confirm" in cause
-    unknown = Miss(1, None, (), (1.1, 1.2), (0.2, 0.3), (0.96, 0.98))
+    unknown = Miss(Direction(1, (1.1, 1.2), (0.2, 0.3), (0.96, 0.98)), None, ())
     far = words(
         results,
         Verdict.MISMATCH,

@@ -27,33 +27,36 @@ def _dump(root, depth: int, boundaries, transform=None):
                           [("input_ids", s["input_ids"], {}), ("aux_hidden_states", torch.cat(values, dim=-1), {})]).parent
 
 
+#: (engine, where it captures against training, the engine whose reading of the ids names the training
+#: layers): SGLang's ids on vLLM capture one layer shallow, vLLM's (boundary) ids on SGLang one layer
+#: deep; ids one too high on vLLM, or SGLang given ids two below the training layers' output indices,
+#: are one layer off in the engine's own convention, which no engine's reading explains
+WAYS = [("vllm", -1, "SGLang"), ("sglang", 1, "vLLM"), ("vllm", 1, None), ("sglang", -1, None)]
+
+
 @pytest.mark.parametrize("depth,train_b", CASES, ids=lambda v: str(v) if isinstance(v, int) else "B" + "-".join(map(str, v)))
-@pytest.mark.parametrize("engine,shift", [("vllm", -1), ("sglang", 1)], ids=["vllm-shallow", "sglang-deep"])
-def test_one_layer_off_names_the_direction_and_infers_the_training_ids(tmp_path, depth, train_b, engine, shift):
-    # vLLM given SGLang's ids captures one layer shallow; SGLang given vLLM's (boundary) ids one layer deep
+@pytest.mark.parametrize("engine,shift,other", WAYS, ids=["vllm-shallow", "sglang-deep", "vllm-deep-own", "sglang-shallow-own"])
+def test_one_layer_off_names_the_direction_and_infers_the_training_ids(tmp_path, depth, train_b, engine, shift, other):
     train = B.specforge(tmp_path / "train", [1], train_b, depth=depth)
     captured = [b + shift for b in train_b]
-    ids = captured if engine == "vllm" else [b - 1 for b in captured]
-    r = hsdiff.compare(train, _dump(tmp_path / "infer", depth, captured), engine=engine, layer_ids=ids,
-                       num_layers=depth)
-    truth = list(train_b) if engine == "vllm" else [b - 1 for b in train_b]
+    below = 1 if engine == "sglang" else 0  # SGLang's id i captures B i+1, vLLM's B i
+    r = hsdiff.compare(train, _dump(tmp_path / "infer", depth, captured), engine=engine,
+                       layer_ids=[b - below for b in captured], num_layers=depth)
     way = "shallower" if shift < 0 else "deeper"
     assert r.verdict == "mismatch" and r.exit_code == 1
     assert f"about one layer {way}" in r.cause, r.cause
-    assert list(r.recommended.ids) == truth
+    assert list(r.recommended.ids) == [b - below for b in train_b]
     assert all(s.evidence == "inferred" and s.confidence < 0.5 for s in r.slots)
     d = r.to_dict()["diagnosis"]
     assert d["kind"] == "no-match" and d["offset"] == shift and d["miss"]["direction"] == way
-    assert ("SGLang" if engine == "vllm" else "vLLM") in d["miss"]["explained_by"]
-
-
-def test_a_direction_no_convention_explains_says_the_way_but_infers_nothing(tmp_path):
-    # SGLang given ids two below the training layers' output indices captures one layer shallow: no
-    # engine's rule reads [0, 13, 25] as B[2, 15, 27], so the distance is not known
-    train = B.specforge(tmp_path / "train", [1], (2, 15, 27))
-    r = hsdiff.compare(train, _dump(tmp_path / "infer", 30, (1, 14, 26)), layer_ids=[0, 13, 25], num_layers=30)
-    assert r.verdict == "mismatch" and list(r.recommended.ids) == [None, None, None]
-    assert "sits shallower than its training slot" in r.cause and "distance is not known" in r.cause
+    assert d["miss"]["layers"] == 1
+    if other:
+        assert other in d["miss"]["explained_by"]
+    else:  # the distance read from the errors: the cause says so and names the training layers to dump
+        assert d["miss"]["explained_by"] == [] and "No engine's reading" in r.cause, r.cause
+        assert f"one layer {'deeper' if shift < 0 else 'shallower'} in" in r.cause and "low confidence" in r.cause
+        named = [f"B{b}" for b in train_b]
+        assert "dump the layers " + ", ".join(named[:-1]) + " and " + named[-1] in r.cause
 
 
 def test_one_slot_alone_says_no_direction(tmp_path):
@@ -65,8 +68,9 @@ def test_one_slot_alone_says_no_direction(tmp_path):
     assert r.to_dict()["diagnosis"]["miss"] is None and "different tensors" in r.cause
 
 
+@pytest.mark.parametrize("engine,ids", [("sglang", [1, 14, 26]), ("vllm", [2, 15, 27])])
 @pytest.mark.parametrize("what", ["post-norm", "another sample"])
-def test_genuinely_different_tensors_keep_the_different_tensors_cause(tmp_path, what):
+def test_genuinely_different_tensors_keep_the_different_tensors_cause(tmp_path, what, engine, ids):
     train = B.specforge(tmp_path / "train", [1], (2, 15, 27))
     if what == "post-norm":  # the final RMSNorm applied to each captured state: a norm far from the stream's
         def transform(x):
@@ -79,7 +83,8 @@ def test_genuinely_different_tensors_keep_the_different_tensors_cause(tmp_path, 
         values = [torch.roll(other["bf16"][b][:T], shifts=7, dims=0) for b in (2, 15, 27)]
         infer = dumper_records(tmp_path / "infer" / "dump_20261202_000000_000001",
                                [("input_ids", s["input_ids"], {}), ("aux_hidden_states", torch.cat(values, -1), {})]).parent
-    r = hsdiff.compare(train, infer, layer_ids=[1, 14, 26], num_layers=30)
+    r = hsdiff.compare(train, infer, engine=engine, layer_ids=ids, num_layers=30)
     assert r.verdict == "mismatch" and list(r.recommended.ids) == [None, None, None]
+    assert all(s.evidence != "inferred" for s in r.slots)
     assert "the two sides hold different tensors" in r.cause and "norm ratio" in r.cause
     assert r.to_dict()["diagnosis"]["miss"] is None

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..configs import stated_ids
+from ..model import Metrics
+from ..separation import miss_direction, slot_direction
 from . import prefix as P
 from .fingerprint import FileSummary
 from .report import Group, Problem
@@ -371,7 +373,7 @@ def _relation(group: Sequence[FileSummary], majority: Sequence[FileSummary], tol
         rel = " / ".join(f"{a / b:.2f}" for a, b in zip(prof, maj))
         return f"no token prefix shared with the majority; per-slot norm ratio to the majority {rel} (norm profile)"
     e, r, c = (np.nanmedian(x, axis=0) for x in (err, ratio, cos))
-    parts, equal, shallower, deeper = [], {}, [], []
+    parts, equal, apart = [], {}, {}
     for a in range(k):
         b = int(np.nanargmin(e[a])) if not np.all(np.isnan(e[a])) else a
         if a in embed:
@@ -382,10 +384,8 @@ def _relation(group: Sequence[FileSummary], majority: Sequence[FileSummary], tol
         else:
             same = e[a, a] if a < kmaj else float("nan")
             nr = r[a, a] if a < kmaj else float("nan")
-            if a < kmaj and b == a and nr < 1:
-                shallower.append(a)
-            elif a < kmaj and b == a and nr > 1:
-                deeper.append(a)
+            if a < kmaj and b == a:  # nearest to the majority's same slot: which way it misses, as compare decides
+                apart[a] = Metrics(float(same), float(c[a, a]), float(same), float(nr), tokens, 0)
             parts.append(f"slot {a}: {same:.0%} from the majority's slot {a}, norm x{nr:.2f}, "
                          f"cosine {np.nanmax(c[a]):.2f} at most with any majority slot")
     rest = [a for a in range(k) if a not in embed]
@@ -399,16 +399,12 @@ def _relation(group: Sequence[FileSummary], majority: Sequence[FileSummary], tol
         head = f"shifted by {abs(d)} slot(s): slot s holds the majority's slot s{d:+d}"
         if embed:
             head += f", slot(s) {', '.join(map(str, sorted(embed)))} the embeddings"
-    elif equal and shallower and len(equal) + len(shallower) + len(embed) == k:
+    elif equal and apart and len(equal) + len(apart) + len(embed) == k and all(slot_direction(m) == -1 for m in apart.values()):
         head = "shallower layers: " + ", ".join(f"slot {a} = majority slot {b}" for a, b in equal.items())
-    elif len(shallower) == k:
-        head = ("shallower layers than the majority at every slot: lower norms on the same tokens and nearest to the "
-                "majority's same slot, as capture ids set one (or a few) layers shallower give; the exact offset needs "
-                "the neighbouring layers")
-    elif len(deeper) == k:
-        head = ("deeper layers than the majority at every slot: higher norms on the same tokens and nearest to the "
-                "majority's same slot, as capture ids set one (or a few) layers deeper give; the exact offset needs "
-                "the neighbouring layers")
+    elif len(apart) == k and (seen := miss_direction(list(apart.values()))) is not None:
+        head = (f"{seen.way} layers than the majority at every slot: {seen.norms} norms on the same tokens and nearest to "
+                f"the majority's same slot, as capture ids set one (or a few) layers {seen.way} give; the exact offset "
+                "needs the neighbouring layers")
     else:
         head = "other layers than the majority"
     return f"{head} — on {tokens} shared-prefix token(s): " + "; ".join(parts)

@@ -11,7 +11,7 @@ tens of GB can be opened and scanned cheaply.
 """
 
 from .capture import INFER, TRAIN, Capture, Dump, Index, LabelSource, Layer, Observation, Origin
-from .diagnosis import Diagnosis, Finding, Miss, Override
+from .diagnosis import Diagnosis, Direction, Finding, Miss, Override
 from .results import (
     Candidate,
     Configured,
@@ -40,6 +40,7 @@ __all__ = [
     "Diagnosis",
     "Finding",
     "Miss",
+    "Direction",
     "Override",
     "TRAIN",
     "INFER",

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from ..enums import StrEnum
 
-__all__ = ["Finding", "Override", "Miss", "Diagnosis"]
+__all__ = ["Finding", "Override", "Direction", "Miss", "Diagnosis"]
 
 
 class Finding(StrEnum):
@@ -42,24 +42,50 @@ class Override(StrEnum):
 
 
 @dataclass(frozen=True)
-class Miss:
-    """Which way the configured captures miss their training slots when none equals one: every
-    capture's norm on the same tokens below (``direction`` -1: shallower) or above (+1: deeper) its
-    training slot's, at errors and cosines neighbouring layers show. ``layers``: 1 when reading the
-    configured ids by another engine's rule (``explained_by``, titles) captures exactly the training
-    layers one step away, else None (the distance is not known). Ranges are (lowest, highest)."""
+class Direction:
+    """Which way captures that equal no slot they are weighed against miss it, decided once by
+    :func:`hsdiff.separation.miss_direction` for ``compare``, ``gate`` and ``audit``: ``sign`` -1
+    shallower, +1 deeper; the ranges (lowest, highest) over the slots of the figures it rests on, on
+    the same tokens."""
 
-    direction: int
-    layers: int | None
-    explained_by: tuple[str, ...]
+    sign: int
     ratios: tuple[float, float]
     errors: tuple[float, float]
     cosines: tuple[float, float]
 
+    @property
+    def way(self) -> str:
+        return "shallower" if self.sign < 0 else "deeper"
+
+    @property
+    def norms(self) -> str:
+        return "lower" if self.sign < 0 else "higher"
+
+
+@dataclass(frozen=True)
+class Miss:
+    """Which way the configured captures miss their training slots when none equals one: ``seen``,
+    every capture's norm on the same tokens below (shallower) or above (deeper) its training slot's,
+    at errors and cosines neighbouring layers show. ``layers``: 1 when the distance is that of
+    neighbouring layers, else None (not known). ``explained_by`` (titles): the engines whose reading
+    of the configured ids captures exactly the training layers one step away; empty when the distance
+    was read from the errors against the separation expected between neighbours (``separation``)."""
+
+    seen: Direction
+    layers: int | None
+    explained_by: tuple[str, ...]
+    #: the least error one layer gives (the largest over the slots) that the errors were weighed against
+    separation: float | None = None
+
+    @property
+    def direction(self) -> int:
+        return self.seen.sign
+
     def to_dict(self) -> dict:
-        return {"direction": "shallower" if self.direction < 0 else "deeper", "layers": self.layers,
-                "explained_by": list(self.explained_by), "norm_ratios": [round(x, 4) for x in self.ratios],
-                "errors": [round(x, 4) for x in self.errors], "cosines": [round(x, 4) for x in self.cosines]}
+        s = self.seen
+        return {"direction": s.way, "layers": self.layers,
+                "explained_by": list(self.explained_by), "norm_ratios": [round(x, 4) for x in s.ratios],
+                "errors": [round(x, 4) for x in s.errors], "cosines": [round(x, 4) for x in s.cosines]}
 
 
 @dataclass(frozen=True)

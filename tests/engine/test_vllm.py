@@ -120,10 +120,15 @@ def test_compare_reads_vllm_dumps_and_log(engine, train_dumps):
     assert {s["evidence"] for s in doc["slots"]} == {"inferred"}
     deeper = json.loads(cli("compare", train_dumps["deeper"], engine["deeper"].dump, "--engine-log",
                             engine["deeper"].log, "--model-config", cfg, "--json", "-").output)
-    # [3, 16, 28] on vLLM: one layer deep, which no engine's reading of those ids explains: the direction
-    # is said, the distance (and so the ids) left open
-    assert deeper["diagnosis"]["miss"]["direction"] == "deeper" and deeper["verdict"] == "mismatch"
-    assert "sits deeper than its training slot" in deeper["cause"]
+    # [3, 16, 28] on vLLM: one layer deep, which no engine's reading of those ids explains; the errors
+    # are what one layer moves the states by, so each id moves one layer shallower in vLLM's own
+    # convention: the training layers, inferred (not observed), and the gate still fails
+    miss = deeper["diagnosis"]["miss"]
+    assert miss["direction"] == "deeper" and miss["layers"] == 1 and miss["explained_by"] == []
+    assert deeper["verdict"] == "mismatch" and "about one layer deeper" in deeper["cause"]
+    assert deeper["recommended"]["eagle_aux_hidden_state_layer_ids"] == [2, 15, 27]
+    assert {s["evidence"] for s in deeper["slots"]} == {"inferred"}
+    assert "dump the layers B2, B15 and B27" in deeper["cause"]
 
     clash = cli("compare", train_dumps["right"], engine["right"].dump, "--engine-log", engine["right"].log,
                 "--layer-ids", "1,14,26", "--model-config", cfg)

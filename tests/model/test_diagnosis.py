@@ -10,10 +10,10 @@ import jsonschema
 import pytest
 
 from hsdiff import schemas
-from hsdiff.model import Diagnosis, Finding, Miss, Override
+from hsdiff.model import Diagnosis, Direction, Finding, Miss, Override
 
 DEF = schemas.load("report")["$defs"]["diagnosis"]
-MISS = Miss(-1, 1, ("vLLM",), (0.8123456, 0.9), (0.2, 0.31234567), (0.95, 0.97))
+MISS = Miss(Direction(-1, (0.8123456, 0.9), (0.2, 0.31234567), (0.95, 0.97)), 1, ("vLLM",))
 
 
 def test_the_kinds_and_overrides_are_the_report_schema_s() -> None:
@@ -61,7 +61,7 @@ def test_a_miss_says_its_direction_in_words_and_rounds_its_figures() -> None:
         "errors": [0.2, 0.3123],
         "cosines": [0.95, 0.97],
     }
-    deeper = dataclasses.replace(MISS, direction=1, layers=None, explained_by=())
+    deeper = dataclasses.replace(MISS, seen=dataclasses.replace(MISS.seen, sign=1), layers=None, explained_by=())
     assert deeper.to_dict()["direction"] == "deeper" and deeper.to_dict()["layers"] is None
 
 
