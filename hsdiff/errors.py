@@ -14,6 +14,9 @@ hsdiff itself (exit status 3)::
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
+
 __all__ = [
     "HsdiffError",
     "InputError",
@@ -27,17 +30,28 @@ __all__ = [
 class HsdiffError(Exception):
     """Base class of every error a user can fix by changing the input."""
 
-    def __init__(self, message: str, *, path: object | None = None, hint: str | None = None):
+    def __init__(self, message: str, *, path: object | None = None, hint: str | None = None,
+                 params: tuple[str, ...] = ()):
         self.path = None if path is None else str(path)
         self.hint = hint
         self.detail = message
+        #: the API parameters (``compare(hidden_size=...)``) the message names, for a front end to word as its own
+        self.params = params
         super().__init__(self._compose())
 
-    def _compose(self) -> str:
+    def _compose(self, names: Mapping[str, str] | None = None) -> str:
         text = f"{self.path}: {self.detail}" if self.path else self.detail
         if self.hint:
             text = f"{text} — {self.hint}"
+        for param in self.params:
+            if names and param in names:
+                text = re.sub(rf"\b{re.escape(param)}\b", names[param], text)
         return text
+
+    def worded(self, names: Mapping[str, str]) -> str:
+        """The message with each API parameter it names written as ``names`` says (``hidden_size`` ->
+        ``--hidden-size`` on the command line)."""
+        return self._compose(names)
 
 
 class InputError(HsdiffError):

@@ -47,7 +47,7 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except HsdiffError as e:
-            click.echo(f"hsdiff: error: {e}", err=True)
+            click.echo(f"hsdiff: error: {e.worded(_flags(ctx))}", err=True)
             ctx.exit(EXIT_INPUT)
         except click.BadParameter as e:
             if not isinstance(getattr(e.param, "type", None), click.Path):
@@ -83,6 +83,13 @@ class _Group(click.Group):
                 err=True,
             )
             ctx.exit(EXIT_BUG)
+
+
+def _flags(ctx: click.Context) -> dict[str, str]:
+    """The command line's name of each API parameter of the command run (``hidden_size`` -> ``--hidden-size``)."""
+    command = ctx.command.commands.get(ctx.invoked_subcommand or "") if isinstance(ctx.command, click.Group) else None
+    return {p.name: max(p.opts, key=len) for p in (command.params if command else ())
+            if isinstance(p, click.Option) and p.name}
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
