@@ -57,3 +57,23 @@ def test_report_plot_is_the_heatmap_figure(tmp_path):
     fig, ax = plt.subplots()
     assert report.plot(metric="cosine", ax=ax) is fig  # onto the caller's axes, as DataFrame.plot(ax=...)
     plt.close(fig)
+
+
+# ----------------------------------------------------------------------------- "output of model.layers.N"
+def _rows(values) -> str:
+    return "[" + ", ".join("[" + ", ".join(f"{x:.4f}" for x in row) + "]" for row in values.tolist()) + "]"
+
+
+def test_output_of_model_layers_n_in_a_log_line_is_boundary_n_plus_1(tmp_path):
+    # the training side holds B 2, 15, 27: the outputs of layers 1, 14, 26 (SGLang ids [1, 14, 26])
+    hs = B.states(0)["bf16"].float()
+    log = tmp_path / "hook.log"
+    log.write_text("".join(f"[2026-11-30 01:15:02 TP0] forward hook: output of model.layers.{n} "
+                           f"hidden_states[1:9, :64]={_rows(hs[n + 1][1:9, :64])}\n" for n in (1, 14, 26)))
+    report = hsdiff.compare(B.FIXTURES / "logs" / "smollm2-train", log, layer_ids=[1, 14, 26])
+    assert [s.match.capture.boundary for s in report.slots] == [2, 15, 27]
+    assert [s.boundary_index for s in report.slots] == [2, 15, 27]
+    assert list(report.recommended.ids) == [1, 14, 26] and report.verdict != "mismatch"
+    assert "infer-index" not in report.cause
+    r = _compare(B.FIXTURES / "logs" / "smollm2-train", log, "--layer-ids", "1,14,26")
+    assert "O1 (B2)" in r.output and "infer_index" not in r.output and "--infer-index" not in r.output

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...model import Capture, Observation, Origin
+from ...model import Capture, Layer, Observation, Origin
 from .._common import ReadContext, layer_label
 from .dumper import DumperSample, dumper_path, read_record
 from .labels import (
@@ -60,6 +60,7 @@ class Cap:
     group: str
     explicit: bool  # slot or layer printed
     duplicates: int = 0
+    layer_index: str | None = None  # what the words around the layer number say it counts
 
 
 def place(p: Print, lab: Labels, shape: tuple[int, ...] | None) -> tuple[np.ndarray, tuple[int, ...], tuple[int, ...], bool]:
@@ -260,7 +261,7 @@ class Builder:
         cap = Cap(
             line=p.line, key=key, pattern=pattern, values=vals, rows=rows, cols=cols, rows_known=rows_known,
             shape=shape, dtype=norm_dtype(p.dtype or lab.dtype, p.kind), slot=lab.slot, layer=lab.layer,
-            norm=lab.norm, group=self.group, explicit=explicit,
+            norm=lab.norm, group=self.group, explicit=explicit, layer_index=lab.layer_index,
         )
         self.caps.append(cap)
         self.dups[(self.group, pattern, lab.slot, lab.layer, rows, cols, vals.shape, vals.tobytes())] = cap
@@ -316,7 +317,8 @@ class Builder:
                     width=width,
                     group=c.group,
                     slot=c.slot,
-                    layer=None if c.layer is None else layer_label(c.layer, c.key, self.ctx, "log"),
+                    layer=None if c.layer is None else (Layer(c.layer, c.layer_index, "log") if c.layer_index
+                                                        else layer_label(c.layer, c.key, self.ctx, "log")),
                     norm=c.norm,
                     observation=obs,
                 )
