@@ -166,7 +166,8 @@ def _compare(train: Dump, infer: Dump, opts: Options, family: str, train_path: s
     warnings = list(train.warnings) + list(infer.warnings)
     train, w_train = validate.with_values(train, "training", train_path)
     infer, w_infer = validate.with_values(infer, "inference", infer_path)
-    warnings += w_train + w_infer
+    infer, w_joined = slots.join_rank_parts(infer, train)
+    warnings += w_train + w_infer + w_joined
 
     num_layers, layers_from = shape.num_layers(opts.num_layers, model_cfg, train, infer)
     hidden, hidden_from = shape.hidden_size(opts.hidden_size, model_cfg, train, infer, opts.layer_ids)
@@ -177,7 +178,7 @@ def _compare(train: Dump, infer: Dump, opts: Options, family: str, train_path: s
     k = len(train_slots)
     labelled, w_label = slots.label_infer(infer, hidden, configured)
     warnings += w_label
-    usable = [c for c in labelled if not c.post_norm]
+    usable = slots.with_final(labelled, num_layers)
     if not usable:
         widths = sorted({c.width for c in infer.captures if c.width})
         raise AlignmentError(

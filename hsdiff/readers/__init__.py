@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from types import ModuleType
 
@@ -42,7 +42,8 @@ from ._container import (
 )
 from .registry import BY_KEY, DATASETS, DETECTION, FORMATS, LOG_SUFFIXES, TEXT_READER, accepts
 
-__all__ = ["FORMATS", "ReadContext", "scan", "read_file", "read_safetensors_header", "replica_groups", "replica_difference"]
+__all__ = ["FORMATS", "ReadContext", "scan", "read_file", "read_safetensors_header", "replica_groups", "replica_difference",
+           "RANK_SEQUENCE", "rank_sequence"]
 
 log = logging.getLogger("hsdiff.readers")
 
@@ -303,6 +304,12 @@ def _collapse_ranks(captures: list[Capture], warnings: list[str], conflicts: lis
             out.append(group[0])
             continue
         base = group[0]
+        apart = _tokens_apart(group)
+        if apart:
+            warnings.append(f"{base.origin.path} [{base.origin.key}]: {apart}; read as separate sequences (data "
+                            "parallel, or parts of one sequence), not as tensor-parallel replicas")
+            out.extend(c.replace(group=rank_sequence(c.group, c.rank)) for c in group)
+            continue
         disagree = []
         try:
             ref = as_f32(base.array())
@@ -323,6 +330,29 @@ def _collapse_ranks(captures: list[Capture], warnings: list[str], conflicts: lis
             )
         out.append(base.replace(rank=None) if not disagree else base)
     return out
+
+
+#: Joins a forward pass's name and a rank whose tokens are its own (:func:`rank_sequence`).
+RANK_SEQUENCE = "@rank"
+
+
+def rank_sequence(group: str | None, rank: int | None) -> str:
+    """The name of the sequence one rank holds when the ranks hold different tokens."""
+    return f"{group or ''}{RANK_SEQUENCE}{rank}"
+
+
+def _tokens_apart(group: Sequence[Capture]) -> str:
+    """Why the ranks of one tensor hold different tokens (other token ids, or another token count), in
+    words; "" when they may be replicas. Tensor-parallel replicas run the same tokens; ranks that hold
+    other requests (data-parallel attention) or other tokens of one (sequence parallelism) do not."""
+    base = group[0]
+    for other in group[1:]:
+        if base.token_ids is not None and other.token_ids is not None and other.token_ids != base.token_ids:
+            return (f"ranks {base.rank} and {other.rank} hold different token ids ({len(base.token_ids)} and "
+                    f"{len(other.token_ids)} tokens)")
+        if base.tokens is not None and other.tokens is not None and other.tokens != base.tokens:
+            return f"ranks {base.rank} and {other.rank} hold {base.tokens} and {other.tokens} tokens"
+    return ""
 
 
 def replica_difference(ref: np.ndarray, t: np.ndarray) -> str | None:
