@@ -6,14 +6,15 @@ match that holds on most tokens but not on a tenth of them. Each returns the ver
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 from .decide import recommend
-from .model import Evidence, Report, Settings, SlotResult, Verdict, pct
+from .model import Evidence, NormPrint, Report, Settings, SlotResult, Verdict, pct
 from .model.diagnosis import Diagnosis, Override
 
-__all__ = ["Found", "runs_disagree", "rank_conflict", "torn_tokens", "TORN_FACTOR", "TORN_MIN_TOKENS"]
+__all__ = ["Found", "runs_disagree", "rank_conflict", "torn_tokens", "norms_only", "NormFinding", "TORN_FACTOR",
+           "TORN_MIN_TOKENS"]
 
 
 class Found(NamedTuple):
@@ -82,3 +83,50 @@ def torn_tokens(found: Found, results: Sequence[SlotResult], tolerance: float) -
         f"sequence (a later prefill chunk, a cached prefix, decode steps), or the two sides ran prompts that share only part of their tokens: compare the per-token errors "
         f"(--plot, tokens.png). {cause}"
     ), _overridden(found.diagnosis, Override.TORN_TOKENS))
+
+
+@dataclass(frozen=True)
+class NormFinding:
+    """What one printed norm series says of every training slot: the median relative difference of its
+    norms from each slot's on the same token positions (the closest training sample), by training slot."""
+
+    slot: int  # the engine's slot the print belongs to
+    printed: NormPrint
+    differences: dict[int, float]  # training slot -> median relative norm difference
+
+    def ruled_out(self, tolerance: float) -> list[int]:
+        """The training slots these norms cannot be: a median difference over the tolerance."""
+        return [s for s, d in self.differences.items() if d > tolerance]
+
+
+def norms_only(found: Found, findings: Sequence[NormFinding], names: Sequence[str], tolerance: float) -> Found:
+    """An inference side that printed only per-token norms (:mod:`hsdiff.comparison.norms`): a mismatch
+    when the norms of an engine slot rule out the training slot it feeds, else inconclusive; the cause
+    names every training layer the norms rule out (``names``: training slot -> its layer in words)."""
+    if not findings:
+        return found
+    said, wrong = [], False
+    for f in findings:
+        out = f.ruled_out(tolerance)
+        where = f"the engine's slot {f.slot} ({f.printed.origin}, {len(f.printed.norms)} tokens)"
+        own = f.differences.get(f.slot)
+        if f.slot in out:
+            wrong = True
+            others = [s for s in out if s != f.slot]
+            said.append(f"{where} is not training slot {f.slot} ({names[f.slot]}): its norms are {own:.1%} off"
+                        + (f"; nor {', '.join(f'{names[s]} ({pct(f.differences[s])})' for s in others)}" if others else ""))
+        elif own is not None:
+            said.append(f"{where} is within {own:.1%} of training slot {f.slot} ({names[f.slot]}), which norms cannot confirm"
+                        + (f"; it is not {', '.join(f'{names[s]} ({pct(f.differences[s])})' for s in out)}" if out else ""))
+    tokens = max(len(f.printed.norms) for f in findings)
+    cause = (f"The inference side printed only per-token norms ({tokens} tokens × {len(findings)} slots): norms cannot prove "
+             f"a layer, but a median norm difference over the {pct(tolerance)} tolerance rules one out (no match can "
+             f"differ less in values than in norms). {_sentence('; '.join(said))}. "
+             + ("The engine feeds the draft other layers than it was trained on. " if wrong else "")
+             + "Print the values of each capture (e.g. h[:4, :16]) to identify the layers.")
+    return Found(Verdict.MISMATCH if wrong else Verdict.INCONCLUSIVE, cause,
+                 _overridden(found.diagnosis, Override.NORMS_ONLY))
+
+
+def _sentence(text: str) -> str:
+    return text[:1].upper() + text[1:]

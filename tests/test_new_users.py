@@ -167,3 +167,43 @@ def test_the_one_model_path_says_minus_one_goes_first(tmp_path):
     assert "cannot settle slot" not in r.output
     report = hsdiff.compare(train, infer, engine="trtllm", engine_version="main", layer_ids=[-1, 1, 14])
     assert report.verdict == "mismatch" and [s.boundary_index for s in report.slots] == [2, 15, B.L + 1]
+
+
+# ----------------------------------------------------------------------------- norms as weak evidence
+def _norms_log(path, boundaries, tokens: int = 20):
+    """A server log that prints only the per-token norms of each aux slot (bf16 states of sample 0)."""
+    import numpy as np
+
+    hs = B.states(0)["bf16"].float().numpy()
+    lines = [f"[2026-11-30 01:15:07 TP0] input_ids={B.states(0)['input_ids'][:tokens].tolist()}"]
+    for j, b in enumerate(boundaries):
+        norms = np.linalg.norm(hs[b][:tokens], axis=-1)
+        lines.append(f"[2026-11-30 01:15:07 TP0] eagle3 aux slot {j}: per-token norms=[{', '.join(f'{x:.4f}' for x in norms)}]")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+TRAIN_LOGS = B.FIXTURES / "logs" / "smollm2-train"  # B 2, 15, 27
+
+
+def test_norms_that_rule_out_the_trained_layers_are_a_mismatch(tmp_path):
+    log = _norms_log(tmp_path / "norms.log", [3, 16, 28])  # one layer deeper than training: 9-19% off in norm
+    r = _compare(TRAIN_LOGS, log, "--layer-ids", "2,15,27")
+    assert r.exit_code == 1, r.output
+    assert "holds no printed tensor" not in r.output and "were skipped" not in r.output
+    report = hsdiff.compare(TRAIN_LOGS, log, layer_ids=[2, 15, 27])
+    assert report.verdict == "mismatch" and "norms cannot prove a layer" in report.cause
+    assert "is not training slot 2 (B27)" in report.cause  # 18% off: beyond any match
+    assert "norms-only" in report.to_dict()["diagnosis"]["overrides"]
+
+
+def test_norms_that_agree_prove_nothing(tmp_path):
+    log = _norms_log(tmp_path / "norms.log", [2, 15, 27])
+    report = hsdiff.compare(TRAIN_LOGS, log, layer_ids=[1, 14, 26])
+    assert report.verdict == "inconclusive" and report.exit_code == 1
+    assert "is not training slot" not in report.cause and "which norms cannot confirm" in report.cause
+
+
+def test_a_log_without_tensors_or_norm_lists_is_still_refused(tmp_path):
+    r = _compare(TRAIN_LOGS, B.FIXTURES / "logs" / "no-tensor.log", "--layer-ids", "1,14,26")
+    assert r.exit_code == 2 and "holds no printed tensor" in r.output

@@ -25,7 +25,7 @@ from ..errors import AlignmentError, InputError
 from ..model import INFER, TRAIN, Dump, Report, Settings
 from ..readers import scan
 from ..settings import settings_for
-from . import profiles, scoring, shape, slots, validate
+from . import norms, profiles, scoring, shape, slots, validate
 
 __all__ = ["compare", "Options"]
 
@@ -165,7 +165,7 @@ def _compare(train: Dump, infer: Dump, opts: Options, family: str, train_path: s
              model_cfg: dict | None) -> Report:
     warnings = list(train.warnings) + list(infer.warnings)
     train, w_train = validate.with_values(train, "training", train_path)
-    infer, w_infer = validate.with_values(infer, "inference", infer_path)
+    infer, w_infer = validate.with_values(infer, "inference", infer_path) if infer.captures else (infer, [])
     infer, w_joined = slots.join_rank_parts(infer, train)
     warnings += w_train + w_infer + w_joined
 
@@ -179,7 +179,7 @@ def _compare(train: Dump, infer: Dump, opts: Options, family: str, train_path: s
     labelled, w_label = slots.label_infer(infer, hidden, configured)
     warnings += w_label
     usable = slots.with_final(labelled, num_layers)
-    if not usable:
+    if not usable and not infer.norm_prints:
         widths = sorted({c.width for c in infer.captures if c.width})
         raise AlignmentError(
             f"the inference side holds no capture of width {hidden} (or a multiple of it); widths found: {widths}",
@@ -213,6 +213,10 @@ def _compare(train: Dump, infer: Dump, opts: Options, family: str, train_path: s
     found = overrides.Found(verdict, words.cause, diagnosis)
     found = overrides.torn_tokens(found, results, opts.tolerance)
     found = overrides.rank_conflict(found, train.rank_conflicts + infer.rank_conflicts)
+    if not usable:
+        found = overrides.norms_only(found, norms.findings(train_slots, infer.norm_prints),
+                                     [f"B{b}" if b is not None else "layer unknown" for b in claims],
+                                     opts.tolerance)
     verdict, cause, diagnosis = found
     report = Report(
         verdict=verdict, cause=cause, slots=results, recommended=recommended, configured=configured,

@@ -10,7 +10,19 @@ A capture is a *description* of a tensor plus a loader: nothing is read from dis
 tens of GB can be opened and scanned cheaply.
 """
 
-from .capture import INFER, TRAIN, Capture, Dump, Layer, Observation, Origin, RowBuffer, files_held, held_files
+from .capture import (
+    INFER,
+    TRAIN,
+    Capture,
+    Dump,
+    Layer,
+    NormPrint,
+    Observation,
+    Origin,
+    RowBuffer,
+    files_held,
+    held_files,
+)
 from .diagnosis import Diagnosis, Finding, Miss, Override
 from .results import (
     Candidate,
@@ -46,6 +58,7 @@ __all__ = [
     "Observation",
     "Capture",
     "Dump",
+    "NormPrint",
     "RowBuffer",
     "files_held",
     "held_files",

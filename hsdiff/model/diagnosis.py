@@ -39,6 +39,7 @@ class Override(_StrEnum):
     TORN_TOKENS = "torn-tokens"  #: a match holds on most tokens, not on a tenth of them
     RANK_CONFLICT = "rank-conflict"  #: tensor-parallel ranks hold different values for one tensor
     RUNS_DISAGREE = "runs-disagree"  #: the dumper runs in one directory disagree
+    NORMS_ONLY = "norms-only"  #: the inference side printed per-token norms only (weak evidence)
 
 
 @dataclass(frozen=True)

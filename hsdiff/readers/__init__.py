@@ -205,6 +205,7 @@ def scan(
                     continue
             except OSError as e:
                 raise InputError(f"cannot read ({e.strerror or e})", path=p, hint="make it readable or leave it out") from None
+        norms_before = len(ctx.norm_prints)
         try:
             found = read_file(p, ctx, fmt)
         except FormatError:
@@ -212,7 +213,7 @@ def scan(
             if explicit or p.suffix.lower() not in LOG_SUFFIXES or fmt not in (None, "debuglog"):
                 raise
             found = []
-        if not found and p not in ctx.consumed:
+        if not found and p not in ctx.consumed and len(ctx.norm_prints) == norms_before:
             skipped.append(ctx.rel(p))
         captures.extend(found)
     if skipped:
@@ -224,6 +225,8 @@ def scan(
     captures = _attach_token_ids(captures, ctx.warnings)
     if not keep_ranks:
         captures = _collapse_ranks(captures, ctx.warnings, ctx.rank_conflicts)
+    if not captures and ctx.norm_prints:
+        return Dump((), tuple(configs), tuple(ctx.warnings), files=len(files), norm_prints=tuple(ctx.norm_prints))
     if not captures:
         where = "directory" if root.is_dir() else "file"
         why = f" ({ctx.warnings[0] if len(ctx.warnings) == 1 else '; '.join(ctx.warnings[:2])})" if ctx.warnings else ""
@@ -342,16 +345,16 @@ def rank_sequence(group: str | None, rank: int | None) -> str:
 
 
 def _tokens_apart(group: Sequence[Capture]) -> str:
-    """Why the ranks of one tensor hold different tokens (other token ids, or another token count), in
-    words; "" when they may be replicas. Tensor-parallel replicas run the same tokens; ranks that hold
-    other requests (data-parallel attention) or other tokens of one (sequence parallelism) do not."""
+    """Why the ranks of one tensor hold different tokens, as their token ids say (other ids, or another
+    count of them), in words; "" when they may be replicas. Tensor-parallel replicas run the same
+    tokens; ranks that hold other requests (data-parallel attention) or other tokens of one (sequence
+    parallelism) do not. Without token ids, a rank with another token count stays a replica that
+    disagrees (a tensor cut short says nothing of which tokens it holds)."""
     base = group[0]
     for other in group[1:]:
         if base.token_ids is not None and other.token_ids is not None and other.token_ids != base.token_ids:
             return (f"ranks {base.rank} and {other.rank} hold different token ids ({len(base.token_ids)} and "
                     f"{len(other.token_ids)} tokens)")
-        if base.tokens is not None and other.tokens is not None and other.tokens != base.tokens:
-            return f"ranks {base.rank} and {other.rank} hold {base.tokens} and {other.tokens} tokens"
     return ""
 
 
