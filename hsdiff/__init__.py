@@ -8,7 +8,7 @@ Typical use in a notebook::
     report.recommended.ids       # (2, 30, 58)
     report.settings.words()      # 'for SGLang 0.5.23, rule: SGLang, llama rule (+1)': what the ids are right for
     report.slots_frame()         # one row per training slot (pandas)
-    hsdiff.report.pictures.heatmap(report)   # error of every slot against every capture (a Figure)
+    report.plot()                # error of every slot against every capture (a Figure; hsdiff.report.pictures)
     hsdiff.inspect("sglang_dump/")           # what a dump holds, without comparing
 
     hsdiff.translate([2, 30, 58], "sglang", "vllm", num_layers=61)   # [3, 31, 59]

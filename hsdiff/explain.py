@@ -21,7 +21,7 @@ from .model import (
     layers_in_words,
     pct,
 )
-from .model.diagnosis import Diagnosis, Finding, Miss, Override
+from .model.diagnosis import Diagnosis, Finding, Miss, NormFinding, Override
 from .overrides import TORN_FACTOR
 from .serving import boundary_list
 
@@ -51,12 +51,13 @@ def explain(
     debug log, so the walk-through ends with what the log lacked). ``verdict`` is the one the slots
     give; what overrode it (``diagnosis.overrides``) leads the cause."""
     cause = _cause(verdict, diagnosis, results, configured, num_layers, recommended, label_offset, claim_src)
-    cause = _overrides(diagnosis, results, tolerance, cause)
+    cause = _overrides(diagnosis, results, claims, tolerance, cause)
     return Words(cause, tuple(_walkthrough(results, configured, claims, claim_src, recommended, printed_evidence,
                                            num_layers)))
 
 
-def _overrides(d: Diagnosis, results: Sequence[SlotResult], tolerance: float, cause: str) -> str:
+def _overrides(d: Diagnosis, results: Sequence[SlotResult], claims: Sequence[int | None], tolerance: float,
+               cause: str) -> str:
     """The cause the slots give, led by what overrode their verdict, in the order it was applied."""
     for why in d.overrides:
         if why == Override.TORN_TOKENS:
@@ -69,12 +70,40 @@ def _overrides(d: Diagnosis, results: Sequence[SlotResult], tolerance: float, ca
                      "part of the sequence (a later prefill chunk, a cached prefix, decode steps), or the two sides "
                      "ran prompts that share only part of their tokens: compare the per-token errors (--plot, "
                      f"tokens.png). {cause}")
+        elif why == Override.NORMS_ONLY and d.norms:
+            cause = _norms_only(d.norms, claims, tolerance)
         elif why == Override.RANK_CONFLICT and d.conflicts:
             more = f" (and {len(d.conflicts) - 1} more tensor(s))" if len(d.conflicts) > 1 else ""
             cause = (f"Tensor-parallel ranks disagree: {d.conflicts[0]}{more}. Replicated ranks must hold the same "
                      "hidden states; check the all-reduce and that every rank runs the same configuration. On the "
                      f"first rank: {cause}")
     return cause
+
+
+def _norms_only(findings: Sequence[NormFinding], claims: Sequence[int | None], tolerance: float) -> str:
+    """The cause when the inference side printed only per-token norms: the layers they rule out."""
+    names = [f"B{b}" if b is not None else "layer unknown" for b in claims]
+    said, wrong = [], False
+    for f in findings:
+        out = f.ruled_out(tolerance)
+        where = f"the engine's slot {f.slot} ({f.printed.origin}, {len(f.printed.norms)} tokens)"
+        own = f.differences.get(f.slot)
+        if f.slot in out:
+            wrong = True
+            others = [s for s in out if s != f.slot]
+            said.append(f"{where} is not training slot {f.slot} ({names[f.slot]}): its norms are {own:.1%} off"
+                        + (f"; nor {', '.join(f'{names[s]} ({pct(f.differences[s])})' for s in others)}" if others else ""))
+        elif own is not None:
+            said.append(f"{where} is within {own:.1%} of training slot {f.slot} ({names[f.slot]}), which norms cannot "
+                        "confirm" + (f"; it is not {', '.join(f'{names[s]} ({pct(f.differences[s])})' for s in out)}"
+                                     if out else ""))
+    tokens = max(len(f.printed.norms) for f in findings)
+    text = "; ".join(said)
+    return (f"The inference side printed only per-token norms ({tokens} tokens × {len(findings)} slots): norms cannot "
+            f"prove a layer, but a median norm difference over the {pct(tolerance)} tolerance rules one out (no match "
+            f"can differ less in values than in norms). {text[:1].upper() + text[1:]}. "
+            + ("The engine feeds the draft other layers than it was trained on. " if wrong else "")
+            + "Print the values of each capture (e.g. h[:4, :16]) to identify the layers.")
 
 
 def runs_disagree(reports: Mapping[str, Report], run: str) -> str:

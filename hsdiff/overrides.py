@@ -11,10 +11,11 @@ from dataclasses import replace
 from typing import NamedTuple
 
 from .decide import recommend
-from .model import Evidence, Report, Settings, SlotResult, Verdict
+from .model import Evidence, NormFinding, Report, Settings, SlotResult, Verdict
 from .model.diagnosis import Diagnosis, Override
 
-__all__ = ["Found", "runs_disagree", "rank_conflict", "torn_tokens", "TORN_FACTOR", "TORN_MIN_TOKENS"]
+__all__ = ["Found", "runs_disagree", "rank_conflict", "torn_tokens", "norms_only", "NormFinding", "TORN_FACTOR",
+           "TORN_MIN_TOKENS"]
 
 
 class Found(NamedTuple):
@@ -70,3 +71,14 @@ def torn_tokens(found: Found, results: Sequence[SlotResult], tolerance: float) -
         return found
     verdict = Verdict.INCONCLUSIVE if found.verdict == Verdict.OK else found.verdict
     return Found(verdict, _overridden(found.diagnosis, Override.TORN_TOKENS, torn=torn))
+
+
+def norms_only(found: Found, findings: Sequence[NormFinding], tolerance: float) -> Found:
+    """An inference side that printed only per-token norms (:mod:`hsdiff.comparison.norms`): a mismatch
+    when the norms of an engine slot rule out the training slot it feeds, else inconclusive (the
+    findings go into the diagnosis; :mod:`hsdiff.explain` names every layer they rule out)."""
+    if not findings:
+        return found
+    wrong = any(f.slot in f.ruled_out(tolerance) for f in findings)
+    return Found(Verdict.MISMATCH if wrong else Verdict.INCONCLUSIVE,
+                 replace(_overridden(found.diagnosis, Override.NORMS_ONLY), norms=tuple(findings)))

@@ -94,6 +94,13 @@ class _Group(click.Group):
             ctx.exit(EXIT_BUG)
 
 
+def _flags(ctx: click.Context) -> dict[str, str]:
+    """The command line's name of each API parameter of the command run (``hidden_size`` -> ``--hidden-size``)."""
+    command = ctx.command.commands.get(ctx.invoked_subcommand or "") if isinstance(ctx.command, click.Group) else None
+    return {p.name: max(p.opts, key=len) for p in (command.params if command else ())
+            if isinstance(p, click.Option) and p.name}
+
+
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.option("--debug", is_flag=True, help="Show tracebacks and debug logging.")
 @click.version_option(package_name="hsdiff")

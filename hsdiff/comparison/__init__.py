@@ -25,7 +25,7 @@ from ..errors import AlignmentError, InputError
 from ..model import INFER, TRAIN, Dump, Report, Settings
 from ..readers import scan
 from ..settings import settings_for
-from . import profiles, scoring, shape, slots, validate
+from . import norms, profiles, scoring, shape, slots, validate
 
 __all__ = ["compare", "Options"]
 
@@ -166,8 +166,9 @@ def _compare(train: Dump, infer: Dump, opts: Options, family: str, train_path: s
              model_cfg: dict | None) -> Report:
     warnings = list(train.warnings) + list(infer.warnings)
     train, w_train = validate.with_values(train, "training", train_path)
-    infer, w_infer = validate.with_values(infer, "inference", infer_path)
-    warnings += w_train + w_infer
+    infer, w_infer = validate.with_values(infer, "inference", infer_path) if infer.captures else (infer, [])
+    infer, w_joined = slots.join_rank_parts(infer, train)
+    warnings += w_train + w_infer + w_joined
 
     num_layers, layers_from = shape.num_layers(opts.num_layers, model_cfg, train, infer)
     hidden, hidden_from = shape.hidden_size(opts.hidden_size, model_cfg, train, infer, opts.layer_ids)
@@ -178,8 +179,8 @@ def _compare(train: Dump, infer: Dump, opts: Options, family: str, train_path: s
     k = len(train_slots)
     labelled, w_label = slots.label_infer(infer, hidden, configured)
     warnings += w_label
-    usable = [c for c in labelled if not c.post_norm]
-    if not usable:
+    usable = slots.with_final(labelled, num_layers)
+    if not usable and not infer.norm_prints:
         widths = sorted({c.width for c in infer.captures if c.width})
         raise AlignmentError(
             f"the inference side holds no capture of width {hidden} (or a multiple of it); widths found: {widths}",
@@ -210,6 +211,8 @@ def _compare(train: Dump, infer: Dump, opts: Options, family: str, train_path: s
     diagnosis = diagnose.diagnose(verdict, results, configured, recommended, found_miss)
     found = overrides.torn_tokens(overrides.Found(verdict, diagnosis), results, opts.tolerance)
     found = overrides.rank_conflict(found, train.rank_conflicts + infer.rank_conflicts)
+    if not usable:
+        found = overrides.norms_only(found, norms.findings(train_slots, infer.norm_prints), opts.tolerance)
     words = explain.explain(results, verdict, found.diagnosis, configured, claims, claim_src, resolution.label_offset,
                             recommended, num_layers, printed_evidence=any(c.is_partial for c in infer.captures),
                             tolerance=opts.tolerance)

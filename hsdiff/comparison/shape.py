@@ -122,6 +122,7 @@ def _check_fits(h: int, stated: tuple[int, str] | None, train: Dump, infer: Dump
         cuts = sorted({w // h for w in train_widths + infer_widths})
         why = f"it cuts the tensors into {cuts} slots, but {k} ids are configured"
     if not why:
+        _check_ids_agree(h, train, infer, layer_ids)
         return
     says = f"; {stated[1]} says {stated[0]}" if stated is not None and stated[0] != h else ""
     raise InputError(
@@ -129,6 +130,24 @@ def _check_fits(h: int, stated: tuple[int, str] | None, train: Dump, infer: Dump
         hint="drop `hidden_size` (hsdiff reads it from the configs and widths) or pass the target's hidden size",
         options=("hidden_size",),
     )
+
+
+def _check_ids_agree(h: int, train: Dump, infer: Dump, layer_ids: Sequence[int] | None) -> None:
+    """Refuse ``hidden_size`` ``h`` when the configured ids cut a concatenated training tensor into slots
+    of another width that the inference side holds one layer each (slot- or layer-tagged captures): the
+    two cannot both hold, and the data says which of them is wrong only by guessing."""
+    k = len(set(layer_ids)) if layer_ids else 0
+    one_layer = {c.width for c in infer.captures
+                 if c.width and not c.is_partial and not c.concat and (c.layer is not None or c.slot is not None)}
+    for c in train.captures:
+        w = c.width
+        if not k or not c.concat or c.is_partial or not w or w % k or w // k == h or w // k not in one_layer:
+            continue
+        raise InputError(
+            f"`hidden_size={h}` and `layer_ids={list(layer_ids or ())}` cannot both hold: {k} ids cut the {w}-wide "
+            f"training tensor into {k} slots of {w // k}, as wide as each inference capture of one layer, "
+            f"while `hidden_size={h}` cuts it into {w // h}", path=c.origin.path, options=("hidden_size", "layer_ids"),
+            hint=f"drop `hidden_size` (the data says {w // k}) or pass the `layer_ids` the engine runs with")
 
 
 def layout(infer: Dump, train: Dump, given_layers: int | None, model_cfg: dict | None,

@@ -10,10 +10,13 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+import numpy as np
+
 from .. import conventions as conv
 from ..configs import draft_ids
 from ..errors import AlignmentError, InputError
 from ..model import Capture, Configured, Dump, Evidence, Index, LabelSource, Layer, Report, Status
+from ..readers import RANK_SEQUENCE
 from ..readers.sglang_dumper import run_of
 
 #: training slot -> its captures (one per training sample)
@@ -115,6 +118,58 @@ def label_infer(infer: Dump, hidden: int, cfg: Configured | None) -> tuple[list[
             )
             out.extend(caps)
     return out, warnings
+
+
+def join_rank_parts(infer: Dump, train: Dump) -> tuple[Dump, list[str]]:
+    """Ranks that hold different tokens of one tensor (sequence parallelism splits a request's tokens
+    between them) joined by position into one capture, when their token ids, in rank order, run on
+    in a training sample's; otherwise each stays a sequence of its own. Returns the dump and what was joined."""
+    samples = {c.token_ids for c in train.captures if c.token_ids}
+    parts: dict[tuple, list[Capture]] = defaultdict(list)
+    for c in infer.captures:
+        base, sep, _ = (c.group or "").rpartition(RANK_SEQUENCE)
+        if sep and c.rank is not None and c.token_ids and not c.is_partial:
+            parts[(base, c.origin.key, c.slot, c.boundary)].append(c)
+    joined: dict[int, Capture | None] = {}
+    notes = []
+    for (base, key, *_), caps in parts.items():
+        caps.sort(key=lambda c: c.rank or 0)
+        ids = tuple(t for c in caps for t in (c.token_ids or ()))
+        if len(caps) < 2 or len({c.width for c in caps}) > 1 or not any(_runs_in(ids, s) for s in samples):
+            continue
+        whole = caps[0].replace(
+            group=base or None, rank=None, token_ids=ids, shape=(len(ids), caps[0].width), rows=None, col_start=0,
+            col_stop=None, loader=lambda caps=caps: _stacked([c.array() for c in caps]), norm=None)
+        joined.update({id(c): None for c in caps[1:]} | {id(caps[0]): whole})
+        notes.append(f"{key}: ranks {', '.join(str(c.rank) for c in caps)} hold consecutive tokens of one sequence "
+                     f"(their token ids run on in a training sample): joined by position, {len(ids)} tokens")
+    if not joined:
+        return infer, []
+    captures = tuple(joined.get(id(c), c) for c in infer.captures)
+    return dataclasses.replace(infer, captures=tuple(c for c in captures if c is not None)), notes
+
+
+def _stacked(parts: list[np.ndarray]) -> np.ndarray:
+    """Parts of one tensor, one after another along the tokens, in the parts' stored dtype (numpy's
+    concatenation drops the tag of a bfloat16 or float8 dtype: the bits are joined, then tagged again)."""
+    dtype = parts[0].dtype
+    return np.concatenate([p.view(p.dtype.base) if p.dtype.metadata else p for p in parts]).view(dtype)
+
+
+def _runs_in(ids: tuple[int, ...], sample: tuple[int, ...]) -> bool:
+    """Whether ``ids`` occur in ``sample`` as one run of consecutive tokens."""
+    n = len(ids)
+    return any(sample[i:i + n] == ids for i in range(len(sample) - n + 1))
+
+
+def with_final(captures: Sequence[Capture], num_layers: int | None) -> list[Capture]:
+    """The captures to score: the final post-norm state (an all-layer stack's last entry, TensorRT-LLM's
+    layer -1) labelled as its boundary (:func:`~hsdiff.conventions.final_boundary`) when the layer count
+    is known, so that a training slot holding it is found; left out when it is not (its boundary is unknown)."""
+    if num_layers is None:
+        return [c for c in captures if not c.post_norm]
+    final = Layer(conv.final_boundary(num_layers), Index.BOUNDARY, LabelSource.KEY)
+    return [c.replace(layer=final) if c.post_norm and c.layer is None else c for c in captures]
 
 
 def claims(k: int, slots: Slots, train: Dump, train_layer_ids: Sequence[int] | None, train_engine: str,

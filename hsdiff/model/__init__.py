@@ -10,8 +10,8 @@ A capture is a *description* of a tensor plus a loader: nothing is read from dis
 tens of GB can be opened and scanned cheaply.
 """
 
-from .capture import INFER, TRAIN, Capture, Dump, Index, LabelSource, Layer, Observation, Origin
-from .diagnosis import Diagnosis, Direction, Finding, Miss, Override
+from .capture import INFER, TRAIN, Capture, Dump, Index, LabelSource, Layer, NormPrint, Observation, Origin
+from .diagnosis import Diagnosis, Direction, Finding, Miss, NormFinding, Override
 from .results import (
     Candidate,
     Configured,
@@ -40,6 +40,7 @@ __all__ = [
     "Diagnosis",
     "Finding",
     "Miss",
+    "NormFinding",
     "Direction",
     "Override",
     "TRAIN",
@@ -51,6 +52,7 @@ __all__ = [
     "Observation",
     "Capture",
     "Dump",
+    "NormPrint",
     "Evidence",
     "Status",
     "Verdict",

@@ -27,6 +27,7 @@ __all__ = [
     "Observation",
     "Capture",
     "Dump",
+    "NormPrint",
 ]
 
 TRAIN = "train"
@@ -265,12 +266,27 @@ def _local_col(col: int, h: int, width: int) -> int:
     return c % h
 
 
+@dataclass(frozen=True)
+class NormPrint:
+    """Per-token norms a log printed for one capture, without its values: weak evidence, which can rule a
+    layer out (its norms differ beyond what any match allows) but never prove one.
+
+    ``rows`` are the token positions of ``norms`` (from the start of the sequence); ``slot`` and ``layer``
+    are what the print's label says, None when it says nothing."""
+
+    origin: Origin
+    norms: tuple[float, ...]
+    rows: tuple[int, ...]
+    slot: int | None = None
+    layer: Layer | None = None
+
+
 @dataclass(frozen=True, eq=False)
 class Dump:
     """What reading one side gave: captures, configs found beside them, and warnings.
 
     ``rank_conflicts`` says, one sentence each, where tensor-parallel ranks hold different values
-    for one tensor: one of them is wrong, whichever was compared.
+    for one tensor: one of them is wrong, whichever was compared. ``norm_prints``: see :class:`NormPrint`.
     """
 
     captures: tuple[Capture, ...]
@@ -278,6 +294,8 @@ class Dump:
     warnings: tuple[str, ...] = ()
     files: int = 0
     rank_conflicts: tuple[str, ...] = ()
+    #: per-token norms printed without values (a log that prints nothing else), in slot order
+    norm_prints: tuple[NormPrint, ...] = ()
 
     def __repr__(self) -> str:
         return f"<Dump {len(self.captures)} captures from {self.files} files>"

@@ -12,8 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..enums import StrEnum
+from .capture import NormPrint
 
-__all__ = ["Finding", "Override", "Direction", "Miss", "Diagnosis"]
+__all__ = ["Finding", "Override", "NormFinding", "Direction", "Miss", "Diagnosis"]
 
 
 class Finding(StrEnum):
@@ -39,6 +40,7 @@ class Override(StrEnum):
     TORN_TOKENS = "torn-tokens"  #: a match holds on most tokens, not on a tenth of them
     RANK_CONFLICT = "rank-conflict"  #: tensor-parallel ranks hold different values for one tensor
     RUNS_DISAGREE = "runs-disagree"  #: the dumper runs in one directory disagree
+    NORMS_ONLY = "norms-only"  #: the inference side printed per-token norms only (weak evidence)
 
 
 @dataclass(frozen=True)
@@ -89,6 +91,24 @@ class Miss:
 
 
 @dataclass(frozen=True)
+class NormFinding:
+    """What one printed norm series says of every training slot: the median relative difference of its
+    norms from each slot's on the same token positions (the closest training sample), by training slot."""
+
+    slot: int  #: the engine's slot the print belongs to
+    printed: NormPrint
+    differences: dict[int, float]  #: training slot -> median relative norm difference
+
+    def ruled_out(self, tolerance: float) -> list[int]:
+        """The training slots these norms cannot be: a median difference over the tolerance."""
+        return [s for s, d in self.differences.items() if d > tolerance]
+
+    def to_dict(self) -> dict:
+        return {"slot": self.slot, "tokens": len(self.printed.norms),
+                "differences": {str(s): round(d, 4) for s, d in sorted(self.differences.items())}}
+
+
+@dataclass(frozen=True)
 class Diagnosis:
     """One comparison's finding. ``slots``: the training slots it concerns (the ones that differ, or
     are open); ``missing``: training boundaries the engine never captures; ``run``: the dumper run the
@@ -103,6 +123,7 @@ class Diagnosis:
     miss: Miss | None = None  #: nothing matched: which way the captures miss (norms, errors, cosines)
     torn: tuple[int, ...] = ()  #: slots that match on most tokens, not on a tenth of them (torn-tokens)
     conflicts: tuple[str, ...] = ()  #: tensors the tensor-parallel ranks disagree on (rank-conflict)
+    norms: tuple[NormFinding, ...] = ()  #: what printed per-token norms rule out (norms-only)
 
     def to_dict(self) -> dict:
         return {
@@ -115,4 +136,5 @@ class Diagnosis:
             "miss": None if self.miss is None else self.miss.to_dict(),
             "torn_slots": list(self.torn),
             "rank_conflicts": list(self.conflicts),
+            "norm_findings": [f.to_dict() for f in self.norms],
         }

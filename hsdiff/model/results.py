@@ -8,6 +8,7 @@ JSON keeps plain strings and ``report.verdict == "ok"`` reads as before.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -466,6 +467,14 @@ class Report:
         import pandas as pd
 
         return pd.DataFrame([s.to_dict() for s in self.scores])
+
+    def plot(self, metric: str = "rel_err", ax: Any = None) -> Any:
+        """The heatmap of every training slot against every inference capture, as a matplotlib ``Figure``
+        (:func:`hsdiff.report.pictures.heatmap`; ``metric``: ``"rel_err"`` or ``"cosine"``), as pandas
+        keeps ``DataFrame.plot``. The renderer is looked up by name, as pandas looks up its plotting
+        backend, so that the records import no renderer."""
+        pictures = importlib.import_module("hsdiff.report.pictures")
+        return pictures.heatmap(self, metric=metric, ax=ax)
 
     def __repr__(self) -> str:
         ids = list(self.recommended.ids)

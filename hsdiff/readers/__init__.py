@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -43,7 +43,8 @@ from ._container import (
 )
 from .registry import BY_KEY, DATASETS, DETECTION, FORMATS, LOG_SUFFIXES, TABLES, TEXT_READER, DatasetReader, accepts
 
-__all__ = ["FORMATS", "ReadContext", "scan", "read_file", "read_safetensors_header", "replica_groups", "replica_difference"]
+__all__ = ["FORMATS", "ReadContext", "scan", "read_file", "read_safetensors_header", "replica_groups", "replica_difference",
+           "RANK_SEQUENCE", "rank_sequence"]
 
 log = logging.getLogger("hsdiff.readers")
 
@@ -206,6 +207,7 @@ def scan(
                     continue
             except OSError as e:
                 raise InputError(f"cannot read ({e.strerror or e})", path=p, hint="make it readable or leave it out") from None
+        norms_before = len(ctx.norm_prints)
         try:
             found = read_file(p, ctx, fmt)
         except FormatError:
@@ -213,7 +215,7 @@ def scan(
             if explicit or p.suffix.lower() not in LOG_SUFFIXES or fmt not in (None, "debuglog"):
                 raise
             found = []
-        if not found and p not in ctx.consumed:
+        if not found and p not in ctx.consumed and len(ctx.norm_prints) == norms_before:
             skipped.append(ctx.rel(p))
         captures.extend(found)
     if skipped:
@@ -225,6 +227,8 @@ def scan(
     captures = _attach_token_ids(captures, ctx.warnings)
     if not keep_ranks:
         captures = _collapse_ranks(captures, ctx.warnings, ctx.rank_conflicts)
+    if not captures and ctx.norm_prints:
+        return Dump((), tuple(configs), tuple(ctx.warnings), files=len(files), norm_prints=tuple(ctx.norm_prints))
     if not captures:
         where = "directory" if root.is_dir() else "file"
         why = f" ({ctx.warnings[0] if len(ctx.warnings) == 1 else '; '.join(ctx.warnings[:2])})" if ctx.warnings else ""
@@ -304,6 +308,12 @@ def _collapse_ranks(captures: list[Capture], warnings: list[str], conflicts: lis
             out.append(group[0])
             continue
         base = group[0]
+        apart = _tokens_apart(group)
+        if apart:
+            warnings.append(f"{base.origin.path} [{base.origin.key}]: {apart}; read as separate sequences (data "
+                            "parallel, or parts of one sequence), not as tensor-parallel replicas")
+            out.extend(c.replace(group=rank_sequence(c.group, c.rank)) for c in group)
+            continue
         disagree = []
         try:
             ref = as_f32(base.array())
@@ -324,6 +334,29 @@ def _collapse_ranks(captures: list[Capture], warnings: list[str], conflicts: lis
             )
         out.append(base.replace(rank=None) if not disagree else base)
     return out
+
+
+#: Joins a forward pass's name and a rank whose tokens are its own (:func:`rank_sequence`).
+RANK_SEQUENCE = "@rank"
+
+
+def rank_sequence(group: str | None, rank: int | None) -> str:
+    """The name of the sequence one rank holds when the ranks hold different tokens."""
+    return f"{group or ''}{RANK_SEQUENCE}{rank}"
+
+
+def _tokens_apart(group: Sequence[Capture]) -> str:
+    """Why the ranks of one tensor hold different tokens, as their token ids say (other ids, or another
+    count of them), in words; "" when they may be replicas. Tensor-parallel replicas run the same
+    tokens; ranks that hold other requests (data-parallel attention) or other tokens of one (sequence
+    parallelism) do not. Without token ids, a rank with another token count stays a replica that
+    disagrees (a tensor cut short says nothing of which tokens it holds)."""
+    base = group[0]
+    for other in group[1:]:
+        if base.token_ids is not None and other.token_ids is not None and other.token_ids != base.token_ids:
+            return (f"ranks {base.rank} and {other.rank} hold different token ids ({len(base.token_ids)} and "
+                    f"{len(other.token_ids)} tokens)")
+    return ""
 
 
 def replica_difference(ref: np.ndarray, t: np.ndarray) -> str | None:

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from ..conventions import BOUNDARY, OUTPUT
-from ..model import Capture, Index, LabelSource, Layer, Origin
+from ..model import Capture, Index, LabelSource, Layer, NormPrint, Origin
 from ._container import Entry, Table
 from ._container.filerows import file_rows
 
@@ -26,6 +26,7 @@ class ReadContext:
     warnings: list[str] = field(default_factory=list)
     log_pattern: str | None = None  # --log-pattern: a regex with a named group "values" for debug logs
     rank_conflicts: list[str] = field(default_factory=list)  # tensor-parallel ranks that disagree, in words
+    norm_prints: list[NormPrint] = field(default_factory=list)  # per-token norms a log printed without values
     #: files a reader recognised as part of its format that hold no capture of their own (a pair's second
     #: half, a module's other outputs): not reported as skipped
     consumed: set[Path] = field(default_factory=set)

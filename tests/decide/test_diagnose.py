@@ -90,7 +90,8 @@ def test_match_open_identified_no_match_and_unservable() -> None:
 def test_the_diagnosis_is_in_the_json_report() -> None:
     d = Diagnosis(Finding.SLOT_SHIFT, offset=1, slots=(0, 1, 2), missing=(59,), run="dump_1")
     assert d.to_dict() == {"kind": "slot-shift", "offset": 1, "slots": [0, 1, 2], "missing_boundaries": [59],
-                           "overrides": [], "run": "dump_1", "miss": None, "torn_slots": [], "rank_conflicts": []}
+                           "overrides": [], "run": "dump_1", "miss": None, "torn_slots": [], "rank_conflicts": [],
+                           "norm_findings": []}
 
 
 def test_overrides_are_records_first_and_lead_the_words() -> None:

@@ -59,9 +59,15 @@ def test_a_log_without_tensors_is_a_clear_error():
     assert "no printed tensor" in r.output and "Traceback" not in r.output
 
 
-def test_a_log_of_norms_only_says_why(tmp_path):
+def test_a_log_of_statistics_only_says_why(tmp_path):
     with pytest.raises(FormatError, match="only statistics"):
-        read_text(tmp_path, "aux norms: norms=[1.02, 0.98, 13.5, 37.1]\nmean=[0.1, 0.2, 0.3, 0.4]\n")
+        read_text(tmp_path, "aux means: mean=[0.1, 0.2, 0.3, 0.4]\n")
+
+
+def test_a_log_of_per_token_norms_is_kept_as_weak_evidence(tmp_path):
+    (tmp_path / "norms.log").write_text("aux norms: norms=[1.02, 0.98, 13.5, 37.1]\nmean=[0.1, 0.2, 0.3, 0.4]\n")
+    dump = scan(tmp_path / "norms.log", "infer")
+    assert dump.captures == () and [p.norms for p in dump.norm_prints] == [(1.02, 0.98, 13.5, 37.1)]
 
 
 def test_a_silent_log_beside_a_dump_is_skipped_not_fatal(tmp_path):

@@ -85,6 +85,8 @@ def read(path: Path, ctx: ReadContext) -> list[Capture]:
             caps, why = read_with_pattern(lines, ctx, rel, compile_pattern(pattern))
         else:
             caps, why = _read_auto(lines, ctx, rel)
+    if not caps and ctx.norm_prints:
+        return []  # per-token norms only: weak evidence, kept in the context (a Dump's norm_prints)
     if not caps:
         raise FormatError(
             "this log holds no printed tensor" + (f" ({why})" if why else ""),

@@ -9,13 +9,14 @@ one tensor printed separately (merged), the same print from several tensor-paral
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from dataclasses import dataclass
 
 import numpy as np
 
-from ...model import Capture, Observation, Origin
+from ...model import Capture, Index, LabelSource, Layer, NormPrint, Observation, Origin
 from .._common import ReadContext, layer_label
 from .dumper import DumperSample, dumper_path, read_record
 from .labels import (
@@ -60,6 +61,7 @@ class Cap:
     group: str
     explicit: bool  # slot or layer printed
     duplicates: int = 0
+    layer_index: str | None = None  # what the words around the layer number say it counts
 
 
 def place(p: Print, lab: Labels, shape: tuple[int, ...] | None) -> tuple[np.ndarray, tuple[int, ...], tuple[int, ...], bool]:
@@ -135,6 +137,7 @@ class Builder:
         self.dumper_groups: dict[tuple, Cap] = {}
         self.saw_non_float = 0
         self.saw_stats = 0
+        self.norm_prints: list[NormPrint] = []
         self._positions: tuple[int, ...] | None = None
         self.dups: dict[tuple, Cap] = {}  # identical prints of one pass (tensor-parallel ranks)
         self.parts: dict[tuple, list[Cap]] = {}  # prints of one pass with the same name, slot and layer
@@ -169,6 +172,7 @@ class Builder:
                 continue
             if NOT_VALUES_RE.search(strip_prefix(local).rstrip()[-60:]):
                 self.saw_stats += 1
+                self._norms(p, local, rec)
                 continue
             if p.kind == "list" and p.values.size < 4 and not HIDDEN_WORDS.search(local + rec.text):
                 continue
@@ -195,6 +199,22 @@ class Builder:
                 lab = find_labels(text, local)
                 key = line_key if len(float_prints) == 1 else f"{line_key} {key_words(local).rstrip('=: ')}".strip()
             self.add_print(p, lab, key)
+
+    def _norms(self, p: Print, local: str, rec: Record) -> None:
+        """Keep a print of per-token norms (``norms=[...]``, ``h.norm(dim=-1): tensor([...])``): weak
+        evidence when the log prints nothing else."""
+        values = p.values.reshape(-1)
+        if not _NORMS_RE.search(strip_prefix(local).rstrip()[-60:]) or values.size < _MIN_NORMS or p.summarised:
+            return
+        if not bool(np.isfinite(values).all()) or bool((values <= 0).any()):
+            return
+        text = (rec.header + " " + rec.text) if rec.header else rec.text
+        lab = find_labels(text, local)
+        rows = tuple(range(lab.row_start or 0, (lab.row_start or 0) + values.size))
+        layer = None if lab.layer is None else (Layer(lab.layer, Index(lab.layer_index), LabelSource.LOG) if lab.layer_index
+                                                 else layer_label(lab.layer, short_key(text), self.ctx, "log"))
+        self.norm_prints.append(NormPrint(Origin(self.rel, short_key(text), p.line, KEY),
+                                          tuple(float(v) for v in values), rows, lab.slot, layer))
 
     def _int_labels(self, p: Print, local: str) -> None:
         if re.search(r"\bpositions?\s*[=:]?\s*$", strip_prefix(local).rstrip(), re.I):
@@ -260,7 +280,7 @@ class Builder:
         cap = Cap(
             line=p.line, key=key, pattern=pattern, values=vals, rows=rows, cols=cols, rows_known=rows_known,
             shape=shape, dtype=norm_dtype(p.dtype or lab.dtype, p.kind), slot=lab.slot, layer=lab.layer,
-            norm=lab.norm, group=self.group, explicit=explicit,
+            norm=lab.norm, group=self.group, explicit=explicit, layer_index=lab.layer_index,
         )
         self.caps.append(cap)
         self.dups[(self.group, pattern, lab.slot, lab.layer, rows, cols, vals.shape, vals.tobytes())] = cap
@@ -294,6 +314,9 @@ class Builder:
         self.caps.append(cap)
 
     def finish(self) -> list[Capture]:
+        unlabelled = [n for n in self.norm_prints if n.slot is None]
+        self.ctx.norm_prints.extend(n if n.slot is not None or len(unlabelled) < 2 else
+                                    dataclasses.replace(n, slot=unlabelled.index(n)) for n in self.norm_prints)
         # slot order from the log: unlabelled prints of one pass that share a label pattern
         by_pat: dict[tuple[str, str], list[Cap]] = {}
         for c in self.caps:
@@ -316,12 +339,19 @@ class Builder:
                     width=width,
                     group=c.group,
                     slot=c.slot,
-                    layer=None if c.layer is None else layer_label(c.layer, c.key, self.ctx, "log"),
+                    layer=None if c.layer is None else (Layer(c.layer, Index(c.layer_index), LabelSource.LOG) if c.layer_index
+                                                        else layer_label(c.layer, c.key, self.ctx, "log")),
                     norm=c.norm,
                     observation=obs,
                 )
             )
         return out
+
+
+#: A print of per-token norms: its label ends in a norm word.
+_NORMS_RE = re.compile(r"norms?\b|\.norm\([^()]*\)", re.I)
+#: Fewer norms than this say too little to rule a layer out.
+_MIN_NORMS = 4
 
 
 def _disjoint(c: Cap, rows: tuple[int, ...], cols: tuple[int, ...]) -> bool:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from .._common import layer_side
 from .numbers import NUM_TEXT
 
 _LOG_PREFIX = re.compile(
@@ -106,6 +107,8 @@ class Labels:
     flat: bool = False  # values of x.flatten()[...]
     positions: tuple[int, ...] | None = None
     name: str = ""
+    #: what the words around the layer number say it counts (``output of model.layers.3``: its output), or None
+    layer_index: str | None = None
 
 
 def _subscripts(text: str, lab: Labels) -> None:
@@ -160,6 +163,25 @@ def _first_number(res: tuple[re.Pattern[str], ...], text: str) -> int | None:
     return None
 
 
+_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.")
+
+
+def _layer(text: str) -> tuple[int | None, str | None]:
+    """The layer number ``text`` prints and what the words around it say it counts: the name holding it
+    and the two words before it (``output of model.layers.3``, ``model.layers.3.output``) and the one
+    after (``layer 3 input``); a value after ``=`` or ``[`` is not a word of the name."""
+    for r in _LAYER_RES:
+        m = r.search(text)
+        if m:
+            start = len(text[:m.start()].rstrip("".join(_NAME_CHARS)))  # the name that holds the number
+            end = m.end() + len(text[m.end():]) - len(text[m.end():].lstrip("".join(_NAME_CHARS)))
+            after = [w for w in text[end:].split()[:1] if not w.lower().startswith(("input_ids", "token_ids"))]
+            words = [*text[:start].split()[-2:], text[start:end], *after]
+            name = " ".join(re.split(r"[=\[(:]", w, maxsplit=1)[0] for w in words)
+            return int(m.group(1)), layer_side(name)
+    return None, None
+
+
 def find_labels(text: str, local: str) -> Labels:
     """Labels from a print's own key text (``local``) and its line (``text``)."""
     lab = Labels()
@@ -167,7 +189,7 @@ def find_labels(text: str, local: str) -> Labels:
         if lab.slot is None:
             lab.slot = _first_number(_SLOT_RES, src)
         if lab.layer is None:
-            lab.layer = _first_number(_LAYER_RES, src)
+            lab.layer, lab.layer_index = _layer(src)
     _subscripts(local or text, lab)
     if lab.row_start is None:
         m = _ROW_RE.search(local) or _ROW_RE.search(text)
