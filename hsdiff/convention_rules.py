@@ -55,6 +55,10 @@ CONFIG_KEYS: dict[str, tuple[tuple[str, ...], ...]] = {
     "speculators": (TOP,),
     "eagle": (),
     "hf": (),
+    "deepspec": (TARGET_IDS,),  # deepseek-ai/DeepSpec@afdfa7c config/eagle3/eagle3_qwen3_8b.py:14
+    # verl-project/verl-SpeCo@333b754 verl_speco/integration/oldlogprob_layer_ids.py:114-128
+    "verl": (("model", "eagle_config", "target_hidden_layer_ids"), ("model", *NESTED), ("eagle_config",
+             "target_hidden_layer_ids"), NESTED, ("target_hidden_layer_ids",), TOP, TARGET_IDS),
 }
 
 
@@ -252,6 +256,17 @@ ENGINE_INFO: dict[str, EngineInfo] = {
                    "nowhere: output_hidden_states tuple indices, [0] the embeddings, [L] after the final norm",
                    package_names=("transformers",), final_id=FINAL_L,
                    sources=(("final_id", "transformers==5.24.0 transformers/utils/output_capturing.py:366-379"),)),
+        EngineInfo("deepspec", "DeepSpec", "trainer", OUTPUT, True,
+                   "its draft config's top-level target_layer_ids (output indices, strictly ascending; EAGLE-3 with "
+                   "five ids in its recipes), the same key for its DFlash and DSpark drafts", writes=TARGET_IDS,
+                   sources=(("writes", "deepseek-ai/DeepSpec@afdfa7c config/eagle3/eagle3_qwen3_8b.py:14, "
+                             "deepspec/data/target_cache_dataset.py:172-176 (sorted, non-empty)"),)),
+        EngineInfo("verl", "verl-SpeCo", "trainer", OUTPUT, False,
+                   "the first of model.eagle_config.target_hidden_layer_ids, ....eagle_aux_hidden_state_layer_ids, "
+                   "eagle_config's two, the top-level two, target_layer_ids (output indices, in list order; -1 the "
+                   "embeddings)", writes=NESTED,
+                   sources=(("writes", "verl-project/verl-SpeCo@333b754 verl_speco/integration/"
+                             "oldlogprob_layer_ids.py:114-128 (a key it reads)"),)),
     ]
 }
 
@@ -269,6 +284,8 @@ VERSIONS: dict[str, tuple[str, ...]] = {
     "trtllm": ("two-model", "main"),
     "eagle": ("cb7e084",),  # SafeAILab/EAGLE at that commit
     "hf": ("5.24",),
+    "deepspec": ("afdfa7c",),  # deepseek-ai/DeepSpec at that commit
+    "verl": ("333b754",),  # verl-project/verl-SpeCo at that commit
 }
 
 #: Where the default is not the newest version checked: SpecForge runs the SGLang it pins
@@ -413,6 +430,14 @@ RULES: tuple[Rule, ...] = (
          "transformers==5.24.0 transformers/utils/output_capturing.py:366-379 (the last entry replaced by "
          "last_hidden_state), models/llama/modeling_llama.py:404 (the final norm)",
          captures_last=False, names_final=True, default=""),
+    Rule("deepspec", (), None, None, OUTPUT, "DeepSpec (output index, forward hooks; never the last layer)",
+         "deepseek-ai/DeepSpec@afdfa7c scripts/data/prepare_target_cache.py:85-99 (hooks on layers[id]), "
+         "deepspec/modeling/eagle3/common.py:38-41 (hidden_states[id + 1]), deepspec/eval/base_evaluator.py:100-112 "
+         "(id L-1 refused: HF's entry is post-norm there)", min_boundary=1, captures_last=False, default=""),
+    Rule("verl", (), None, None, OUTPUT, "verl-SpeCo (output index, -1 the embeddings)",
+         "verl-project/verl-SpeCo@333b754 verl_speco/integration/oldlogprob_layer_ids.py:225-265 (-1 the "
+         "embeddings; the last layer L-1 post-norm offline, pre-norm through SGLang: refused with SGLang "
+         "collection), vllm_runtime.py:787 (+ 1 for vLLM)", captures_last=False, default=""),
 )
 
 

@@ -235,3 +235,23 @@ def test_dflash_ids_round_trip_through_fix_config(engine: str, family: str, kind
             there = _dflash(tmp_path / other / "config.json", arch=config["architectures"][0])
             fix_config(there, [int(i) for i in t.out if i is not None], engine=other, model_family=family)
             assert engine_reads(json.loads(there.read_text()), other, family, kind) == bs
+
+
+# --------------------------------------------------------------------------- trainers added with the kinds
+
+def test_deepspec_five_layer_eagle3_ids_are_output_indices_in_the_top_level_key(tmp_path: Path) -> None:
+    """DeepSpec's Qwen3-8B EAGLE-3 recipe (config/eagle3/eagle3_qwen3_8b.py:14) captures layer outputs."""
+    ids = [1, 9, 17, 25, 33]
+    assert conv.translate(ids, "deepspec", "sglang", num_layers=36) == ids
+    assert conv.translate(ids, "deepspec", "vllm", num_layers=36) == [2, 10, 18, 26, 34]
+    path = _dflash(tmp_path / "c.json", arch="LlamaForCausalLMEagle3")
+    assert fix_config(path, ids, engine="deepspec").key == "target_layer_ids"
+    assert list(read_ids(json.loads(path.read_text()), "deepspec", num_layers=36).boundaries) == [2, 10, 18, 26, 34]
+    t = translate_ids([35], "deepspec", "vllm", num_layers=36)  # id L-1: refused by DeepSpec (base_evaluator.py:100-112)
+    assert any("could not have captured" in w for w in t.warnings)
+
+
+def test_deepspec_cannot_take_the_last_layer_and_verl_names_the_embeddings() -> None:
+    assert not translate_ids([36], "vllm", "deepspec", num_layers=36).complete
+    assert conv.to_boundary([-1, 3], "verl", num_layers=36) == [0, 4]
+    assert conv.from_boundary([36], "verl", num_layers=36) == [None]

@@ -56,6 +56,10 @@ DFLASH_RULES: tuple[Rule, ...] = (
          "vllm==0.33.0 vllm/v1/worker/gpu/spec_decode/eagle/eagle3_utils.py:113-150; "
          "model_executor/models/deepseek_v2.py:1525,1561-1568,1586-1587", min_boundary=1, kinds=_ALL),
     # ---------------------------------------------------------------- trainers
+    Rule("deepspec", (), None, None, OUTPUT, "DeepSpec DFlash/DSpark (hidden_states[id + 1], -1 the embeddings)",
+         "deepseek-ai/DeepSpec@afdfa7c deepspec/modeling/dspark/common.py:54 (hidden_states[0 if id == -1 else "
+         "id + 1]), deepspec/eval/base_evaluator.py:100-112 (id L-1 refused)", captures_last=False, default="",
+         kinds=_ALL),
     Rule("specforge", (), None, None, OUTPUT, "SpecForge DFlash (Hugging Face hidden_states[id + 1])",
          "SpecForge@a6b6b02 specforge/modeling/draft/dflash.py:284-293 (offset = 1), :271-281 (default, evenly "
          "spaced 1..L-3), :356-358 (dflash_config.target_layer_ids)", captures_last=False, default="spaced",
@@ -70,6 +74,7 @@ DFLASH_KEYS: dict[str, tuple[tuple[str, ...], ...]] = {
     # dspark_config.py:226-310 (prefixed key first), spec_aux_hidden_state.py:260-274 (0.5.23)
     "sglang:dspark": (DSPARK_IDS, DFLASH_IDS, TARGET_IDS),
     "specforge": (DFLASH_IDS,),  # specforge/modeling/draft/dflash.py:356-358
+    "deepspec": (TARGET_IDS,),  # DeepSpec@afdfa7c config/dflash/dflash_qwen3_8b.py:13, config/dspark/*.py
 }
 
 #: The key hsdiff fix-config writes for a DFlash-family draft, by engine (``*:kind`` for one kind).
@@ -79,6 +84,7 @@ DFLASH_WRITES: dict[str, tuple[str, ...]] = {
     "vllm": DFLASH_IDS,  # eagle3_utils.py:120-124 (0.33): + 1, the O-index DFlash ids are written as they are
     "vllm:dspark": DSPARK_IDS,  # eagle3_utils.py:125-135
     "specforge": DFLASH_IDS,
+    "deepspec": TARGET_IDS,
 }
 
 #: What an engine captures when the draft config names no DFlash ids.
