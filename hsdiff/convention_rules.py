@@ -55,6 +55,10 @@ CONFIG_KEYS: dict[str, tuple[tuple[str, ...], ...]] = {
     "speculators": (TOP,),
     "eagle": (),
     "hf": (),
+    # lightseekorg/tokenspeed@f4d8ec6e python/tokenspeed/runtime/execution/factory.py:44-75: eagle_config's key when
+    # eagle_config exists (then the top-level key is not looked at), else the top-level one; --eagle3-layers-to-capture
+    # overrides both (:99-102)
+    "tokenspeed": (NESTED, TOP),
     "deepspec": (TARGET_IDS,),  # deepseek-ai/DeepSpec@afdfa7c config/eagle3/eagle3_qwen3_8b.py:14
     # verl-project/verl-SpeCo@333b754 verl_speco/integration/oldlogprob_layer_ids.py:114-128
     "verl": (("model", "eagle_config", "target_hidden_layer_ids"), ("model", *NESTED), ("eagle_config",
@@ -256,6 +260,13 @@ ENGINE_INFO: dict[str, EngineInfo] = {
                    "nowhere: output_hidden_states tuple indices, [0] the embeddings, [L] after the final norm",
                    package_names=("transformers",), final_id=FINAL_L,
                    sources=(("final_id", "transformers==5.24.0 transformers/utils/output_capturing.py:366-379"),)),
+        EngineInfo("tokenspeed", "TokenSpeed", "engine", OUTPUT, True,
+                   "--eagle3-layers-to-capture, else the draft config.json's eagle_config.eagle_aux_hidden_state_"
+                   "layer_ids (the top-level key only when there is no eagle_config); absent: B[2, L//2, L-3]",
+                   writes=NESTED, order_source="lightseekorg/tokenspeed@f4d8ec6e python/tokenspeed/runtime/models/"
+                   "base/transformer_model.py:219-233 (a membership test before each layer)",
+                   sources=(("writes", "lightseekorg/tokenspeed@f4d8ec6e python/tokenspeed/runtime/execution/"
+                             "factory.py:44-75,99-102"),)),
         EngineInfo("deepspec", "DeepSpec", "trainer", OUTPUT, True,
                    "its draft config's top-level target_layer_ids (output indices, strictly ascending; EAGLE-3 with "
                    "five ids in its recipes), the same key for its DFlash and DSpark drafts", writes=TARGET_IDS,
@@ -284,6 +295,7 @@ VERSIONS: dict[str, tuple[str, ...]] = {
     "trtllm": ("two-model", "main"),
     "eagle": ("cb7e084",),  # SafeAILab/EAGLE at that commit
     "hf": ("5.24",),
+    "tokenspeed": ("f4d8ec6e",),  # lightseekorg/tokenspeed at that commit
     "deepspec": ("afdfa7c",),  # deepseek-ai/DeepSpec at that commit
     "verl": ("333b754",),  # verl-project/verl-SpeCo at that commit
 }
@@ -430,6 +442,11 @@ RULES: tuple[Rule, ...] = (
          "transformers==5.24.0 transformers/utils/output_capturing.py:366-379 (the last entry replaced by "
          "last_hidden_state), models/llama/modeling_llama.py:404 (the final norm)",
          captures_last=False, names_final=True, default=""),
+    Rule("tokenspeed", (), None, None, OUTPUT, "TokenSpeed (+1 for every family, DeepSeek too)",
+         "lightseekorg/tokenspeed@f4d8ec6e python/tokenspeed/runtime/models/base/causal_lm.py:133-144 (+1), "
+         "deepseek_v3.py:1688-1695 (+1, no ids[0] rule), base/transformer_model.py:219-233 (captured before layer "
+         "i: id L-1 names nothing and is silently never captured), :250-262 (id L: the pre-norm residual after the "
+         "loop, B = L; hsdiff offers no id for it)", min_boundary=1, captures_last=False),
     Rule("deepspec", (), None, None, OUTPUT, "DeepSpec (output index, forward hooks; never the last layer)",
          "deepseek-ai/DeepSpec@afdfa7c scripts/data/prepare_target_cache.py:85-99 (hooks on layers[id]), "
          "deepspec/modeling/eagle3/common.py:38-41 (hidden_states[id + 1]), deepspec/eval/base_evaluator.py:100-112 "

@@ -486,7 +486,7 @@ def readers_of(key: Sequence[str], kind: str | None = None) -> list[str]:
     """The engines and trainers that read ids from ``key`` for a draft of ``kind`` (any of their runners).
 
     >>> readers_of(("target_layer_ids",), "dflash")
-    ['sglang', 'vllm', 'deepspec']
+    ['sglang', 'vllm', 'tokenspeed', 'deepspec']
     """
     return [e for e in ENGINES if any(tuple(key) in config_keys(e, vllm_runner=r, kind=kind)
                                       for r in (rule(e).runners or (DEFAULT_RUNNER,)))]

@@ -255,3 +255,12 @@ def test_deepspec_cannot_take_the_last_layer_and_verl_names_the_embeddings() -> 
     assert not translate_ids([36], "vllm", "deepspec", num_layers=36).complete
     assert conv.to_boundary([-1, 3], "verl", num_layers=36) == [0, 4]
     assert conv.from_boundary([36], "verl", num_layers=36) == [None]
+
+
+def test_tokenspeed_adds_one_for_deepseek_too_and_cannot_capture_the_last_layer() -> None:
+    """TokenSpeed's setters add 1 for every family (causal_lm.py:133-144, deepseek_v3.py:1688-1695): SGLang's DeepSeek
+    ids [2, 30, 58] (B as written, ids[0] != 1) are [1, 29, 57] there; B = L has no id it offers."""
+    assert conv.translate([2, 30, 58], "sglang", "tokenspeed", num_layers=61, src_family="deepseek") == [1, 29, 57]
+    assert conv.from_boundary([61], "tokenspeed", num_layers=61) == [None]
+    s = serve([10, L], "tokenspeed", num_layers=L, kind="dflash")
+    assert not s.ok and "startup" in " ".join(s.sentences())

@@ -55,6 +55,10 @@ DFLASH_RULES: tuple[Rule, ...] = (
     Rule("vllm", ("deepseek", "deepseek-legacy"), None, None, OUTPUT, "vLLM DFlash, DeepSeek models (+1, no B0)",
          "vllm==0.33.0 vllm/v1/worker/gpu/spec_decode/eagle/eagle3_utils.py:113-150; "
          "model_executor/models/deepseek_v2.py:1525,1561-1568,1586-1587", min_boundary=1, kinds=_ALL),
+    Rule("tokenspeed", (), None, None, OUTPUT, "TokenSpeed DFlash (+1, ids 0..L-2 checked at startup)",
+         "lightseekorg/tokenspeed@f4d8ec6e python/tokenspeed/runtime/models/base/causal_lm.py:146-171 (+1, sorted; "
+         "an id outside 0..L-2 raises ValueError), deepseek_v3.py:1697-1705", captures_last=False, last_fails=True,
+         default="", kinds=_ALL),
     # ---------------------------------------------------------------- trainers
     Rule("deepspec", (), None, None, OUTPUT, "DeepSpec DFlash/DSpark (hidden_states[id + 1], -1 the embeddings)",
          "deepseek-ai/DeepSpec@afdfa7c deepspec/modeling/dspark/common.py:54 (hidden_states[0 if id == -1 else "
@@ -74,6 +78,7 @@ DFLASH_KEYS: dict[str, tuple[tuple[str, ...], ...]] = {
     # dspark_config.py:226-310 (prefixed key first), spec_aux_hidden_state.py:260-274 (0.5.23)
     "sglang:dspark": (DSPARK_IDS, DFLASH_IDS, TARGET_IDS),
     "specforge": (DFLASH_IDS,),  # specforge/modeling/draft/dflash.py:356-358
+    "tokenspeed": (DFLASH_IDS, TARGET_IDS),  # tokenspeed@f4d8ec6e runtime/execution/drafter/dflash.py:138-140
     "deepspec": (TARGET_IDS,),  # DeepSpec@afdfa7c config/dflash/dflash_qwen3_8b.py:13, config/dspark/*.py
 }
 
@@ -84,6 +89,7 @@ DFLASH_WRITES: dict[str, tuple[str, ...]] = {
     "vllm": DFLASH_IDS,  # eagle3_utils.py:120-124 (0.33): + 1, the O-index DFlash ids are written as they are
     "vllm:dspark": DSPARK_IDS,  # eagle3_utils.py:125-135
     "specforge": DFLASH_IDS,
+    "tokenspeed": DFLASH_IDS,
     "deepspec": TARGET_IDS,
 }
 
