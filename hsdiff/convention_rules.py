@@ -59,6 +59,8 @@ CONFIG_KEYS: dict[str, tuple[tuple[str, ...], ...]] = {
     # eagle_config exists (then the top-level key is not looked at), else the top-level one; --eagle3-layers-to-capture
     # overrides both (:99-102)
     "tokenspeed": (NESTED, TOP),
+    "torchspec": (),  # its --aux-hidden-states-layers argument
+    "automodel": (),  # its aux_layer_ids setting
     "deepspec": (TARGET_IDS,),  # deepseek-ai/DeepSpec@afdfa7c config/eagle3/eagle3_qwen3_8b.py:14
     # verl-project/verl-SpeCo@333b754 verl_speco/integration/oldlogprob_layer_ids.py:114-128
     "verl": (("model", "eagle_config", "target_hidden_layer_ids"), ("model", *NESTED), ("eagle_config",
@@ -267,6 +269,14 @@ ENGINE_INFO: dict[str, EngineInfo] = {
                    "base/transformer_model.py:219-233 (a membership test before each layer)",
                    sources=(("writes", "lightseekorg/tokenspeed@f4d8ec6e python/tokenspeed/runtime/execution/"
                              "factory.py:44-75,99-102"),)),
+        EngineInfo("torchspec", "TorchSpec", "trainer", OUTPUT, True,
+                   "its aux_hidden_states_layers argument (output indices), never the draft config.json; absent: "
+                   "[1, L//2-1, L-4]"),
+        EngineInfo("automodel", "NeMo Automodel", "trainer", OUTPUT, True,
+                   "its aux_layer_ids setting (output indices, exactly three), never the draft config.json; absent: "
+                   "[1, L//2-1, L-4]", id_count=3,
+                   sources=(("id_count", "NVIDIA-NeMo/Automodel@36044ad3d nemo_automodel/components/speculative/eagle/"
+                             "target.py:64-83 (ValueError otherwise)"),)),
         EngineInfo("deepspec", "DeepSpec", "trainer", OUTPUT, True,
                    "its draft config's top-level target_layer_ids (output indices, strictly ascending; EAGLE-3 with "
                    "five ids in its recipes), the same key for its DFlash and DSpark drafts", writes=TARGET_IDS,
@@ -296,6 +306,8 @@ VERSIONS: dict[str, tuple[str, ...]] = {
     "eagle": ("cb7e084",),  # SafeAILab/EAGLE at that commit
     "hf": ("5.24",),
     "tokenspeed": ("f4d8ec6e",),  # lightseekorg/tokenspeed at that commit
+    "torchspec": ("6dda2bf",),  # torchspec-project/TorchSpec at that commit
+    "automodel": ("36044ad3d",),  # NVIDIA-NeMo/Automodel at that commit
     "deepspec": ("afdfa7c",),  # deepseek-ai/DeepSpec at that commit
     "verl": ("333b754",),  # verl-project/verl-SpeCo at that commit
 }
@@ -447,6 +459,14 @@ RULES: tuple[Rule, ...] = (
          "deepseek_v3.py:1688-1695 (+1, no ids[0] rule), base/transformer_model.py:219-233 (captured before layer "
          "i: id L-1 names nothing and is silently never captured), :250-262 (id L: the pre-norm residual after the "
          "loop, B = L; hsdiff offers no id for it)", min_boundary=1, captures_last=False),
+    Rule("torchspec", (), None, None, OUTPUT, "TorchSpec (output index; the last layer dropped on vLLM)",
+         "torchspec-project/TorchSpec@6dda2bf torchspec/utils/misc.py:76-88 (default [1, L//2-1, L-4]), "
+         "inference/engine/vllm_engine.py:135-173 (+ 1 for vLLM, an id whose + 1 reaches L silently dropped), "
+         "inference/engine/sgl_engine.py:172-201 (SGLang's own setter, + 1)", min_boundary=1, captures_last=False),
+    Rule("automodel", (), None, None, OUTPUT, "NeMo Automodel (output index, forward hooks)",
+         "NVIDIA-NeMo/Automodel@36044ad3d nemo_automodel/components/speculative/eagle/target.py:42-61 (default "
+         "[1, L//2-1, L-4]), :64-83 (three distinct ids in 0..L-1), :285 (hooks on layers[id]: the last layer's "
+         "output before the final norm)", min_boundary=1),
     Rule("deepspec", (), None, None, OUTPUT, "DeepSpec (output index, forward hooks; never the last layer)",
          "deepseek-ai/DeepSpec@afdfa7c scripts/data/prepare_target_cache.py:85-99 (hooks on layers[id]), "
          "deepspec/modeling/eagle3/common.py:38-41 (hidden_states[id + 1]), deepspec/eval/base_evaluator.py:100-112 "

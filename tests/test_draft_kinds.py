@@ -264,3 +264,19 @@ def test_tokenspeed_adds_one_for_deepseek_too_and_cannot_capture_the_last_layer(
     assert conv.from_boundary([61], "tokenspeed", num_layers=61) == [None]
     s = serve([10, L], "tokenspeed", num_layers=L, kind="dflash")
     assert not s.ok and "startup" in " ".join(s.sentences())
+
+
+@pytest.mark.parametrize("trainer", ["torchspec", "automodel"])
+def test_trainers_with_the_output_index_default(trainer: str) -> None:
+    """TorchSpec (misc.py:76-88) and NeMo Automodel (target.py:42-61) default to O[1, L//2-1, L-4], which is vLLM's
+    and speculators' B[2, L//2, L-3]; neither reads a draft config, so fix-config refuses them."""
+    assert conv.default_ids(trainer, L) == [1, 14, 26]
+    assert conv.translate([1, 14, 26], trainer, "vllm", num_layers=L) == [2, 15, 27]
+    with pytest.raises(InputError, match="reads no layer ids"):
+        conv.write_key(trainer)
+
+
+def test_only_automodel_captures_the_last_layer_output() -> None:
+    """Automodel hooks layers[L-1] (target.py:285); TorchSpec's vLLM path drops an id whose + 1 reaches L."""
+    assert conv.from_boundary([L], "automodel", num_layers=L) == [L - 1]
+    assert conv.from_boundary([L], "torchspec", num_layers=L) == [None]
