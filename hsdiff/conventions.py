@@ -29,18 +29,20 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
+from typing import cast
 
 from .convention_rules import (
     BOUNDARY,
     CONFIG_KEYS,
     DEEPSEEK,
     DEFAULT_RUNNER,
-    DEFAULT_VERSIONS,
     ENGINE_INFO,
     FAMILIES,
     FINAL_L,
     FINAL_MINUS_ONE,
     GPT_OSS,
+    KEY_INDEX,
+    KEY_INDEX_RAW_FOR,
     NESTED,
     NONE,
     OUTPUT,
@@ -52,118 +54,34 @@ from .convention_rules import (
     Rule,
 )
 from .errors import InputError
+from .rules.dflash import DFLASH_DEFAULTS, DFLASH_KEYS, DFLASH_RULES, DFLASH_WRITES
+from .rules.kinds import DFLASH, DRAFT_KINDS, EAGLE3, EAGLE3_KINDS, DraftKind, kind_from_config
+from .rules.versions import (
+    ENGINES,
+    default_version,
+    in_range,
+    parse_version,
+    rule,
+    version_for,
+    version_tuple,
+    versions,
+)
+from .rules.words import describe_boundary, final_boundary, name_boundary, parse_ids
 
 __all__ = [
     "BOUNDARY", "OUTPUT", "ENGINES", "MODEL_FAMILIES", "VLLM_RUNNERS", "DEFAULT_RUNNER", "NESTED_KEY", "TOP_KEY",
     "EngineInfo", "Rule", "rule", "applied", "parse_version", "default_version", "version_tuple", "version_for", "versions", "normalize_family",
     "family_from_config", "to_boundary", "from_boundary", "translate", "default_ids", "default_boundaries",
     "final_boundary", "capturable", "needs_num_layers", "slot_order", "describe_boundary",
-    "name_boundary", "parse_ids", "config_keys", "write_key", "key_name",
+    "name_boundary", "parse_ids", "config_keys", "write_key", "key_name", "VERSIONS", "DRAFT_KINDS", "draft_kind",
+    "kind_from_config", "key_index", "kind_default", "id_keys", "readers_of",
 ]
 
 NESTED_KEY, TOP_KEY = NESTED, TOP
-ENGINES: tuple[str, ...] = tuple(ENGINE_INFO)
 
 #: SGLang model-family rules: key -> the model types that select it.
 MODEL_FAMILIES: dict[str, str] = {k: ", ".join(names[:6]) for k, (names, _) in FAMILIES.items()}
 _FAMILY_ALIASES = {name: key for key, (names, _) in FAMILIES.items() for name in names}
-
-
-def rule(engine: str) -> EngineInfo:
-    """The :class:`EngineInfo` for ``engine``; raises :class:`InputError` naming the valid keys."""
-    try:
-        return ENGINE_INFO[engine.lower()]
-    except KeyError:
-        raise InputError(f"unknown engine {engine!r}", hint=f"choose one of: {', '.join(ENGINES)}") from None
-
-
-# --------------------------------------------------------------------------- versions
-
-def version_tuple(version: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in version.split(".") if p.isdigit())
-
-
-def default_version(engine: str) -> str:
-    """The newest version of ``engine`` the table was checked against (the default of --engine-version)."""
-    key = rule(engine).key
-    return DEFAULT_VERSIONS.get(key, VERSIONS[key][-1])
-
-
-def parse_version(engine: str, text: str | None) -> str:
-    """``"sglang==0.5.12"`` or ``"0.5.12"`` -> ``"0.5.12"``, checked against ``engine`` and the table.
-
-    SpecForge captures through SGLang, so its version is the SGLang version it runs (``sglang==0.5.12``).
-    """
-    key = rule(engine).key
-    if text is None or not text.strip():
-        return default_version(key)
-    name, _, ver = text.strip().rpartition("==")
-    name = name.strip().lower().replace("-", "_")
-    known_names = {n.replace("-", "_") for n in rule(key).names}
-    ver = ver.strip().lstrip("v")
-    if ver in VERSIONS[key] and not version_tuple(ver):
-        return ver  # a label such as TensorRT-LLM's "main": one rule for all
-    if (name and name not in known_names) or not ver or not version_tuple(ver) or not all(p.isdigit() for p in ver.split(".")):
-        raise InputError(f"--engine-version {text!r} is not a version of {rule(key).title}",
-                         hint=f"write it as {key}=={default_version(key)}")
-    oldest = VERSIONS[key][0]
-    if version_tuple(ver) < version_tuple(oldest):
-        raise InputError(f"{rule(key).title} {ver} is older than any version hsdiff's convention table was checked "
-                         f"against ({oldest}–{default_version(key)})",
-                         hint="upgrade the engine, or check its set_eagle3_layers_to_capture by hand")
-    return ver
-
-
-def version_for(engine: str, given: Sequence[str] | str | None) -> str:
-    """The version of ``engine`` among ``--engine-version`` values (``sglang==0.5.12``, ``vllm==0.33``...):
-    the one naming ``engine``, a bare version when it is the only value, else the default.
-
-    >>> version_for("vllm", ["sglang==0.5.12", "vllm==0.31"])
-    '0.31'
-    """
-    key = rule(engine).key
-    values = [given] if isinstance(given, str) else list(given or ())
-    names = rule(key).names
-    named = [v for v in values if "==" in v and v.split("==")[0].strip().lower() in names]
-    if len({parse_version(key, v) for v in named}) > 1:  # one engine, one version: the last must not win silently
-        raise InputError(f"--engine-version names {key} twice ({', '.join(named)})", hint=f"give one version of {key}")
-    if named:
-        return parse_version(key, named[-1])
-    bare = [v for v in values if "==" not in v]
-    if bare and len(values) == 1:
-        return parse_version(key, bare[0])
-    return default_version(key)
-
-
-def versions(given: Sequence[str] | None, engines: Sequence[str]) -> dict[str, str]:
-    """The version of each of ``engines`` from ``--engine-version`` values; a bare version applies to the
-    first engine. Raises :class:`InputError` for a value that names none of them.
-
-    >>> versions(["sglang==0.5.12"], ["sglang", "vllm"])
-    {'sglang': '0.5.12', 'vllm': '0.33'}
-    """
-    keys = [rule(e).key for e in engines]
-    values = list(given or ())
-    for v in values:
-        if "==" not in v:
-            if len(values) > 1:
-                raise InputError(f"--engine-version {v!r} names no engine",
-                                 hint=f"write NAME==VERSION, e.g. {keys[0]}=={default_version(keys[0])}")
-            continue
-        name = v.split("==")[0].strip().lower()
-        if not any(name in rule(k).names for k in keys):
-            raise InputError(f"--engine-version {v!r} names an engine this command does not use",
-                             hint=f"give a version of {' or '.join(dict.fromkeys(keys))}")
-    out: dict[str, str] = {}
-    for i, k in enumerate(keys):
-        vals = values if i == 0 else [v for v in values if "==" in v]
-        out.setdefault(k, version_for(k, vals))
-    return out
-
-
-def _in(r: Rule, version: str) -> bool:
-    v = version_tuple(version)
-    return (r.since is None or v >= version_tuple(r.since)) and (r.until is None or v[:len(version_tuple(r.until))] <= version_tuple(r.until))
 
 
 # --------------------------------------------------------------------------- families
@@ -200,27 +118,65 @@ def family_from_config(config: dict) -> str:
 
 # --------------------------------------------------------------------------- the row that applies
 
+# --------------------------------------------------------------------------- draft kinds
+
+def draft_kind(kind: str | None) -> DraftKind:
+    """The :class:`~hsdiff.rules.kinds.DraftKind` of ``--draft-kind`` (None: EAGLE-3); refuses a kind that
+    takes no aux ids (MTP) and an unknown one, naming the choices.
+
+    >>> draft_kind("dspark").title
+    'DSpark'
+    """
+    found = DRAFT_KINDS.get((kind or EAGLE3).strip().lower())
+    if found is None:
+        raise InputError(f"unknown draft kind {kind!r}", hint=f"choose one of: {', '.join(DRAFT_KINDS)}")
+    if not found.reading:
+        raise InputError(f"{found.title}: {found.note}", hint=f"source: {found.source}")
+    return found
+
+
+def kind_default(engine: str, kind: str | None) -> str:
+    """What ``engine`` captures for a ``kind`` draft whose config names no ids, in words ("" for EAGLE-3)."""
+    k = draft_kind(kind)
+    return "" if k.reading == EAGLE3 else DFLASH_DEFAULTS.get(rule(engine).key, "")
+
+
 @functools.lru_cache(maxsize=256)  # a pure function of its arguments, asked ~100 times per compare
-def applied(engine: str, model_family: str | None = None, version: str | None = None) -> Rule:
-    """The table row ``engine`` (at ``version``, default the newest) applies for ``model_family``.
+def applied(engine: str, model_family: str | None = None, version: str | None = None, kind: str | None = None) -> Rule:
+    """The table row ``engine`` (at ``version``, default the newest) applies for ``model_family`` and a draft
+    of ``kind`` (default EAGLE-3).
 
     >>> applied("sglang", "kimi_k25", "0.5.13").label
     'SGLang ≥ 0.5.13, DeepSeek rule'
     """
     info = rule(engine)
     ver = parse_version(info.key, version)
-    if info.captures_through:  # it captures through another engine's own setter, so that one's family rules apply
-        own = _lookup(info.key, "llama", ver)
-        sg = _lookup(info.captures_through, normalize_family(model_family), ver)
+    k = draft_kind(kind).key
+    if info.captures_through and k in RULES_KINDS:  # it captures through another engine's setter: its family rules
+        own = _lookup(info.key, "llama", ver, k)
+        sg = _lookup(info.captures_through, normalize_family(model_family), ver, k)
         return replace(sg, engine=info.key, label=f"{info.title} through {rule(sg.engine).title} {ver}: {sg.label}",
                        min_boundary=max(sg.min_boundary, own.min_boundary), source=f"{own.source}; {sg.source}")
-    return _lookup(info.key, normalize_family(model_family), ver)
+    return _lookup(info.key, normalize_family(model_family), ver, k)
 
 
-def _lookup(engine: str, family: str, version: str) -> Rule:
-    rows = [r for r in RULES if r.engine == engine and _in(r, version)]
+TABLE: tuple[Rule, ...] = RULES + DFLASH_RULES
+RULES_KINDS = set(EAGLE3_KINDS)  # the kinds the rows of convention_rules read
+
+
+def _reads_kind(r: Rule, kind: str) -> bool:
+    return kind in (r.kinds or EAGLE3_KINDS)
+
+
+def _lookup(engine: str, family: str, version: str, kind: str = EAGLE3) -> Rule:
+    rows = [r for r in TABLE if r.engine == engine and in_range(r, version) and _reads_kind(r, kind)]
     own = [r for r in rows if family in r.families]
     general = [r for r in rows if not r.families]
+    if not own and not general:
+        title, which = rule(engine).title, DRAFT_KINDS[kind].title
+        readers = sorted({r.engine for r in TABLE if _reads_kind(r, kind)})
+        raise InputError(f"hsdiff's table has no row for {which} drafts on {title}",
+                         hint=f"choose an engine it has rows for: {', '.join(readers)}")
     return (own or general)[0]
 
 
@@ -228,11 +184,6 @@ def _usable(r: Rule) -> Rule:
     if r.reading == NONE:
         raise InputError(f"{r.label}: {r.note}", hint=f"source: {r.source}")
     return r
-
-
-def final_boundary(num_layers: int) -> int:
-    """The boundary hsdiff gives the final hidden state *after* the norm (TensorRT-LLM -1, HF index L)."""
-    return num_layers + 1
 
 
 def _needs_layers(num_layers: int | None, what: str) -> int:
@@ -271,6 +222,7 @@ def to_boundary(
     version: str | None = None,
     keep_order: bool = False,
     check_range: bool = True,
+    kind: str | None = None,
 ) -> list[int]:
     """Boundary indices that ``engine`` captures for configured ``ids``, in slot order.
 
@@ -286,7 +238,7 @@ def to_boundary(
     [62, 3, 31]
     """
     info = rule(engine)
-    r = _usable(applied(info.key, info.family_for(model_family), version))
+    r = _usable(applied(info.key, info.family_for(model_family), version, kind))
     ids = [int(i) for i in ids]
     if not ids:
         return []
@@ -310,10 +262,10 @@ def to_boundary(
 
 
 def capturable(b: int, engine: str, num_layers: int | None, model_family: str | None = None,
-               version: str | None = None) -> bool:
-    """Whether ``engine`` has an id that captures boundary ``b``."""
+               version: str | None = None, kind: str | None = None) -> bool:
+    """Whether ``engine`` has an id that captures boundary ``b`` (for a draft of ``kind``)."""
     info = rule(engine)
-    r = _usable(applied(info.key, info.family_for(model_family), version))
+    r = _usable(applied(info.key, info.family_for(model_family), version, kind))
     if b < r.min_boundary:
         return False
     if num_layers is None:
@@ -330,8 +282,9 @@ def from_boundary(
     num_layers: int | None = None,
     model_family: str | None = None,
     version: str | None = None,
+    kind: str | None = None,
 ) -> list[int | None]:
-    """The ids to configure on ``engine`` so that it captures ``boundaries``.
+    """The ids to configure on ``engine`` so that it captures ``boundaries`` (for a draft of ``kind``).
 
     An entry is ``None`` where the boundary is unknown or the engine cannot capture it (B = L on
     SGLang's llama rule, the embeddings on TensorRT-LLM, B1 alone on SGLang's DeepSeek rule, which writes
@@ -344,10 +297,10 @@ def from_boundary(
     """
     info = rule(engine)
     fam = info.family_for(model_family)
-    r = _usable(applied(info.key, fam, version))
+    r = _usable(applied(info.key, fam, version, kind))
     known = [b for b in boundaries if b is not None]
     _check_range(known, num_layers)
-    ok = [b for b in known if capturable(b, info.key, num_layers, fam, version)]
+    ok = [b for b in known if capturable(b, info.key, num_layers, fam, version, kind)]
     if r.reading == DEEPSEEK:
         first = ok[0] if ok else None
         if first == 1:  # id 1 first adds 1 to every id: another goes first (deepseek_v2.py:3176-3194 captures in order)
@@ -364,7 +317,7 @@ def from_boundary(
         shift = 1 if r.reading == OUTPUT else 0
     out: list[int | None] = []
     for b in boundaries:
-        if b is None or not capturable(b, info.key, num_layers, fam, version):
+        if b is None or not capturable(b, info.key, num_layers, fam, version, kind):
             out.append(None)
         elif num_layers is not None and b == final_boundary(num_layers):
             out.append(-1 if info.final_id == FINAL_MINUS_ONE else num_layers)
@@ -383,37 +336,57 @@ def translate(
     dst_family: str | None = None,
     src_version: str | None = None,
     dst_version: str | None = None,
+    kind: str | None = None,
 ) -> list[int | None]:
-    """The ids that make ``dst`` capture the same tensors as ``ids`` on ``src``."""
+    """The ids that make ``dst`` capture the same tensors as ``ids`` on ``src`` (for a draft of ``kind``).
+
+    >>> translate([1, 9, 17, 25, 33], "specforge", "vllm", num_layers=48, kind="dflash")
+    [1, 9, 17, 25, 33]
+    """
     return from_boundary(
-        to_boundary(ids, src, num_layers=num_layers, model_family=src_family, version=src_version),
-        dst, num_layers=num_layers, model_family=dst_family, version=dst_version,
+        to_boundary(ids, src, num_layers=num_layers, model_family=src_family, version=src_version, kind=kind),
+        dst, num_layers=num_layers, model_family=dst_family, version=dst_version, kind=kind,
     )
 
 
 def default_boundaries(num_layers: int, engine: str | None = None, model_family: str | None = None,
-                       version: str | None = None) -> list[int]:
-    """The EAGLE-3 default as boundary indices: ``[2, L//2, L-3]`` (SGLang's minimax_m3_vl: ``[3, L//2+1, L-2]``)."""
+                       version: str | None = None, kind: str | None = None, count: int | None = None) -> list[int]:
+    """The default as boundary indices: EAGLE-3's ``[2, L//2, L-3]`` (SGLang's minimax_m3_vl: ``[3, L//2+1, L-2]``);
+    a DFlash engine's ``count`` output indices evenly spaced over 1..L-3 (``count``: the draft's layers).
+
+    >>> default_boundaries(48, "sglang", kind="dflash", count=5)
+    [2, 13, 24, 35, 46]
+    """
     standard = sorted({2, num_layers // 2, num_layers - 3})
     if engine is None:
         return standard
     info = rule(engine)
-    r = _usable(applied(info.key, info.family_for(model_family), version))
+    r = _usable(applied(info.key, info.family_for(model_family), version, kind))
+    if r.default == "spaced":
+        if count is None:
+            raise InputError(f"the default of {r.label} depends on the number of draft layers",
+                             hint="give the draft config (its num_hidden_layers)")
+        if count == 1:
+            return [num_layers // 2 + 1]
+        span = num_layers - 3 - 1  # dflash_utils.py:348-385 (sglang 0.5.23): round(start + i * span / (k - 1))
+        return [int(round(1 + i * span / (count - 1))) + 1 for i in range(count)]
     return [b + 1 for b in standard] if r.default == "shifted" else standard
 
 
-def default_ids(engine: str, num_layers: int, model_family: str | None = None, version: str | None = None) -> list[int]:
+def default_ids(engine: str, num_layers: int, model_family: str | None = None, version: str | None = None,
+                kind: str | None = None, count: int | None = None) -> list[int]:
     """The ids ``engine`` uses when the draft config names none (most name B ``[2, L//2, L-3]``)."""
-    bs = default_boundaries(num_layers, engine, model_family, version)
-    ids = from_boundary(bs, engine, num_layers=num_layers, model_family=model_family, version=version)
+    bs = default_boundaries(num_layers, engine, model_family, version, kind, count)
+    ids = from_boundary(bs, engine, num_layers=num_layers, model_family=model_family, version=version, kind=kind)
     return [i for i in ids if i is not None]
 
 
-def needs_num_layers(engine: str, model_family: str | None = None, version: str | None = None) -> bool:
+def needs_num_layers(engine: str, model_family: str | None = None, version: str | None = None,
+                     kind: str | None = None) -> bool:
     """Whether reading ids on ``engine`` depends on the target's ``num_hidden_layers`` (SGLang's gpt-oss rule)."""
     info = rule(engine)
     fam = info.family_for(model_family, shifts=True)
-    return applied(info.key, fam, version).reading == GPT_OSS
+    return applied(info.key, fam, version, kind).reading == GPT_OSS
 
 
 def slot_order(boundaries: Sequence[int], engine: str, num_layers: int | None = None,
@@ -439,79 +412,81 @@ def slot_order(boundaries: Sequence[int], engine: str, num_layers: int | None = 
     return out
 
 
-# --------------------------------------------------------------------------- words
-
-def describe_boundary(b: int | None, num_layers: int | None = None) -> str:
-    """Words for a boundary index: ``"embeddings"``, ``"output of layer 2 (input of layer 3)"``..."""
-    if b is None:
-        return "unknown"
-    if b == 0:
-        return "embeddings (input of layer 0)"
-    if num_layers is not None and b == num_layers:
-        return f"output of the last layer {b - 1}, before the final norm"
-    if num_layers is not None and b == final_boundary(num_layers):
-        return "the final hidden state, after the final norm"
-    if num_layers is not None and b > num_layers:
-        return f"boundary {b}, beyond a {num_layers}-layer model"
-    return f"output of layer {b - 1} (input of layer {b})"
-
-
-def name_boundary(b: int | None, num_layers: int | None = None) -> str:
-    """A boundary with its meaning, for sentences: ``"B0 (the embeddings)"``, ``"B3 (the output of layer 2)"``."""
-    if b is None:
-        return "an unknown layer"
-    if b == 0:
-        return "B0 (the embeddings)"
-    if num_layers is not None and b == num_layers:
-        return f"B{b} (the last layer's output before the final norm)"
-    if num_layers is not None and b == final_boundary(num_layers):
-        return "the final hidden state after the norm"
-    return f"B{b} (the output of layer {b - 1})"
-
-
-def parse_ids(text: str | Sequence[int], *, what: str = "--layer-ids") -> list[int]:
-    """Parse ``"-1,2,30"``, ``"[2, 30, 58]"`` or a list into ints; raises :class:`InputError`."""
-    if not isinstance(text, str):
-        return [int(i) for i in text]
-    cleaned = text.strip().strip("[]()")
-    if not cleaned:
-        raise InputError(f"{what} is empty", hint='give comma-separated integers, e.g. "2,30,58"')
-    try:
-        return [int(p) for p in cleaned.replace(" ", ",").split(",") if p.strip()]
-    except ValueError:
-        raise InputError(
-            f"{what} {text!r} is not a list of integers", hint='give comma-separated integers, e.g. "2,30,58"'
-        ) from None
-
-
 # --------------------------------------------------------------------------- config keys
 
-def config_keys(engine: str, *, vllm_runner: str = DEFAULT_RUNNER) -> tuple[tuple[str, ...], ...]:
-    """Where ``engine`` reads the ids in a draft (or run) config, first match wins.
+def _kind_entry(table: dict, engine: str, kind: str | None) -> object:
+    """A DFlash-family table's entry for ``engine``: its ``engine:kind`` entry, else its own, else None."""
+    key = rule(engine).key
+    return table.get(f"{key}:{draft_kind(kind).key}", table.get(key))
 
-    >>> config_keys("vllm")
-    (('eagle_aux_hidden_state_layer_ids',), ('eagle_config', 'layer_ids'))
+
+def config_keys(engine: str, *, vllm_runner: str = DEFAULT_RUNNER, kind: str | None = None) -> tuple[tuple[str, ...], ...]:
+    """Where ``engine`` reads the ids in a draft (or run) config for a draft of ``kind``, first match wins.
+
+    >>> config_keys("vllm")[:2]
+    (('eagle_aux_hidden_state_layer_ids',), ('dflash_config', 'target_layer_ids'))
+    >>> config_keys("sglang", kind="dspark")[0]
+    ('dspark_target_layer_ids',)
     """
     info = rule(engine)
     if info.runners:
         if vllm_runner not in info.runners:
             raise InputError(f"unknown {info.title} runner {vllm_runner!r}", hint=f"choose one of: {', '.join(info.runners)}")
-        return CONFIG_KEYS[f"{info.key}-{vllm_runner}"]
+        return CONFIG_KEYS[f"{info.key}-{vllm_runner}"]  # one reading function for every method
+    if draft_kind(kind).reading == DFLASH:
+        return cast(tuple, _kind_entry(DFLASH_KEYS, info.key, kind) or ())
     return CONFIG_KEYS[info.key]
 
 
-def write_key(engine: str) -> tuple[str, ...]:
-    """The key ``hsdiff fix-config`` writes for ``engine``: its profile's ``writes`` (a key it reads)."""
+def key_index(engine: str, key: Sequence[str], *, vllm_runner: str = DEFAULT_RUNNER, model_type: str = "") -> str:
+    """What an id in ``key`` means where ``engine`` gives that key a meaning of its own (vLLM: + 1 for the DFlash
+    keys, raw for the others): OUTPUT or BOUNDARY; "" where the applied row decides.
+
+    >>> key_index("vllm", ("dflash_config", "target_layer_ids")), key_index("sglang", ("target_layer_ids",))
+    ('output', '')
+    """
+    info = rule(engine)
+    where = (f"{info.key}-{vllm_runner}" if info.runners else info.key, tuple(key))
+    if model_type and model_type in KEY_INDEX_RAW_FOR.get(where, ()):
+        return BOUNDARY
+    return KEY_INDEX.get(where, "")
+
+
+def write_key(engine: str, kind: str | None = None) -> tuple[str, ...]:
+    """The key ``hsdiff fix-config`` writes for ``engine`` and a draft of ``kind``: its profile's ``writes``
+    (a key it reads), or the DFlash-family key it reads.
+
+    >>> write_key("vllm", "dflash")
+    ('dflash_config', 'target_layer_ids')
+    """
     r = rule(engine)
-    if not r.writes:
+    writes = r.writes if draft_kind(kind).reading == EAGLE3 else cast(tuple, _kind_entry(DFLASH_WRITES, r.key, kind) or ())
+    if not writes:
         readers = [e for e in ENGINES if config_keys(e)]
         raise InputError(
             f"{r.title} reads no layer ids from a draft config.json (it reads {ENGINE_INFO[r.key].reads})",
             hint=f"set them there, or choose an engine that reads the draft config: {', '.join(readers)}",
         )
-    return r.writes
+    return writes
 
 
 def key_name(path: Sequence[str]) -> str:
     """``("eagle_config", "eagle_aux_hidden_state_layer_ids")`` -> ``"eagle_config.eagle_aux_hidden_state_layer_ids"``."""
     return ".".join(path)
+
+
+def id_keys(kind: str | None = None) -> tuple[tuple[str, ...], ...]:
+    """Every draft-config key some engine or trainer reads ids from for a draft of ``kind``, in table order."""
+    keys = [k for e in ENGINES for r in (rule(e).runners or (DEFAULT_RUNNER,))
+            for k in config_keys(e, vllm_runner=r, kind=kind)]
+    return tuple(dict.fromkeys(keys))
+
+
+def readers_of(key: Sequence[str], kind: str | None = None) -> list[str]:
+    """The engines and trainers that read ids from ``key`` for a draft of ``kind`` (any of their runners).
+
+    >>> readers_of(("target_layer_ids",), "dflash")
+    ['sglang', 'vllm', 'tokenspeed', 'deepspec']
+    """
+    return [e for e in ENGINES if any(tuple(key) in config_keys(e, vllm_runner=r, kind=kind)
+                                      for r in (rule(e).runners or (DEFAULT_RUNNER,)))]

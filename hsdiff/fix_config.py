@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from . import conventions as conv
-from .configs import config_value, parse_json, read_json
+from .configs import config_value, parse_json, read_config_ids, read_json
 from .errors import ConfigError, InputError
 from .model import EngineVersion, Settings
 from .model.results import why_not_writable
@@ -226,8 +226,10 @@ def fix_config(
     model_family: str | None = None,
     version: str | None = None,
     dumps: Sequence[tuple[str, str]] = (),
+    kind: str | None = None,
 ) -> FixResult:
-    """Write ``ids`` into the draft config at the key ``engine`` reads; keep a byte-exact backup.
+    """Write ``ids`` into the draft config at the key ``engine`` reads for a draft of ``kind`` (None: the kind
+    the config's architectures state, :func:`hsdiff.rules.kinds.kind_from_config`); keep a byte-exact backup.
 
     Refuses an engine that reads no ids from a draft config (TensorRT-LLM reads ``eagle3_layers_to_capture``
     from its speculative config), so that nothing is written where no engine looks; and a config inside
@@ -235,7 +237,7 @@ def fix_config(
     that dump's labels, so rewriting it would change the evidence of the next comparison.
     """
     engine = rule_key(engine)
-    key = conv.write_key(engine)
+    conv.write_key(engine, kind)  # refuse an engine that reads no draft config before reading anything
     version = conv.parse_version(engine, version)
     p = Path(path)
     if p.is_dir():
@@ -244,11 +246,6 @@ def fix_config(
     ids = [int(i) for i in ids]
     if not ids:
         raise InputError("no layer ids to write", hint='give them, e.g. --layer-ids 2,30,58')
-    if not as_written(ids, engine, model_family=model_family, version=version):
-        raise InputError(
-            f"{ids} is not ascending without repeats; engines capture in layer order and once per layer",
-            hint=f"write {sorted(set(ids))} if that is the order the draft was trained in",
-        )
     try:
         raw = p.read_bytes()
     except FileNotFoundError:
@@ -262,6 +259,14 @@ def fix_config(
     cfg = parse_json(text, p, bad_hint="fix the file by hand first")
     if not isinstance(cfg, dict):
         raise ConfigError("config is not a JSON object", path=p)
+    stated = conv.kind_from_config(cfg)
+    kind = conv.draft_kind(kind or stated.key).key
+    key = conv.write_key(engine, kind)
+    if not as_written(ids, engine, model_family=model_family, version=version, kind=kind):
+        raise InputError(
+            f"{ids} is not ascending without repeats; engines capture in layer order and once per layer",
+            hint=f"write {sorted(set(ids))} if that is the order the draft was trained in",
+        )
     new_cfg = copy.deepcopy(cfg)
     node = new_cfg
     for part in key[:-1]:
@@ -272,7 +277,8 @@ def fix_config(
     old = node.get(key[-1])
     node[key[-1]] = ids
     new_text = json.dumps(new_cfg, indent=_indent(text), ensure_ascii=False) + "\n"
-    warnings = _other_key_warnings(new_cfg, engine)
+    own = _other_key_warnings(new_cfg, engine) if key == conv.write_key(engine) else []
+    warnings = own + _shadowed(new_cfg, engine, key, kind, stated)
     changed = old != ids
     diff = "".join(difflib.unified_diff(text.splitlines(keepends=True), new_text.splitlines(keepends=True),
                                         fromfile=f"{p} (before)", tofile=f"{p} (after)"))
@@ -314,6 +320,22 @@ def _other_key_warnings(cfg: dict[str, Any], engine: str) -> list[str]:
     info = conv.rule(engine)
     value = config_value(cfg, info.left_key)[1] if info.left_key else None
     return [] if value is None else [info.left_key_note.format(value=value)]
+
+
+def _shadowed(cfg: dict[str, Any], engine: str, key: tuple[str, ...], kind: str, stated: Any) -> list[str]:
+    """What to say when ``engine`` would not read the key just written: another key it reads first holds ids
+    (for each of its model runners), or the config states another draft kind."""
+    out = []
+    if conv.draft_kind(kind).reading != stated.reading:
+        out.append(f"the draft config's architectures say {stated.title}, but the ids were written for a "
+                   f"{conv.draft_kind(kind).title} draft (--draft-kind); check which it is")
+    for runner in conv.rule(engine).runners or (conv.DEFAULT_RUNNER,):
+        _, read = read_config_ids(cfg, engine, vllm_runner=runner, kind=kind)
+        if read is not None and tuple(read) != tuple(key):
+            where = f" ({runner} runner)" if conv.rule(engine).runners else ""
+            out.append(f"{conv.rule(engine).title}{where} reads {conv.key_name(read)} before "
+                       f"{conv.key_name(key)}, so it never sees the ids written: remove {conv.key_name(read)}")
+    return out
 
 
 def _backup_path(p: Path) -> Path:

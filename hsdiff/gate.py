@@ -88,9 +88,9 @@ def _static_settings(s: _Setup, engine: str, given: Sequence[str], vllm_runner: 
                         hidden_size_source=s.hidden_source, vllm_runner=_runner_of(engine, vllm_runner))
 
 
-def _checked(s: _Setup, engine: str, vllm_runner: str) -> tuple[IdsSource, list[Check]]:
+def _checked(s: _Setup, engine: str, vllm_runner: str, kind: str | None = None) -> tuple[IdsSource, list[Check]]:
     ids = read_ids(s.config, engine, path=s.path, num_layers=s.num_layers, model_family=s.family,
-                   vllm_runner=vllm_runner, version=s.version)
+                   vllm_runner=vllm_runner, version=s.version, kind=kind)
     checks = static_checks(s.config, ids, path=s.path, num_layers=s.num_layers, target_hidden=s.hidden_size,
                            model_family=s.family, vllm_runner=vllm_runner, family_source=s.family_source,
                            version=s.version)
@@ -109,8 +109,10 @@ def check_config(
     strict: bool = False,
     engine_version: str | None = None,
     engine_versions: Sequence[str] = (),
+    draft_kind: str | None = None,
 ) -> GateResult:
-    """The static checks alone (``hsdiff check-config``).
+    """The static checks alone (``hsdiff check-config``); ``draft_kind`` None: the kind the draft config's
+    architectures state.
 
     >>> check_config("fixtures/configs/unsorted.json",
     ...              target_config="fixtures/configs/targets/llama-61.json").verdict   # doctest: +SKIP
@@ -119,7 +121,7 @@ def check_config(
     engine = conv.rule(engine).key
     _runner(vllm_runner)
     s = _setup(draft_config, target_config, engine, model_family, num_layers, hidden_size, engine_version)
-    ids, checks = _checked(s, engine, vllm_runner)
+    ids, checks = _checked(s, engine, vllm_runner, draft_kind)
     return GateResult("check-config", str(s.path), None if target_config is None else str(target_config), engine, ids,
                       tuple(checks), None, strict, s.num_layers, s.hidden_size, s.family,
                       settings=_static_settings(s, engine, engine_versions, vllm_runner))

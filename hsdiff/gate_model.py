@@ -104,6 +104,8 @@ class IdsSource:
     vllm_runner: str | None = None
     rule: str | None = None  # the convention-table row that read them ("SGLang ≥ 0.5.13, DeepSeek rule")
     engine_version: str | None = None
+    kind: str = "eagle3"  # the draft kind whose rows read them (hsdiff.rules.kinds)
+    index: str = ""  # OUTPUT or BOUNDARY where the key read gives the ids a meaning of its own, else ""
 
     def to_dict(self) -> dict[str, Any]:
         return {"engine": self.engine, "engine_version": self.engine_version, "rule": self.rule,

@@ -10,9 +10,10 @@ translation names those rows and warns when the source engine could not have cap
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from . import conventions as conv
+from .errors import InputError
 from .model import EngineVersion
 from .serving import boundary_list, serve
 from .settings import engine_version
@@ -34,6 +35,8 @@ class Translation:
     dst_at: EngineVersion  # the version of ``dst`` they are written for
     warnings: tuple[str, ...] = ()
     obstacles: tuple[str, ...] = ()  # why ``dst`` cannot be given these layers in this order (hsdiff.serving)
+    kind: str = "eagle3"  # the draft kind (hsdiff.rules.kinds) whose rows read the ids
+    key: str = ""  # the draft-config key ``dst`` reads these ids from ("" where it reads none)
 
     @property
     def complete(self) -> bool:
@@ -59,14 +62,14 @@ class Translation:
         s, d = conv.rule(self.src), conv.rule(self.dst)
         family = s.family_for(self.model_family)
         src_order = conv.to_boundary(self.ids, self.src, num_layers=self.num_layers, model_family=family,
-                                     version=self.src_version, keep_order=True)
+                                     version=self.src_version, keep_order=True, kind=self.kind)
         L = self.num_layers
         dst_family = d.family_for(self.model_family)
         written = [i for i in self.out if i is not None]
         dst_order = conv.to_boundary(written, self.dst, num_layers=L, model_family=dst_family,
-                                     version=self.dst_version, keep_order=True, check_range=False)
+                                     version=self.dst_version, keep_order=True, check_range=False, kind=self.kind)
         there_id = dict(zip(dst_order, written))  # the id that names each boundary on dst (the list may be reordered)
-        lines = [f"rules: {self.rules()}"]
+        lines = [f"rules: {self.rules()}"] + ([f"{d.title} reads them from {self.key}"] if self.key else [])
         for i, b in zip(self.ids, src_order):
             j = there_id.get(b)
             what = conv.describe_boundary(b, L)
@@ -88,21 +91,41 @@ def translate_ids(
     model_family: str | None = None,
     src_version: str | None = None,
     dst_version: str | None = None,
+    kind: str | None = None,
 ) -> Translation:
-    """Translate ``ids`` from ``src``'s convention to ``dst``'s; ``model_family`` applies to the engines
-    whose reading depends on it (SGLang, SpecForge through SGLang, vLLM's DeepSeek models)."""
+    """Translate ``ids`` from ``src``'s convention to ``dst``'s for a draft of ``kind`` (default EAGLE-3);
+    ``model_family`` applies to the engines whose reading depends on it (SGLang, SpecForge through SGLang,
+    vLLM's DeepSeek models).
+
+    >>> translate_ids([1, 9, 17, 25, 33], "specforge", "sglang", num_layers=48, model_family="qwen3_next",
+    ...               kind="dflash").key
+    'dflash_config.target_layer_ids'
+    """
+    k = conv.draft_kind(kind).key
     src, dst = conv.rule(src).key, conv.rule(dst).key
     sv, dv = conv.parse_version(src, src_version), conv.parse_version(dst, dst_version)
     fam_src, fam_dst = conv.rule(src).family_for(model_family), conv.rule(dst).family_for(model_family)
     family = conv.normalize_family(model_family) if conv.rule(src).family_rule or conv.rule(dst).family_rule else None
-    b = conv.to_boundary(ids, src, num_layers=num_layers, model_family=fam_src, version=sv)
-    served = serve(b, dst, num_layers=num_layers, model_family=fam_dst, version=dv)
-    src_rule = conv.applied(src, fam_src, sv)
+    b = conv.to_boundary(ids, src, num_layers=num_layers, model_family=fam_src, version=sv, kind=k)
+    served = serve(b, dst, num_layers=num_layers, model_family=fam_dst, version=dv, kind=k)
+    src_rule = conv.applied(src, fam_src, sv, k)
     warnings = [
         f"{conv.rule(src).title} {sv} could not have captured {conv.name_boundary(x, num_layers)} "
         f"({src_rule.label}): no id of its convention names it, so data said to come from it is suspect"
-        for x in b if not conv.capturable(x, src, num_layers, fam_src, sv)
+        for x in b if not conv.capturable(x, src, num_layers, fam_src, sv, k)
     ] + list(served.notes)
+    try:
+        key = conv.key_name(conv.write_key(dst, k))
+    except InputError:  # an engine that reads no draft config (TensorRT-LLM)
+        key = ""
     return Translation(src, dst, tuple(int(i) for i in ids), tuple(b), served.ids, num_layers, family,
-                       engine_version(src, sv, fam_src), engine_version(dst, dv, fam_dst), tuple(warnings),
-                       tuple(served.sentences()))
+                       _at(src, sv, fam_src, k), _at(dst, dv, fam_dst, k), tuple(warnings),
+                       tuple(served.sentences()), k, key)
+
+
+def _at(engine: str, version: str, family: str | None, kind: str) -> EngineVersion:
+    """``engine`` at ``version`` and the row it applies for a draft of ``kind``."""
+    at = engine_version(engine, version, family)
+    if conv.draft_kind(kind).reading == conv.draft_kind(None).reading:
+        return at
+    return replace(at, rule=conv.applied(engine, family, version, kind).label)

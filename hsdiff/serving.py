@@ -92,6 +92,7 @@ def serve(
     num_layers: int | None = None,
     model_family: str | None = None,
     version: str | None = None,
+    kind: str | None = None,
 ) -> Serving:
     """Whether ``engine`` can feed the draft the training slots ``boundaries`` in their order, the ids
     that do it, and otherwise each obstacle with its reason (source cited) and what would work.
@@ -103,17 +104,17 @@ def serve(
     key = conv.rule(engine).key
     fam = _family(key, model_family)
     ver = conv.parse_version(key, version)
-    r = conv.applied(key, fam, ver)
+    r = conv.applied(key, fam, ver, kind)
     title = conv.rule(key).title
     L = num_layers
     bs = list(boundaries)
-    ids = list(conv.from_boundary(bs, key, num_layers=L, model_family=fam, version=ver))
+    ids = list(conv.from_boundary(bs, key, num_layers=L, model_family=fam, version=ver, kind=kind))
     known = [b for b in bs if b is not None]
     obstacles: list[Obstacle] = []
-    bad = [b for b in dict.fromkeys(known) if not conv.capturable(b, key, L, fam, ver)]
+    bad = [b for b in dict.fromkeys(known) if not conv.capturable(b, key, L, fam, ver, kind)]
     for b in bad:
         obstacles.append(Obstacle(ObstacleKind.UNCAPTURABLE, (b,), _why(b, key, r, L),
-                                  _instead(b, key, fam, ver, L)))
+                                  _instead(b, key, fam, ver, L, kind)))
     if r.reading == DEEPSEEK and not bad and known and any(i is None for b, i in zip(bs, ids) if b is not None):
         obstacles.append(Obstacle(
             ObstacleKind.UNCAPTURABLE, (1,),
@@ -137,7 +138,7 @@ def serve(
         elif known != served:
             order = tuple(known.index(b) for b in served) if len(known) == len(bs) else None
             fc_order = order
-            fix = conv.from_boundary(served, key, num_layers=L, model_family=fam, version=ver)
+            fix = conv.from_boundary(served, key, num_layers=L, model_family=fam, version=ver, kind=kind)
             how = ""
             if order is not None:
                 perm = "(" + ", ".join(map(str, order)) + ")"
@@ -150,7 +151,7 @@ def serve(
                 f"{_order_words(key, ver, L)}, so it feeds the draft {_listed(served, L)} whatever the order of "
                 f"the ids: no id list reproduces the training order (source: {_order_source(key)}).",
                 f"What would work: {how}retraining the draft on the layers in the order {title} delivers them."))
-    if any(o.kind in ("order", "repeated") for o in obstacles):
+    if any(o.kind in (ObstacleKind.ORDER, ObstacleKind.REPEATED) for o in obstacles):
         ids = [None] * len(bs)
     notes = []
     if r.reading == DEEPSEEK and not obstacles and 1 in known and ids and ids[0] is not None and ids[0] != 1:
@@ -163,14 +164,15 @@ def serve(
     return Serving(key, tuple(bs), tuple(ids), tuple(obstacles), r.label, fc_order, tuple(notes))
 
 
-def max_capturable(engine: str, num_layers: int, model_family: str | None = None, version: str | None = None) -> int:
+def max_capturable(engine: str, num_layers: int, model_family: str | None = None, version: str | None = None,
+                   kind: str | None = None) -> int:
     """The largest boundary before the final norm ``engine`` can capture (L-1 where nothing runs after
     the last layer)."""
-    return num_layers if conv.capturable(num_layers, engine, num_layers, model_family, version) else num_layers - 1
+    return num_layers if conv.capturable(num_layers, engine, num_layers, model_family, version, kind) else num_layers - 1
 
 
 def as_written(ids: Sequence[int], engine: str, *, num_layers: int | None = None, model_family: str | None = None,
-               version: str | None = None) -> bool:
+               version: str | None = None, kind: str | None = None) -> bool:
     """Whether ``ids`` are written the way :func:`serve` writes the layers the engine captures for them:
     ascending without repeats, or (SGLang's DeepSeek rule) with another id before 1.
 
@@ -183,9 +185,9 @@ def as_written(ids: Sequence[int], engine: str, *, num_layers: int | None = None
     key = conv.rule(engine).key
     fam = _family(key, model_family)
     try:
-        captured = conv.to_boundary(ids, key, num_layers=num_layers, model_family=fam, version=version)
+        captured = conv.to_boundary(ids, key, num_layers=num_layers, model_family=fam, version=version, kind=kind)
         return len(set(ids)) == len(ids) and conv.from_boundary(
-            captured, key, num_layers=num_layers, model_family=fam, version=version) == ids
+            captured, key, num_layers=num_layers, model_family=fam, version=version, kind=kind) == ids
     except InputError:  # out of range: not a writing of anything the engine captures
         return False
 
@@ -226,6 +228,9 @@ def _why(b: int, key: str, r: conv.Rule, L: int | None) -> str:
     if L is not None and b == L and conv.rule(key).final_id == FINAL_L:  # its index L is the post-norm state
         return (f"{r.label} cannot capture {what}: its tuple index {L} is the state after the final norm, and the "
                 f"pre-norm one has no index (source: {r.source}).")
+    if L is not None and b == L and r.last_fails:
+        return (f"{r.label} cannot capture {what}: it marks each captured layer with a flag on that layer, and "
+                f"there is no layer {L}, so the id for it makes the server fail at startup (source: {r.source}).")
     if L is not None and b == L:
         return (f"{r.label} cannot capture {what}: it captures each slot as the input of a layer, and no "
                 f"layer runs after layer {L - 1}, so the id for it is dropped and the draft's fc gets fewer slots "
@@ -236,35 +241,36 @@ def _why(b: int, key: str, r: conv.Rule, L: int | None) -> str:
     return f"{r.label} cannot capture {what}: no id of its convention names it (source: {r.source})."
 
 
-def _instead(b: int, key: str, family: str | None, version: str, L: int | None) -> str:
+def _instead(b: int, key: str, family: str | None, version: str, L: int | None, kind: str | None = None) -> str:
     """Engines (or versions of this one) that capture ``b``, with the id, and the retraining way out."""
     where = []
     for e in serving_engines:
         fam = conv.rule(e).family_for(family, own_row=True)
         if e == key:
             later = [v for v in conv.VERSIONS[e] if conv.version_tuple(v) > conv.version_tuple(version)
-                     and _id_for(b, e, L, fam, v) is not None]
+                     and _id_for(b, e, L, fam, v, kind) is not None]
             if later:
-                where.append(f"{conv.rule(e).title} ≥ {later[0]} (id {_id_for(b, e, L, fam, later[0])})")
+                where.append(f"{conv.rule(e).title} ≥ {later[0]} (id {_id_for(b, e, L, fam, later[0], kind)})")
             continue
-        i = _id_for(b, e, L, fam, None)
+        i = _id_for(b, e, L, fam, None, kind)
         if i is not None:
             where.append(f"{conv.rule(e).title} (id {i})")
     near = ""
     if L is not None and b >= L:
-        near = f" (e.g. {conv.name_boundary(max_capturable(key, L, family, version), L)})"
+        near = f" (e.g. {conv.name_boundary(max_capturable(key, L, family, version, kind), L)})"
     elif b == 0:
         near = f" (e.g. {conv.name_boundary(1, L)})"
     served_by = f"serving on {' or '.join(where)}, or " if where else ""
     return f"What would work: {served_by}retraining the draft on a layer {conv.rule(key).title} captures{near}."
 
 
-def _id_for(b: int, engine: str, L: int | None, family: str | None, version: str | None) -> int | None:
+def _id_for(b: int, engine: str, L: int | None, family: str | None, version: str | None,
+            kind: str | None = None) -> int | None:
     """The id that makes ``engine`` capture ``b`` alone; None where it cannot, or its rule cannot be applied
-    without what is not known."""
+    without what is not known (or has no row for the draft kind)."""
     try:
-        if not conv.capturable(b, engine, L, family, version):
+        if not conv.capturable(b, engine, L, family, version, kind):
             return None
-        return conv.from_boundary([b], engine, num_layers=L, model_family=family, version=version)[0]
+        return conv.from_boundary([b], engine, num_layers=L, model_family=family, version=version, kind=kind)[0]
     except InputError:
         return None

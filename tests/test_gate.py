@@ -87,7 +87,7 @@ def test_gate_json_records_where_the_ids_came_from(tmp_path):
     assert doc["report"]["configured"]["source"].endswith("[eagle_config.eagle_aux_hidden_state_layer_ids]")
     assert [c["name"] for c in doc["checks"]] == [
         "ids-source", "ignored-key", "ids-sorted", "ids-unique", "ids-in-range", "ids-capturable",
-        "ids-embeddings", "family-rule", "target-hidden-size", "fc-width", "ids-count",
+        "ids-embeddings", "family-rule", "target-hidden-size", "fc-width", "ids-count", "draft-kind", "silent-fallback",
     ]
 
 

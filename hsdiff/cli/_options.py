@@ -36,6 +36,14 @@ engine_version_option = click.option(
     + ", ".join(f"{k}=={conv.default_version(k)}" for k in ("sglang", "vllm", "specforge")) + ", ...).",
 )
 
+draft_kind_option = click.option(
+    "--draft-kind", type=click.Choice(list(conv.DRAFT_KINDS), case_sensitive=False), default=None,
+    help="The kind of draft the ids feed, which selects the rows they are read with: "
+    + "; ".join(f"{k.key} ({k.title})" for k in conv.DRAFT_KINDS.values())
+    + ". Default: detected from a draft config's architectures where one is read, else eagle3. An MTP head "
+    "takes no layer ids and is refused.",
+)
+
 
 def where_ids_are_read() -> str:
     """Epilog lines: where each engine and trainer reads the layer ids (from the convention table)."""

@@ -7,7 +7,7 @@ import click
 from .. import conventions as conv
 from ..fix_config import fix_config, ids_from_report
 from ._group import cli
-from ._options import engine_version_option, family_option, where_ids_are_read
+from ._options import draft_kind_option, engine_version_option, family_option, where_ids_are_read
 
 EPILOG = """\b
 Examples:
@@ -15,6 +15,7 @@ Examples:
   hsdiff fix-config draft/config.json --from-report gate.json
   hsdiff fix-config draft/config.json --from-report gate.json --engine vllm --translate
   hsdiff fix-config draft/config.json --layer-ids 2,30,58 --engine sglang --dry-run
+  hsdiff fix-config dflash/config.json --layer-ids 1,9,17,25,33 --engine vllm --draft-kind dflash
 \b
 With --from-report, the ids are the report's, for the engine, version and model family it was made
 for; an --engine, --engine-version or --model-family that says otherwise is refused (exit 2) unless
@@ -34,17 +35,20 @@ speculative config (hsdiff ids --to trtllm prints the values) instead.
               help="The engine whose key and convention to write (default: the report's engine, else sglang).")
 @family_option
 @engine_version_option
+@draft_kind_option
 @click.option("--translate", is_flag=True,
               help="With --from-report: write the report's layers for another --engine, --engine-version or "
               "--model-family than the report's (otherwise refused).")
 @click.option("--dry-run", is_flag=True, help="Print the diff, write nothing.")
-def fix_config_cmd(draft_config, report, layer_ids, engine, model_family, engine_versions, translate, dry_run) -> None:
+def fix_config_cmd(draft_config, report, layer_ids, engine, model_family, engine_versions, draft_kind, translate,
+                   dry_run) -> None:
     """Write the layer ids where ENGINE reads them, atomically, keeping a backup; print the diff."""
     if (report is None) == (layer_ids is None):
         raise click.UsageError("give exactly one of --from-report REPORT.json or --layer-ids IDS")
     if translate and report is None:
         raise click.UsageError("--translate goes with --from-report")
     if report is not None:
+        draft_kind = draft_kind or "eagle3"  # a report's ids are EAGLE-3 ids
         found = ids_from_report(report, engine, model_family=model_family, engine_versions=engine_versions,
                                 translate=translate)
         ids, model_family, engine, version = list(found.ids), found.model_family, found.engine, found.version
@@ -58,7 +62,7 @@ def fix_config_cmd(draft_config, report, layer_ids, engine, model_family, engine
         ids, engine, dumps = conv.parse_ids(layer_ids), engine or "sglang", ()
         version = conv.versions(engine_versions, [engine])[conv.rule(engine).key]
     result = fix_config(draft_config, ids, engine=engine, dry_run=dry_run, model_family=model_family, version=version,
-                        dumps=dumps)
+                        dumps=dumps, kind=draft_kind)
     for w in result.warnings:
         click.echo(f"hsdiff: warning: {w}", err=True)
     what = f"{result.key} = {list(result.new)} for {conv.rule(result.engine).title} {result.version}"

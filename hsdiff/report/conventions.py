@@ -9,10 +9,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ..convention_rules import ENGINE_INFO, RULES, VERSIONS, Rule
-from ..conventions import default_version
+from ..convention_rules import CONFIG_KEYS, ENGINE_INFO, KEY_INDEX, VERSIONS, Rule
+from ..conventions import TABLE, default_version
+from ..rules.dflash import DFLASH_DEFAULTS, DFLASH_KEYS, DFLASH_WRITES
+from ..rules.kinds import DRAFT_KINDS, EAGLE3_KINDS
 
-__all__ = ["BEGIN", "END", "render_rules", "render_engines", "render_block", "update"]
+__all__ = ["BEGIN", "END", "render_rules", "render_engines", "render_kinds", "render_keys", "render_block", "update"]
 
 BEGIN = "<!-- convention table: generated from hsdiff/convention_rules.py, do not edit by hand -->"
 END = "<!-- end of the generated convention table -->"
@@ -46,6 +48,7 @@ def _range(r: Rule) -> str:
     low = f"B{r.min_boundary}"
     high = "B(L)" if r.captures_last else "B(L-1)"
     extra = " and the post-norm final state" if r.names_final else ""
+    extra += "; an id for B(L) fails at startup" if r.last_fails else ""
     return f"{low} to {high}{extra}"
 
 
@@ -60,23 +63,60 @@ def render_engines() -> str:
     return "\n".join(out)
 
 
+def render_kinds() -> str:
+    """One row per draft kind (``--draft-kind``): the architectures that select it, ids it takes, source."""
+    out = ["| `--draft-kind` | name | read with | selected by architectures containing | ids | source |",
+           "|---|---|---|---|---|---|"]
+    for k in DRAFT_KINDS.values():
+        read = {"": "— (refused: " + k.note + ")"}.get(k.reading, f"the {k.reading} rows")
+        ids = "none" if k.counts == (0, 0) else f"{k.counts[0]}–{k.counts[1]}"
+        out.append(f"| `{k.key}` | {k.title} | {_cell(read)} | {', '.join(k.architectures)} | {ids} | {_cell(k.source)} |")
+    return "\n".join(out)
+
+
+def render_keys() -> str:
+    """Where each engine reads the ids, by draft kind and model runner, first match wins; the key fix-config writes."""
+    out = ["| engine (runner) | draft kinds | keys read, first match wins | key written | default when none |",
+           "|---|---|---|---|---|"]
+    for key, paths in CONFIG_KEYS.items():
+        engine = key.split("-")[0]
+        runner = key if "-" in key else ""
+        read = ", ".join(".".join(p) + _meaning(runner, p) for p in paths) or "none (not the draft config)"
+        writes = ".".join(ENGINE_INFO[engine].writes) or "—"
+        out.append(f"| `{key}` | {', '.join(EAGLE3_KINDS)}{' and every other' if runner else ''} | {read} | {writes} | — |")
+    for key in dict.fromkeys([*DFLASH_KEYS, *DFLASH_WRITES]):
+        engine, _, kind = key.partition(":")
+        kinds = kind or "the DFlash family"
+        found = DFLASH_KEYS.get(key, DFLASH_KEYS.get(engine))
+        read = ", ".join(".".join(p) for p in found) if found else "as for EAGLE-3, by runner (rows above)"
+        writes = ".".join(DFLASH_WRITES.get(key, DFLASH_WRITES.get(engine, ())))
+        out.append(f"| `{engine}` | {kinds} | {read} | {writes} | {_cell(DFLASH_DEFAULTS.get(engine, ''))} |")
+    return "\n".join(out)
+
+
+def _meaning(runner: str, path: tuple[str, ...]) -> str:
+    index = KEY_INDEX.get((runner, tuple(path)), "")
+    return {"output": " (+1)", "boundary": " (raw)"}.get(index, "")
+
+
 def render_rules() -> str:
-    """One row per rule: engine, family, versions, reading, capturable range, label and source."""
-    out = ["| engine | model family | versions | B for an id | capturable | rule (as reports name it) | source |",
-           "|---|---|---|---|---|---|---|"]
-    for r in RULES:
+    """One row per rule: engine, draft kinds, family, versions, reading, capturable range, label and source."""
+    out = ["| engine | draft kinds | model family | versions | B for an id | capturable | rule (as reports name it) "
+           "| source |", "|---|---|---|---|---|---|---|---|"]
+    for r in TABLE:
         fam = ", ".join(r.families) or "(any other)"
+        kinds = ", ".join(r.kinds or EAGLE3_KINDS)
         reading = _READING[r.reading] + (" — default B[3, L//2+1, L-2]" if r.default == "shifted" else "")
         if r.note:
             reading += f" — {r.note}"
-        out.append(f"| `{r.engine}` | {fam} | {_versions(r)} | {_cell(reading)} | {_range(r)} | {_cell(r.label)} "
-                   f"| {_cell(r.source)} |")
+        out.append(f"| `{r.engine}` | {kinds} | {fam} | {_versions(r)} | {_cell(reading)} | {_range(r)} "
+                   f"| {_cell(r.label)} | {_cell(r.source)} |")
     return "\n".join(out)
 
 
 def render_block() -> str:
     """The generated block, markers included."""
-    return "\n".join([BEGIN, "", render_engines(), "", render_rules(), "", END])
+    return "\n".join([BEGIN, "", render_engines(), "", render_kinds(), "", render_keys(), "", render_rules(), "", END])
 
 
 def update(path: str | Path) -> bool:

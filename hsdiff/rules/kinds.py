@@ -1,0 +1,100 @@
+"""Draft kinds: which family of drafts eats the aux hidden states, how to tell it from a draft config, and
+how many ids it takes. A kind selects the rows an engine reads ids with (``reading``): EAGLE-3 drafts the
+EAGLE-3 table, the DFlash family its own rows (:mod:`hsdiff.rules.dflash`); MTP heads take no aux ids.
+
+>>> kind_from_config({"architectures": ["DFlashDraftModel"]}).key
+'dflash'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["DraftKind", "DRAFT_KINDS", "EAGLE3", "DFLASH", "EAGLE3_KINDS", "DFLASH_KINDS", "EAGLE31_FLAGS",
+           "kind_from_config"]
+
+EAGLE3 = "eagle3"  # the reading of EAGLE-3 drafts: the table of hsdiff.convention_rules
+DFLASH = "dflash"  # the reading of the DFlash family: hsdiff.rules.dflash
+
+
+@dataclass(frozen=True)
+class DraftKind:
+    """One kind of draft: a row of ``--draft-kind``."""
+
+    key: str
+    title: str
+    reading: str  # EAGLE3, DFLASH or "" (takes no aux hidden-state ids)
+    architectures: tuple[str, ...]  # draft config architectures that select it (substring, case-sensitive)
+    counts: tuple[int, int]  # how many ids it takes, (fewest, most); (0, 0) none
+    source: str
+    note: str = ""  # said when it is refused or reported
+
+
+DRAFT_KINDS: dict[str, DraftKind] = {
+    k.key: k
+    for k in [
+        DraftKind("eagle3", "EAGLE-3", EAGLE3, ("Eagle3", "EAGLE3", "Eagle3Speculator", "LlamaForCausalLMEagle3"), (1, 8),
+                  "sglang==0.5.23 sglang/srt/models/llama_eagle3.py:154-161 (fc over num_aux_hidden_states chunks); "
+                  "vllm==0.33.0 transformers_utils/configs/speculators/algos.py:20-49; DeepSpec uses 5 "
+                  "(deepseek-ai/DeepSpec, top-level target_layer_ids)"),
+        DraftKind("eagle3.1", "EAGLE-3.1", EAGLE3, ("Eagle31", "EAGLE31", "Eagle3_1"), (1, 8),
+                  "sglang==0.5.23 sglang/srt/models/llama_eagle3.py:171-207 (norm_before_fc, fc_norm / legacy "
+                  "use_aux_norm, norm_output), :241-268; vllm==0.33.0 transformers_utils/configs/speculators/"
+                  "algos.py:36-38,74 (the three flags lifted from a speculators config)",
+                  note="EAGLE-3 with norms around the fc; its ids are read as EAGLE-3's"),
+        DraftKind("dflash", "DFlash", DFLASH, ("DFlashDraftModel", "DFlash"), (1, 8),
+                  "sglang==0.5.23 sglang/srt/speculative/dflash_utils.py:348-385,656-674 "
+                  "(dflash_config.target_layer_ids, else top-level target_layer_ids)"),
+        DraftKind("dflash2", "DFlash2", DFLASH, ("DFlash2", "MuseGlimmerAssistantModel"), (1, 8),
+                  "sglang==0.5.23 sglang/srt/model_executor/model_runner_components/spec_aux_hidden_state.py:17-29"),
+        DraftKind("dspark", "DSpark", DFLASH, ("DSpark",), (1, 8),
+                  "sglang==0.5.23 sglang/srt/speculative/dspark_components/dspark_config.py:226-310 "
+                  "(dspark_target_layer_ids first); vllm==0.33.0 v1/worker/gpu/spec_decode/eagle/eagle3_utils.py:125-135"),
+        DraftKind("domino", "Domino", DFLASH, ("Domino",), (1, 8),
+                  "SpecForge@a6b6b02 specforge/algorithms/domino/providers.py:67-68 (the DFlash draft's "
+                  "target_layer_ids); served as DFlash, sglang==0.5.23 speculative/domino_utils.py"),
+        DraftKind("mtp", "MTP head", "", ("MTP", "NextN", "Mtp"), (0, 0),
+                  "sglang==0.5.23 spec_aux_hidden_state.py:156-178 (a NEXTN/MTP head is sized by "
+                  "num_nextn_predict_layers, no aux ids); vllm==0.33.0 v1/worker/gpu/spec_decode/eagle/eagle3_utils.py:15-22 "
+                  "(aux hidden states only for eagle3, dflash, dspark, extract_hidden_states)",
+                  note="an MTP head reads the target's last hidden state, not aux hidden states: it takes no "
+                  "layer ids, so there is nothing to check or translate"),
+    ]
+}
+
+EAGLE3_KINDS = tuple(k for k, v in DRAFT_KINDS.items() if v.reading == EAGLE3)
+DFLASH_KINDS = tuple(k for k, v in DRAFT_KINDS.items() if v.reading == DFLASH)
+
+#: EAGLE-3.1 flags a draft config may set, and what each does (check-config reports them).
+EAGLE31_FLAGS: dict[str, str] = {
+    "fc_norm": "one RMSNorm per aux chunk before the fc",
+    "use_aux_norm": "one RMSNorm per aux chunk before the fc (legacy name of fc_norm)",
+    "norm_before_fc": "one RMSNorm over the concatenated aux hidden states before the fc",
+    "norm_output": "the draft feeds back its post-norm hidden state",
+}
+
+
+def kind_from_config(config: Mapping[str, Any]) -> DraftKind:
+    """The draft kind a draft ``config.json`` states: its ``architectures`` (most specific name first),
+    else an EAGLE-3.1 flag, else a DFlash key, else EAGLE-3.
+
+    >>> kind_from_config({"architectures": ["LlamaForCausalLMEagle3"], "fc_norm": True}).key
+    'eagle3.1'
+    """
+    archs = [str(a) for a in config.get("architectures") or []]
+    best: tuple[int, str] = (0, "")
+    for key, kind in DRAFT_KINDS.items():
+        for name in kind.architectures:
+            if any(name in a for a in archs) and len(name) > best[0]:
+                best = (len(name), key)
+    nested = config.get("eagle_config")
+    eagle: Mapping[str, Any] = nested if isinstance(nested, dict) else {}
+    flagged = any(config.get(f) or eagle.get(f) for f in EAGLE31_FLAGS)
+    if best[1] in ("", "eagle3"):
+        if flagged:
+            return DRAFT_KINDS["eagle3.1"]
+        if not best[1] and ("dflash_config" in config or "dspark_target_layer_ids" in config):
+            return DRAFT_KINDS["dspark" if "dspark_target_layer_ids" in config else "dflash"]
+    return DRAFT_KINDS[best[1] or "eagle3"]
