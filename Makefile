@@ -78,7 +78,9 @@ $(ENGINE_VENV)/smollm2/config.json: $(VENV)/.installed
 	rm -rf $(ENGINE_VENV)/smollm2 $(ENGINE_VENV)/smollm2.partial
 	$(BIN)/python tests/engine/make_target.py $(ENGINE_VENV)/smollm2
 
-## test-engine: the tests that run vLLM on the CPU (marked engine; one engine process, an engine load per draft config)
+## test-engine: the tests that run vLLM on the CPU (marked engine; one engine process, an engine load per draft config).
+##   The second draft they run (tests/engine/train_eagle3.py) is trained on first use and kept in
+##   HSDIFF_ENGINE_CACHE (default ~/.cache/hsdiff-engine)
 test-engine: engine
 	$(BIN)/python -m pytest -q -m engine tests/engine --durations=5 -s
 

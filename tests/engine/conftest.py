@@ -5,16 +5,21 @@ The runs: SmolLM2-135M (30 layers, hidden 576) as the target and the fixture EAG
 (``fixtures/draft-smollm2``, trained on boundaries B[2, 15, 27]) with a different draft
 ``config.json`` per run — each run one engine load, so every run checks a reading rule (where the
 ids are read, sorting, de-duplication, the ends, the default) and several also measure acceptance.
+Three more runs measure acceptance with a draft that is not the project's: trained by
+``train_eagle3.py`` (another data set, recipe and implementation) on first use and kept in
+``HSDIFF_ENGINE_CACHE`` (default ``~/.cache/hsdiff-engine``), on prompts of its own held-out set.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -32,6 +37,8 @@ NUM_STEPS = 5
 PROMPTS = ["Explain glaciers in simple terms.", "Why is sleep important?", "Describe thunderstorms to a child.",
            "Give three facts about owls."]
 SYSTEM = "You are a helpful assistant."
+TRAINER = Path(__file__).with_name("train_eagle3.py")
+CACHE = Path(os.environ.get("HSDIFF_ENGINE_CACHE", Path.home() / ".cache" / "hsdiff-engine"))
 
 
 @dataclass(frozen=True)
@@ -42,9 +49,10 @@ class Run:
     top: list[int] | None      # top-level eagle_aux_hidden_state_layer_ids
     nested: list[int] | None   # eagle_config.eagle_aux_hidden_state_layer_ids
     acceptance: bool           # generate the prompts' replies and measure acceptance
+    draft: str = field(default="fixture")  # "fixture" or "independent" (train_eagle3.py's)
 
 
-#: Ids are vLLM's (boundary indices). The draft was trained on B[2, 15, 27].
+#: Ids are vLLM's (boundary indices). Both drafts were trained on B[2, 15, 27].
 RUNS = [
     Run("right", [2, 15, 27], None, True),                    # top-level key: the training layers
     Run("deeper", [3, 16, 28], [1, 14, 26], True),            # both keys (the top-level wins): every slot one deeper
@@ -52,7 +60,11 @@ RUNS = [
     Run("nested", None, [1, 14, 26], True),                   # the fixture as shipped (SGLang's ids), nested only
     Run("ends", [0, L - 1, L - 1, L], None, False),           # id 0, L-1 twice, L (pre-norm last layer)
     Run("default", None, None, False),                        # no ids at all
+    Run("indep-right", [2, 15, 27], None, True, "independent"),      # the independent draft's training layers
+    Run("indep-deeper", [3, 16, 28], None, True, "independent"),     # every slot one deeper
+    Run("indep-incident", [15, 0, 2], None, True, "independent"),    # embeddings in slot 0
 ]
+MAX_TOKENS = {"fixture": 64, "independent": 96}
 
 
 @dataclass(frozen=True)
@@ -88,8 +100,32 @@ def chat_ids(tok, user: str) -> list[int]:
     return list(tok(text, add_special_tokens=False)["input_ids"])
 
 
+def draft_dir(run: Run) -> Path:
+    """The run's draft weights: the fixture's, or the independent draft (trained on first use, then cached)."""
+    return DRAFT if run.draft == "fixture" else independent_draft()
+
+
+def independent_draft() -> Path:
+    """``train_eagle3.py``'s draft for the target, under a name that changes with the trainer and the target."""
+    key = hashlib.sha256(TRAINER.read_bytes() + (TARGET / "config.json").read_bytes()).hexdigest()[:12]
+    out = CACHE / f"draft-{key}"
+    if (out / "config.json").exists():
+        return out
+    part = CACHE / f"draft-{key}.partial"
+    shutil.rmtree(part, ignore_errors=True)
+    t0 = time.time()
+    proc = subprocess.run([sys.executable, str(TRAINER), str(TARGET), str(part)], capture_output=True, text=True,
+                          timeout=1500, env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
+    if proc.returncode != 0:
+        pytest.fail(f"training the independent draft failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n"
+                    f"{proc.stderr[-3000:]}")
+    part.rename(out)
+    sys.stderr.write(f"\n[engine] trained the independent draft in {time.time() - t0:.0f} s: {out}\n")
+    return out
+
+
 def draft_config(run: Run) -> dict:
-    cfg = json.loads((DRAFT / "config.json").read_text())
+    cfg = json.loads((draft_dir(run) / "config.json").read_text())
     cfg.pop("eagle_config", None)
     if run.top is not None:
         cfg["eagle_aux_hidden_state_layer_ids"] = run.top
@@ -108,8 +144,13 @@ def target_tokenizer():
 
 
 @pytest.fixture(scope="session")
-def prompts(target_tokenizer) -> list[list[int]]:
-    return [chat_ids(target_tokenizer, p) for p in PROMPTS]
+def prompts(target_tokenizer) -> dict[str, list[list[int]]]:
+    """Per draft, the prompts acceptance is measured on: the fixture's (above) and the independent
+    draft's held-out set, each in its draft's chat template."""
+    from .train_eagle3 import EVAL_PROMPTS, chat
+
+    return {"fixture": [chat_ids(target_tokenizer, p) for p in PROMPTS],
+            "independent": [chat(target_tokenizer, p) for p in EVAL_PROMPTS]}
 
 
 @pytest.fixture(scope="session")
@@ -119,8 +160,9 @@ def engine(prompts, tmp_path_factory) -> dict[str, EngineRun]:
     out = Path(kept) if kept else tmp_path_factory.mktemp("vllm")
     out.mkdir(parents=True, exist_ok=True)
     plan = {"target": str(TARGET), "draft": str(DRAFT), "dtype": "float32", "max_model_len": 512, "runs": [
-        {"name": r.name, "config": draft_config(r), "num_speculative_tokens": NUM_STEPS,
-         "prompts": prompts if r.acceptance else prompts[:1], "max_tokens": 64 if r.acceptance else 8}
+        {"name": r.name, "config": draft_config(r), "draft": str(draft_dir(r)), "num_speculative_tokens": NUM_STEPS,
+         "prompts": prompts[r.draft] if r.acceptance else prompts[r.draft][:1],
+         "max_tokens": MAX_TOKENS[r.draft] if r.acceptance else 8}
         for r in RUNS]}
     done = [out / r.name / "result.json" for r in RUNS]
     if (out / "plan.json").exists() and json.loads((out / "plan.json").read_text()) == plan and all(map(Path.exists, done)):

@@ -19,14 +19,14 @@ from hsdiff.configs import read_ids
 from hsdiff.draft import Speculation, predict_acceptance
 from hsdiff.engine_log import read_engine_log
 
-from .conftest import DRAFT, NUM_STEPS, RUNS, TARGET, EngineRun, L, draft_config
+from .conftest import NUM_STEPS, RUNS, TARGET, EngineRun, L, draft_config, draft_dir
 
 pytestmark = pytest.mark.engine
 
 #: vLLM's CPU build runs the V1 model runner ("Model Runner V2 requires Triton"): it reads the
 #: top-level key, then eagle_config's. The V2 runner's reading stays source-verified.
 RUNNER = "v1"
-TRAINED = [2, 15, 27]  # the boundaries the fixture draft was trained on
+TRAINED = [2, 15, 27]  # the boundaries both drafts were trained on
 
 
 def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -80,7 +80,7 @@ def train_dumps(engine, hf_states, prompts, tmp_path_factory):
     for r in RUNS:
         if r.acceptance:
             out[r.name] = tmp_path_factory.mktemp(f"train-{r.name}")
-            _train_dump(out[r.name], engine[r.name], hf_states, prompts)
+            _train_dump(out[r.name], engine[r.name], hf_states, prompts[r.draft])
     return out
 
 
@@ -183,7 +183,7 @@ def predictions(engine, train_dumps):
         ids = list(r.top or r.nested or [])
         report = hsdiff.compare(train_dumps[r.name], got.dump, engine="vllm", layer_ids=ids,
                                 model_config=str(TARGET / "config.json"))
-        pa = predict_acceptance(train_dumps[r.name], got.dump, report, DRAFT, target=TARGET,
+        pa = predict_acceptance(train_dumps[r.name], got.dump, report, draft_dir(r), target=TARGET,
                                 tree=Speculation(NUM_STEPS))
         measured = read_engine_log(got.log).acceptance
         assert measured is not None and pa.configured is not None
@@ -216,3 +216,13 @@ def test_prediction_ranks_the_ids_as_vllm_does(predictions):
             if ma > mb * 1.02:
                 assert predictions[a][0].configured.acceptance_length > predictions[b][0].configured.acceptance_length, (a, b)
     assert predictions["incident"][1].acceptance_length * 1.02 < predictions["right"][1].acceptance_length
+
+
+def test_independent_draft_ranks_the_ids_as_vllm_does(predictions):
+    """A draft and prompts that are not the project's (``train_eagle3.py``): vLLM puts the right ids,
+    every slot one deeper and the embeddings in slot 0 clearly apart, and the prediction orders them alike."""
+    three = [predictions[f"indep-{n}"] for n in ("right", "deeper", "incident")]
+    measured = [m.acceptance_length for _, m in three]
+    predicted = [p.configured.acceptance_length for p, _ in three]
+    assert measured[0] > measured[1] * 1.03 and measured[1] > measured[2] * 1.03, measured
+    assert predicted[0] > predicted[1] > predicted[2], (predicted, measured)

@@ -4,7 +4,7 @@
 
 PLAN: ``{"target": DIR, "draft": DIR, "dtype": "float32", "runs": [RUN, ...]}`` with each RUN
 ``{"name": str, "config": {...draft config.json...}, "prompts": [[token ids], ...], "max_tokens": n,
-"num_speculative_tokens": k}``. For each run, one engine (in this process, one after the other):
+"num_speculative_tokens": k}`` and optionally ``"draft": DIR``, another draft's weights than the plan's. For each run, one engine (in this process, one after the other):
 
 - ``OUT/NAME/engine.log``: what vLLM printed during the run (the aux-layer line, the SpecDecoding
   metrics lines), as a server's log;
@@ -56,7 +56,7 @@ def run_one(plan: dict, run: dict, out: Path) -> dict:
     (draft / "config.json").write_text(json.dumps(run["config"], indent=2))
     weights = draft / "model.safetensors"
     if not weights.exists():
-        os.symlink(Path(plan["draft"]).resolve() / "model.safetensors", weights)
+        os.symlink(Path(run.get("draft", plan["draft"])).resolve() / "model.safetensors", weights)
 
     t0 = time.time()
     llm = LLM(model=plan["target"], dtype=plan.get("dtype", "float32"), enforce_eager=True, seed=0,
