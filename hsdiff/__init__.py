@@ -25,8 +25,8 @@ import os
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-from .conventions import ENGINES, default_ids, describe_boundary, from_boundary, to_boundary, translate
 from .errors import AlignmentError, ConfigError, FormatError, HsdiffError, InputError, UnsafeFileError
+from .rules.conventions import ENGINES, default_ids, describe_boundary, from_boundary, to_boundary, translate
 
 if TYPE_CHECKING:  # pragma: no cover
     from .comparison import Options, compare

@@ -2,7 +2,7 @@
 the draft's layer ids (and where an engine reads them) and the width of the draft's ``fc``.
 
 Every other module asks this one; nothing else parses a JSON config. Conventions (how an engine
-*counts* the ids read here, and which keys it reads) live in :mod:`hsdiff.conventions`.
+*counts* the ids read here, and which keys it reads) live in :mod:`hsdiff.rules.conventions`.
 
 Example::
 
@@ -21,11 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-from . import conventions as conv
-from .convention_rules import FC_AUX, FINAL_MINUS_ONE
 from .errors import ConfigError, InputError
-from .gate_model import IdsSource
-from .serving import ObstacleKind, boundary_list, serve
+from .model.gate import IdsSource
+from .rules import conventions as conv
+from .rules.profile import FC_AUX, FINAL_MINUS_ONE
+from .rules.serving import ObstacleKind, boundary_list, serve
 
 __all__ = [
     "read_json",
@@ -207,7 +207,7 @@ def read_config_ids(config: dict[str, Any], engine: str, *, vllm_runner: str = c
 def boundaries_read(ids: Sequence[int], engine: str, num_layers: int | None, family: str | None,
                     version: str | None = None, kind: str | None = None, index: str = "") -> list[int]:
     """Boundaries ``engine`` captures for ``ids`` in list order, without the range check; ``index`` (OUTPUT or
-    BOUNDARY) where the key they were read from has a meaning of its own (:func:`hsdiff.conventions.key_index`)."""
+    BOUNDARY) where the key they were read from has a meaning of its own (:func:`hsdiff.rules.conventions.key_index`)."""
     if index:
         return [int(i) + (1 if index == conv.OUTPUT else 0) for i in ids]
     if num_layers is None and (conv.needs_num_layers(engine, family, version, kind)
@@ -312,7 +312,7 @@ def read_ids(
 
 def _captured(b: Sequence[int], engine: str, num_layers: int | None, family: str | None, version: str,
               kind: str | None = None) -> str:
-    """The boundaries ``engine`` captures, in words; those it cannot (:func:`hsdiff.serving.serve`) are
+    """The boundaries ``engine`` captures, in words; those it cannot (:func:`hsdiff.rules.serving.serve`) are
     named apart, not listed as captured."""
     plain = "B[" + ", ".join(map(str, b)) + "]"
     final = conv.applied(engine, family, version, kind).names_final

@@ -3,7 +3,7 @@
 In the order :func:`hsdiff.compare` calls them:
 
 * :func:`decide_slot` — what the values alone say a slot is, with a confidence against the separation
-  of its neighbouring layers, read from the data (:mod:`hsdiff.separation`;
+  of its neighbouring layers, read from the data (:mod:`hsdiff.align.separation`;
   :class:`~hsdiff.model.SlotDecision`);
 * :func:`resolve` — the labels weighed in: a match that cannot rule out a neighbour takes the layer
   its labels agree on (``consistent``; the training side's labels or a capture's own tag, never the
@@ -28,7 +28,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from . import conventions as conv
+from .align.separation import Separation, best_of_neighbours, clears_noise_floor, neighbour_separation, what_to_dump
 from .errors import InputError
 from .model import (
     Candidate,
@@ -46,8 +46,8 @@ from .model import (
     layers_in_words,
     pct,
 )
-from .separation import Separation, best_of_neighbours, clears_noise_floor, neighbour_separation, what_to_dump
-from .serving import serve
+from .rules import conventions as conv
+from .rules.serving import serve
 
 __all__ = [
     "NOISE_TOLERANCE", "AMBIGUOUS_RATIO", "SINK_CONFIDENCE", "CONSISTENT_CONFIDENCE", "coherent",
@@ -450,7 +450,7 @@ def verdict(results: Sequence[SlotResult], configured: Configured | None,
 def recommend(settings: Settings, boundaries: Sequence[int | None]) -> tuple[Recommendation, list[str]]:
     """The ids that make the settings' engine, at its version, capture ``boundaries``; the same layers on
     every engine at the version ``settings`` assumes for it (the report's own engine: its own answer);
-    warnings for what stands in the way of serving them (:func:`hsdiff.serving.serve`)."""
+    warnings for what stands in the way of serving them (:func:`hsdiff.rules.serving.serve`)."""
     own, family, L = settings.engine, settings.model_family, settings.num_layers
     served = serve(list(boundaries), own.engine, num_layers=L, model_family=family, version=own.version)
     by_engine: dict[str, EngineIds] = {}

@@ -18,11 +18,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from . import conventions as conv
+from .align.separation import miss_direction, one_layer_apart, one_layer_floor, separation_at
 from .errors import InputError
 from .model import Candidate, Configured, Evidence, Recommendation, SlotResult, Status, Verdict
 from .model.diagnosis import Diagnosis, Finding, Miss
-from .separation import miss_direction, one_layer_apart, one_layer_floor, separation_at
+from .rules import conventions as conv
 
 __all__ = ["diagnose", "miss", "with_miss", "MISS_CONFIDENCE", "label_shift", "position_shift"]
 
@@ -87,10 +87,10 @@ def miss(results: Sequence[SlotResult], configured: Configured | None, candidate
          num_layers: int | None, model_family: str | None) -> Miss | None:
     """Which way the configured captures miss their training slots when no capture matched and no
     training label names the slots: each slot against the capture configured for it, on the same
-    tokens (:func:`hsdiff.separation.miss_direction`). The distance is one layer when another
+    tokens (:func:`hsdiff.align.separation.miss_direction`). The distance is one layer when another
     engine's reading of the configured ids captures exactly the layers one step that way, or when no
     capture but a neighbour of where the miss places each slot is nearer to it than its own, and every
-    miss is what one layer moves the states by there (:func:`hsdiff.separation.one_layer_apart`)."""
+    miss is what one layer moves the states by there (:func:`hsdiff.align.separation.one_layer_apart`)."""
     if configured is None or any(r.match is not None or r.boundary_index is not None for r in results):
         return None
     cfg = list(configured.boundary_indices)

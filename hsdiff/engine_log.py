@@ -1,7 +1,7 @@
 """An engine's own log as evidence: the layers it chose and the acceptance it measured.
 
 ``--engine-log FILE`` on ``compare`` and ``gate``. The lines read are data
-(:data:`hsdiff.convention_rules.LOG_LINES`, each citing the engine's logging call):
+(:data:`hsdiff.rules.profile.LOG_LINES`, each citing the engine's logging call):
 
 * vLLM's ``Using auxiliary layers from speculative config: (1, 14, 26)`` — the ids the engine took
   from the draft config, as written (the engine sorts them afterwards); the line is absent when it
@@ -22,8 +22,8 @@ import os
 import re
 from dataclasses import dataclass
 
-from .convention_rules import LOG_LINES
 from .errors import InputError
+from .rules.profile import LOG_LINES
 
 __all__ = ["EngineLog", "MeasuredAcceptance", "read_engine_log"]
 
@@ -158,7 +158,7 @@ def configured_ids(log: EngineLog | None, layer_ids: str | None, engine: str, en
                          hint=f"pass `engine={log.engine}`, or leave `engine_log` out",
                          options=("engine", "engine_log"))
     if layer_ids is not None:
-        from .conventions import parse_ids
+        from .rules.conventions import parse_ids
 
         if parse_ids(layer_ids) != list(log.aux_layers):
             raise InputError(f"`layer_ids={layer_ids}` differ from the ids the engine logged, ({logged}) at {where}",
@@ -175,10 +175,10 @@ def _logs_ids(engine: str) -> bool:
 def ids_check(log: EngineLog, ids: object) -> object | None:
     """The gate check ``engine-log-ids``: the engine chose the ids the gate read from the draft config.
 
-    ``ids`` is the gate's :class:`~hsdiff.gate_model.IdsSource`. vLLM logs the ids only when it took
+    ``ids`` is the gate's :class:`~hsdiff.model.gate.IdsSource`. vLLM logs the ids only when it took
     them from the draft config, so a log with acceptance lines and no such line means its default.
     """
-    from .gate_model import ERROR, Check
+    from .model.gate import ERROR, Check
 
     if log.engine is None or getattr(ids, "engine", None) != log.engine or not _logs_ids(log.engine):
         return None

@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from . import conventions as conv
 from .decide import NOISE_TOLERANCE
 from .model import (
     Configured,
@@ -23,7 +22,8 @@ from .model import (
 )
 from .model.diagnosis import Diagnosis, Finding, Miss, NormFinding, Override
 from .overrides import TORN_FACTOR
-from .serving import boundary_list
+from .rules import conventions as conv
+from .rules.serving import boundary_list
 
 __all__ = ["Words", "explain", "norm_warnings"]
 

@@ -22,13 +22,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import conventions as conv
 from .configs import config_value, parse_json, read_config_ids, read_json
 from .errors import ConfigError, InputError
 from .model import EngineVersion, Settings
 from .model.results import why_not_writable
-from .serving import as_written, serve
-from .settings import TITLES, engine_version, family_key
+from .rules import conventions as conv
+from .rules.serving import as_written, serve
+from .rules.settings import TITLES, engine_version, family_key
 
 __all__ = ["FixResult", "fix_config", "ids_from_report", "ReportIds"]
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from . import conventions as conv
 from .errors import InputError
 from .model import EngineVersion
-from .serving import boundary_list, serve
-from .settings import engine_version
+from .rules import conventions as conv
+from .rules.serving import boundary_list, serve
+from .rules.settings import engine_version
 
 __all__ = ["Translation", "translate_ids"]
 
@@ -34,7 +34,7 @@ class Translation:
     src_at: EngineVersion  # the version of ``src`` the ids are read at, and the row it applies
     dst_at: EngineVersion  # the version of ``dst`` they are written for
     warnings: tuple[str, ...] = ()
-    obstacles: tuple[str, ...] = ()  # why ``dst`` cannot be given these layers in this order (hsdiff.serving)
+    obstacles: tuple[str, ...] = ()  # why ``dst`` cannot be given these layers in this order (hsdiff.rules.serving)
     kind: str = "eagle3"  # the draft kind (hsdiff.rules.kinds) whose rows read the ids
     key: str = ""  # the draft-config key ``dst`` reads these ids from ("" where it reads none)
 

@@ -22,7 +22,6 @@ from typing import Any
 
 import numpy as np
 
-from . import conventions as conv
 from .arrays import as_f32, is_float, lower_median, row_norms
 from .configs import stated_hidden_size, stated_ids, target_shape
 from .errors import InputError
@@ -30,6 +29,7 @@ from .jsonout import dumps
 from .model import Capture, Dump
 from .readers import replica_difference, replica_groups, scan
 from .readers.sglang_dumper import run_of
+from .rules import conventions as conv
 from .sinks import sink_mask
 
 __all__ = ["inspect", "Inspection", "SAMPLE_ROWS", "SCHEMA_VERSION"]

@@ -20,12 +20,12 @@ import json
 import shlex
 from collections.abc import Sequence
 
-from .convention_rules import ENGINE_INFO, REQUEST_GENERATE, EngineInfo
 from .errors import InputError
+from .rules.profile import ENGINE_INFO, REQUEST_GENERATE, EngineInfo
 
 __all__ = ["ENDPOINTS", "request_body", "curl_command", "advice"]
 
-#: The HTTP path of each engine's prefill request (:attr:`~hsdiff.convention_rules.EngineInfo.endpoint`).
+#: The HTTP path of each engine's prefill request (:attr:`~hsdiff.rules.profile.EngineInfo.endpoint`).
 ENDPOINTS = {k: e.endpoint for k, e in ENGINE_INFO.items() if e.request}
 
 

@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 
 from hsdiff import conventions as conv
 from hsdiff.configs import read_ids
-from hsdiff.convention_rules import FAMILIES, RULES, VERSIONS
 from hsdiff.errors import InputError
-from hsdiff.serving import max_capturable
+from hsdiff.rules.profile import FAMILIES, RULES, VERSIONS
+from hsdiff.rules.serving import max_capturable
 
 NESTED_ONLY = {"eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 30, 58]}}
 

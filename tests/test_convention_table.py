@@ -1,10 +1,10 @@
 """docs/conventions.md shows the convention table the code uses: its generated block must equal what
-hsdiff.report.conventions renders from hsdiff/convention_rules.py."""
+hsdiff.report.conventions renders from hsdiff/rules/profile.py."""
 
 from __future__ import annotations
 
-from hsdiff.convention_rules import RULES
 from hsdiff.report.conventions import BEGIN, END, render_block
+from hsdiff.rules.profile import RULES
 
 from . import builders as B
 

@@ -7,7 +7,7 @@ import importlib
 
 import pytest
 
-MODULES = ["hsdiff.arrays", "hsdiff.conventions", "hsdiff.serving", "hsdiff.decide", "hsdiff.separation", "hsdiff.configs", "hsdiff.ids", "hsdiff.request", "hsdiff.model.results"]
+MODULES = ["hsdiff.arrays", "hsdiff.rules.conventions", "hsdiff.rules.serving", "hsdiff.decide", "hsdiff.align.separation", "hsdiff.configs", "hsdiff.ids", "hsdiff.request", "hsdiff.model.results"]
 
 
 @pytest.mark.parametrize("name", MODULES)

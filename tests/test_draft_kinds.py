@@ -11,13 +11,13 @@ import pytest
 from click.testing import CliRunner
 
 from hsdiff import conventions as conv
-from hsdiff.checks import static_checks
 from hsdiff.cli import cli
 from hsdiff.configs import config_value, read_ids
 from hsdiff.errors import InputError
 from hsdiff.fix_config import fix_config
+from hsdiff.gate.checks import static_checks
 from hsdiff.ids import translate_ids
-from hsdiff.serving import serve
+from hsdiff.rules.serving import serve
 
 L = 30  # SmolLM2-135M's layers, as elsewhere in the tests
 

@@ -1,4 +1,4 @@
-"""The engine profile (:class:`hsdiff.convention_rules.EngineInfo`): every field that carries a decision
+"""The engine profile (:class:`hsdiff.rules.profile.EngineInfo`): every field that carries a decision
 cites a source, and each decision the modules used to make by comparing engine names is asked of it."""
 
 from __future__ import annotations
@@ -9,9 +9,14 @@ import json
 import pytest
 
 from hsdiff import conventions as conv
-from hsdiff.checks import static_checks
 from hsdiff.configs import built_fc_width, read_config_ids, read_ids
-from hsdiff.convention_rules import (
+from hsdiff.engine_log import EngineLog, ids_check
+from hsdiff.errors import InputError
+from hsdiff.fix_config import fix_config
+from hsdiff.gate.checks import static_checks
+from hsdiff.report._doc import nested_in
+from hsdiff.request import ENDPOINTS, advice, request_body
+from hsdiff.rules.profile import (
     CONFIG_KEYS,
     ENGINE_INFO,
     FAMILY_CAPTURE,
@@ -26,12 +31,7 @@ from hsdiff.convention_rules import (
     REQUEST_GENERATE,
     EngineInfo,
 )
-from hsdiff.engine_log import EngineLog, ids_check
-from hsdiff.errors import InputError
-from hsdiff.fix_config import fix_config
-from hsdiff.report._doc import nested_in
-from hsdiff.request import ENDPOINTS, advice, request_body
-from hsdiff.serving import serve
+from hsdiff.rules.serving import serve
 
 _FIELDS = {f.name: f for f in dataclasses.fields(EngineInfo)}
 _DESCRIBED = {"key", "title", "kind", "index", "sorts", "reads", "sources"}

@@ -7,7 +7,7 @@ import json
 import subprocess
 import sys
 
-from hsdiff.checks import CHECK_NAMES
+from hsdiff.gate.checks import CHECK_NAMES
 
 STABLE = ("ids-source", "ignored-key", "ids-sorted", "ids-unique", "ids-in-range", "ids-capturable",
           "ids-embeddings", "family-rule", "target-hidden-size", "fc-width", "ids-count", "draft-kind", "silent-fallback")
@@ -20,7 +20,7 @@ def test_check_names_are_the_stable_junit_names():
 def test_rendering_a_gate_result_imports_no_torch(tmp_path):
     code = """
 import json, sys
-from hsdiff.gate_model import Check, GateResult, IdsSource
+from hsdiff.model.gate import Check, GateResult, IdsSource
 from hsdiff.report.gate import render_gate_text
 from hsdiff.report.junit import render_junit
 from hsdiff.report.markdown import render_markdown

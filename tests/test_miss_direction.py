@@ -1,6 +1,6 @@
 """When no capture matches, which way they miss: real SmolLM2 states and its depth up-scaled 61- and
 126-layer versions, the engine configured one layer off and only its configured captures dumped
-(``hsdiff.diagnose.miss``, ``hsdiff.separation.miss_direction``). Genuinely different tensors keep
+(``hsdiff.diagnose.miss``, ``hsdiff.align.separation.miss_direction``). Genuinely different tensors keep
 the "different tensors" cause."""
 
 from __future__ import annotations

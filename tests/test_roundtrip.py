@@ -20,7 +20,9 @@ import pytest
 from hsdiff import compare, decide
 from hsdiff import conventions as conv
 from hsdiff.configs import config_value
-from hsdiff.convention_rules import (
+from hsdiff.errors import InputError
+from hsdiff.fix_config import fix_config, ids_from_report
+from hsdiff.rules.profile import (
     BOUNDARY,
     CONFIG_KEYS,
     DEEPSEEK,
@@ -33,10 +35,8 @@ from hsdiff.convention_rules import (
     VERSIONS,
     Rule,
 )
-from hsdiff.errors import InputError
-from hsdiff.fix_config import fix_config, ids_from_report
-from hsdiff.serving import serve
-from hsdiff.settings import settings_for
+from hsdiff.rules.serving import serve
+from hsdiff.rules.settings import settings_for
 
 from . import builders as B
 

@@ -1,9 +1,9 @@
-"""hsdiff.serving.serve: whether some id list makes an engine feed the draft its training slots, in order."""
+"""hsdiff.rules.serving.serve: whether some id list makes an engine feed the draft its training slots, in order."""
 
 from __future__ import annotations
 
 from hsdiff import conventions as conv
-from hsdiff.serving import as_written, serve
+from hsdiff.rules.serving import as_written, serve
 
 
 def test_a_servable_list_has_ids_and_no_obstacle():

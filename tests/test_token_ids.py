@@ -1,9 +1,9 @@
-"""``hsdiff.token_ids`` on the token ids of the real SmolLM2 samples: where an inference capture's
+"""``hsdiff.align.token_ids`` on the token ids of the real SmolLM2 samples: where an inference capture's
 tokens sit in a training sample, and the chat-template prefix different prompts share."""
 
 from __future__ import annotations
 
-from hsdiff.token_ids import MIN_PREFIX, id_offsets, shared_prefix
+from hsdiff.align.token_ids import MIN_PREFIX, id_offsets, shared_prefix
 
 from . import builders as B
 

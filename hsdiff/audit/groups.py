@@ -26,9 +26,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..align.separation import miss_direction, slot_direction
 from ..configs import stated_ids
 from ..model import Metrics
-from ..separation import miss_direction, slot_direction
 from . import prefix as P
 from .fingerprint import FileSummary
 from .report import Group, Problem

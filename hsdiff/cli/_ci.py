@@ -7,8 +7,8 @@ from typing import Any
 
 import click
 
-from .. import conventions as conv
-from ..gate_model import GateResult
+from ..model.gate import GateResult
+from ..rules import conventions as conv
 from ._output import write_text
 
 F = Callable[..., Any]

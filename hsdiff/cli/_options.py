@@ -9,9 +9,9 @@ from typing import Any
 
 import click
 
-from .. import conventions as conv
 from ..decide import NOISE_TOLERANCE
 from ..readers import FORMATS
+from ..rules import conventions as conv
 
 F = Callable[..., Any]
 

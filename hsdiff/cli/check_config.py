@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from .. import conventions as conv
 from ..gate import check_config
+from ..rules import conventions as conv
 from ._ci import ci_options, emit
 from ._group import cli
 from ._options import draft_kind_option, engine_option, engine_version_option, family_option, where_ids_are_read

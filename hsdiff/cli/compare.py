@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import click
 
-from .. import conventions as conv
 from ..comparison import Options, compare
 from ..decide import NOISE_TOLERANCE
 from ..engine_log import configured_ids
 from ..report.text import render_text
+from ..rules import conventions as conv
 from ._draft import attach, draft_options, engine_log
 from ._group import cli
 from ._options import dump_options, engine_option, progress_printer

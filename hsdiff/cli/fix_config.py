@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from .. import conventions as conv
 from ..fix_config import fix_config, ids_from_report
+from ..rules import conventions as conv
 from ._group import cli
 from ._options import draft_kind_option, engine_version_option, family_option, where_ids_are_read
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from .. import conventions as conv
 from ..ids import translate_ids
+from ..rules import conventions as conv
 from ._group import cli
 from ._options import draft_kind_option, engine_version_option, family_option
 

@@ -18,13 +18,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .. import conventions as conv
 from .. import decide, diagnose, explain, overrides
 from ..configs import load_config
 from ..errors import AlignmentError, InputError
 from ..model import INFER, TRAIN, Dump, Report, Settings
 from ..readers import scan
-from ..settings import settings_for
+from ..rules import conventions as conv
+from ..rules.settings import settings_for
 from . import norms, profiles, scoring, shape, slots, validate
 
 __all__ = ["compare", "Options"]
@@ -231,7 +231,7 @@ def _compare(train: Dump, infer: Dump, opts: Options, family: str, train_path: s
 
 def _settings(opts: Options, family: str, num_layers: int | None, layers_from: str, hidden: int,
               hidden_from: str) -> Settings:
-    """The record of what this comparison's answers rest on (:mod:`hsdiff.settings`)."""
+    """The record of what this comparison's answers rest on (:mod:`hsdiff.rules.settings`)."""
     source = opts.model_family_source or (f"--model-family {opts.model_family}" if opts.model_family
                                           else "the default llama rule")
     return settings_for(opts.engine, opts.engine_version, family, source, opts.engine_versions,

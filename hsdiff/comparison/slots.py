@@ -12,12 +12,12 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import conventions as conv
 from ..configs import draft_ids
 from ..errors import AlignmentError, InputError
 from ..model import Capture, Configured, Dump, Evidence, Index, LabelSource, Layer, Report, Status
 from ..readers import RANK_SEQUENCE
 from ..readers.sglang_dumper import run_of
+from ..rules import conventions as conv
 
 #: training slot -> its captures (one per training sample)
 Slots = dict[int, list[Capture]]
@@ -164,7 +164,7 @@ def _runs_in(ids: tuple[int, ...], sample: tuple[int, ...]) -> bool:
 
 def with_final(captures: Sequence[Capture], num_layers: int | None) -> list[Capture]:
     """The captures to score: the final post-norm state (an all-layer stack's last entry, TensorRT-LLM's
-    layer -1) labelled as its boundary (:func:`~hsdiff.conventions.final_boundary`) when the layer count
+    layer -1) labelled as its boundary (:func:`~hsdiff.rules.conventions.final_boundary`) when the layer count
     is known, so that a training slot holding it is found; left out when it is not (its boundary is unknown)."""
     if num_layers is None:
         return [c for c in captures if not c.post_norm]

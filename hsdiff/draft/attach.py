@@ -15,7 +15,7 @@ from ..engine_log import EngineLog, MeasuredAcceptance
 from .records import PredictedAcceptance
 
 if TYPE_CHECKING:
-    from ..gate_model import Check
+    from ..model.gate import Check
 
 __all__ = ["with_prediction", "acceptance_check", "prediction_text", "measured_text"]
 
@@ -62,7 +62,7 @@ def acceptance_check(prediction: PredictedAcceptance | None, minimum: float | No
                      measured: MeasuredAcceptance | None = None) -> Check:
     """The gate check: the acceptance length is at least ``minimum`` — the engine's measured value
     when there is one (``--engine-log``), else the deployed setting's prediction."""
-    from ..gate_model import ERROR, INFO, Check
+    from ..model.gate import ERROR, INFO, Check
 
     if measured is not None:
         got = measured.summary()

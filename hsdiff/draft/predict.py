@@ -227,7 +227,7 @@ def _predict_row(d: Draft, name: str, side: str, boundaries: Sequence[int] | Non
 def _ids_for(boundaries: Sequence[int], engine: str, num_layers: int | None, family: str | None,
              version: str | None) -> list[int | None] | None:
     """The ids of a what-if row, for the report's engine at the report's version (its settings)."""
-    from ..conventions import from_boundary
+    from ..rules.conventions import from_boundary
 
     try:
         return from_boundary(list(boundaries), engine, num_layers=num_layers, model_family=family, version=version)
@@ -236,7 +236,7 @@ def _ids_for(boundaries: Sequence[int], engine: str, num_layers: int | None, fam
 
 
 def _ids_words(engine: str, version: str | None, family: str | None) -> str:
-    from ..settings import engine_version
+    from ..rules.settings import engine_version
 
     try:
         return "for " + engine_version(engine, version, family).words()

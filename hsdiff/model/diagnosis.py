@@ -46,7 +46,7 @@ class Override(StrEnum):
 @dataclass(frozen=True)
 class Direction:
     """Which way captures that equal no slot they are weighed against miss it, decided once by
-    :func:`hsdiff.separation.miss_direction` for ``compare``, ``gate`` and ``audit``: ``sign`` -1
+    :func:`hsdiff.align.separation.miss_direction` for ``compare``, ``gate`` and ``audit``: ``sign`` -1
     shallower, +1 deeper; the ranges (lowest, highest) over the slots of the figures it rests on, on
     the same tokens."""
 

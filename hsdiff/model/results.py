@@ -320,7 +320,7 @@ class Recommendation:
     ids: tuple[int | None, ...]
     boundary_indices: tuple[int | None, ...]
     by_engine: dict[str, EngineIds]
-    #: why ``engine`` cannot feed the draft these slots whatever its ids (hsdiff.serving); () when it can
+    #: why ``engine`` cannot feed the draft these slots whatever its ids (hsdiff.rules.serving); () when it can
     unservable: tuple[str, ...] = field(default=(), compare=False)
     version: str | None = None
     rule: str = ""
@@ -399,7 +399,7 @@ class Report:
     inputs: Inputs = field(default_factory=lambda: Inputs())
     tolerance: float = 0.10
     profiles: Profiles = field(default_factory=lambda: Profiles())
-    settings: Settings | None = None  # what the verdict and ids rest on (hsdiff.settings)
+    settings: Settings | None = None  # what the verdict and ids rest on (hsdiff.rules.settings)
     diagnosis: Diagnosis | None = None  # what the slots come to as one finding (hsdiff.diagnose)
 
     #: 3: ``diagnosis`` recorded; 2: ``settings`` recorded, ``by_engine`` states the version assumed per

@@ -1,5 +1,5 @@
 """The settings every answer of a comparison or gate rests on, decided once and carried by the
-:class:`~hsdiff.model.Report` and the :class:`~hsdiff.gate_model.GateResult`.
+:class:`~hsdiff.model.Report` and the :class:`~hsdiff.model.gate.GateResult`.
 
 An id is only right for one engine at one version reading one model family: the same Kimi-K2.5 layers
 are ``[2, 30, 58]`` on SGLang 0.5.12 and ``[3, 31, 59]`` on SGLang 0.5.13. :class:`Settings` records
@@ -9,7 +9,7 @@ version, the tolerance, and the target's shape with the source of each number; :
 names the version (and row) assumed for each engine a recommendation is translated to. Renderers and
 ``hsdiff fix-config --from-report`` read the ids beside these, never re-deriving them with other rules.
 
-Plain data: built by :mod:`hsdiff.settings` (which reads the convention table), read back from a
+Plain data: built by :mod:`hsdiff.rules.settings` (which reads the convention table), read back from a
 report's JSON by :meth:`Settings.from_doc` — also from a report of schema 1, which did not record them
 (``recorded`` is then False and the version is unknown).
 """

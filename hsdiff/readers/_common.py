@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from ..conventions import BOUNDARY, OUTPUT
 from ..model import Capture, Index, LabelSource, Layer, NormPrint, Origin
+from ..rules.conventions import BOUNDARY, OUTPUT
 from ._container import Entry, Table
 from ._container.filerows import file_rows
 
@@ -70,8 +70,8 @@ def layer_from_name(name: str, *, tensor_name: bool = False) -> int | None:
 
 
 def layer_side(name: str) -> str | None:
-    """What a numbered name counts: :data:`~hsdiff.conventions.BOUNDARY` when it names a layer's input,
-    :data:`~hsdiff.conventions.OUTPUT` when it names its output, None when it does not say.
+    """What a numbered name counts: :data:`~hsdiff.rules.conventions.BOUNDARY` when it names a layer's input,
+    :data:`~hsdiff.rules.conventions.OUTPUT` when it names its output, None when it does not say.
 
     >>> layer_side("model.layers.3.output"), layer_side("layer3_residual_in"), layer_side("blocks.3")
     ('output', 'boundary', None)

@@ -10,13 +10,13 @@ import json
 import os
 from typing import Any, Protocol
 
-from ..conventions import ENGINE_INFO, rule
 from ..errors import InputError
-from ..gate_model import fails_gate, warns
+from ..model.gate import fails_gate, warns
 from ..model.results import config_line as ids_line
 from ..model.results import why_not_writable
 from ..model.settings import Settings, by_engine_entries
-from ..settings import TITLES
+from ..rules.conventions import ENGINE_INFO, rule
+from ..rules.settings import TITLES
 
 Doc = dict[str, Any]
 
@@ -47,7 +47,7 @@ def is_gate(d: Doc) -> bool:
 
 
 def check_fails(check: Doc, strict: bool) -> bool:
-    """A saved check that fails the gate, by the gate's own rule (:func:`hsdiff.gate_model.fails_gate`)."""
+    """A saved check that fails the gate, by the gate's own rule (:func:`hsdiff.model.gate.fails_gate`)."""
     return fails_gate(check["ok"], check["skipped"], check["severity"], strict)
 
 
@@ -82,7 +82,7 @@ def config_line(rec: Doc) -> str:
 
 def nested_in(rec: Doc) -> str:
     """The object of the draft config.json the recommended ids go under, as ``hsdiff fix-config`` writes them
-    (:func:`hsdiff.conventions.write_key`); ``""`` for the top level or an engine that reads no draft config."""
+    (:func:`hsdiff.rules.conventions.write_key`); ``""`` for the top level or an engine that reads no draft config."""
     info = ENGINE_INFO.get(str(rec["engine"]))
     key = info.writes if info else ()
     return key[0] if len(key) > 1 else ""

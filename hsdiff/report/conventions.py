@@ -9,14 +9,14 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ..convention_rules import CONFIG_KEYS, ENGINE_INFO, KEY_INDEX, VERSIONS, Rule
-from ..conventions import TABLE, default_version
+from ..rules.conventions import TABLE, default_version
 from ..rules.dflash import DFLASH_DEFAULTS, DFLASH_KEYS, DFLASH_WRITES
 from ..rules.kinds import DRAFT_KINDS, EAGLE3_KINDS
+from ..rules.profile import CONFIG_KEYS, ENGINE_INFO, KEY_INDEX, VERSIONS, Rule
 
 __all__ = ["BEGIN", "END", "render_rules", "render_engines", "render_kinds", "render_keys", "render_block", "update"]
 
-BEGIN = "<!-- convention table: generated from hsdiff/convention_rules.py, do not edit by hand -->"
+BEGIN = "<!-- convention table: generated from hsdiff/rules/profile.py, do not edit by hand -->"
 END = "<!-- end of the generated convention table -->"
 
 _READING = {

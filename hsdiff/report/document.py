@@ -12,7 +12,7 @@ import html
 import math
 from typing import Any
 
-from ..conventions import describe_boundary
+from ..rules.conventions import describe_boundary
 from ._doc import config_line, nested_in, other_engines, rec_words, settings_lines, writable
 from .pictures import heatmap, norm_trajectory, png_bytes, report_data, token_errors
 

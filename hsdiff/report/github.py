@@ -3,7 +3,7 @@ result: each failed check and each failed slot becomes an annotation on the draf
 
 from __future__ import annotations
 
-from ..gate_model import GateVerdict
+from ..model.gate import GateVerdict
 from ._doc import Doc, _HasDict, as_doc, check_fails, check_warns, config_line, rec_words
 
 __all__ = ["render_github"]

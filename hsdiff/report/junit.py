@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from ..conventions import describe_boundary
+from ..rules.conventions import describe_boundary
 from ._doc import Doc, _HasDict, as_doc, check_fails, check_warns, config_line, nested_in, rec_words
 
 __all__ = ["render_junit"]

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from ..conventions import describe_boundary
-from ..gate_model import GateVerdict
+from ..model.gate import GateVerdict
 from ..model.results import pct
+from ..rules.conventions import describe_boundary
 from ._doc import (
     Doc,
     _HasDict,

@@ -3,9 +3,9 @@ sentence, the walk-through of the evidence, and the line to paste into the draft
 
 from __future__ import annotations
 
-from ..conventions import describe_boundary
 from ..model.results import pct
-from ..serving import boundary_label, serving_engines
+from ..rules.conventions import describe_boundary
+from ..rules.serving import boundary_label, serving_engines
 from ._doc import Doc, _HasDict, as_doc, config_line, nested_in, other_engines, rec_words, rel_err, settings_lines
 
 _STATUS = {

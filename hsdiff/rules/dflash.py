@@ -9,8 +9,8 @@ cites the source line it encodes.
 
 from __future__ import annotations
 
-from ..convention_rules import BOUNDARY, DFLASH_IDS, DSPARK_IDS, OUTPUT, TARGET_IDS, Rule
 from .kinds import DFLASH_KINDS
+from .profile import BOUNDARY, DFLASH_IDS, DSPARK_IDS, OUTPUT, TARGET_IDS, Rule
 
 __all__ = ["DFLASH_RULES", "DFLASH_KEYS", "DFLASH_WRITES", "DFLASH_DEFAULTS"]
 

@@ -15,7 +15,7 @@ from typing import Any
 __all__ = ["DraftKind", "DRAFT_KINDS", "EAGLE3", "DFLASH", "EAGLE3_KINDS", "DFLASH_KINDS", "EAGLE31_FLAGS",
            "kind_from_config"]
 
-EAGLE3 = "eagle3"  # the reading of EAGLE-3 drafts: the table of hsdiff.convention_rules
+EAGLE3 = "eagle3"  # the reading of EAGLE-3 drafts: the table of hsdiff.rules.profile
 DFLASH = "dflash"  # the reading of the DFlash family: hsdiff.rules.dflash
 
 

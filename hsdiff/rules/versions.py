@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..convention_rules import DEFAULT_VERSIONS, ENGINE_INFO, VERSIONS, EngineInfo, Rule
 from ..errors import InputError
+from .profile import DEFAULT_VERSIONS, ENGINE_INFO, VERSIONS, EngineInfo, Rule
 
 __all__ = ["ENGINES", "rule", "version_tuple", "default_version", "parse_version", "version_for", "versions", "in_range"]
 

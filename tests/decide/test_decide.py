@@ -19,7 +19,7 @@ from hsdiff.model import (
     Verdict,
     pct,
 )
-from hsdiff.settings import settings_for
+from hsdiff.rules.settings import settings_for
 
 TOL = decide.NOISE_TOLERANCE
 

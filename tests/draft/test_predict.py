@@ -17,8 +17,8 @@ from safetensors.torch import save_file
 
 import hsdiff
 from hsdiff.cli import cli
-from hsdiff.conventions import from_boundary
 from hsdiff.draft import Speculation, predict_acceptance
+from hsdiff.rules.conventions import from_boundary
 
 from . import tiny
 

@@ -21,12 +21,12 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from .arrays import lower_median, row_norms, unique_ints
-from .largedump import TrainSlot
-from .largedump.metrics import summarise, token_metrics, upper_median
-from .largedump.rows import RowStats, chunks, extent, source
-from .model import Capture, Metrics, best_of
-from .sinks import sink_mask
+from ..arrays import lower_median, row_norms, unique_ints
+from ..largedump import TrainSlot
+from ..largedump.metrics import summarise, token_metrics, upper_median
+from ..largedump.rows import RowStats, chunks, extent, source
+from ..model import Capture, Metrics, best_of
+from ..sinks import sink_mask
 from .token_ids import id_offsets, shared_prefix
 
 __all__ = [

@@ -7,10 +7,10 @@ This module only orchestrates; each step lives in a module of its own and is usa
 * :func:`hsdiff.configs.read_ids` — the ids an engine takes from a draft ``config.json``, falling
   back to the engine's default exactly as the engine does, and recording that it did (a silent
   fallback is a known failure, vLLM #50170);
-* :func:`hsdiff.checks.static_checks` — the :class:`~hsdiff.gate_model.Check` records that need no
-  dumps (the table :data:`hsdiff.checks.CHECKS`);
+* :func:`hsdiff.gate.checks.static_checks` — the :class:`~hsdiff.model.gate.Check` records that need no
+  dumps (the table :data:`hsdiff.gate.checks.CHECKS`);
 * :func:`run_gate` — both of the above plus the value comparison, as one
-  :class:`~hsdiff.gate_model.GateResult`; :func:`check_config` — the first two alone.
+  :class:`~hsdiff.model.gate.GateResult`; :func:`check_config` — the first two alone.
 
 Example::
 
@@ -29,14 +29,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from . import conventions as conv
+from ..comparison import Options, compare
+from ..configs import load_config, load_draft, read_ids, target_shape
+from ..errors import InputError
+from ..model import Settings
+from ..model.gate import Check, GateResult, IdsSource
+from ..rules import conventions as conv
+from ..rules.settings import settings_for
 from .checks import static_checks
-from .comparison import Options, compare
-from .configs import load_config, load_draft, read_ids, target_shape
-from .errors import InputError
-from .gate_model import Check, GateResult, IdsSource
-from .model import Settings
-from .settings import settings_for
 
 __all__ = ["check_config", "run_gate"]
 

@@ -4,7 +4,7 @@ without dumps, as a table of ``(name, check)`` rows in a fixed order.
 The names are stable: they are the JUnit testcase names and ``checks[].name`` in the JSON, so a CI
 history can follow one check across runs. Each check looks at one :class:`CheckInput` (the draft
 config, the ids the engine reads from it, the target's shape) and returns a finding;
-:func:`static_checks` turns the findings into :class:`~hsdiff.gate_model.Check` records.
+:func:`static_checks` turns the findings into :class:`~hsdiff.model.gate.Check` records.
 
 >>> [name for name, _ in CHECKS][:3]
 ['ids-source', 'ignored-key', 'ids-sorted']
@@ -18,13 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from . import conventions as conv
-from .configs import boundaries_read, built_fc_width, config_value, fc_width
-from .convention_rules import FAMILY_READING, KEYS_NESTED, KEYS_TOP
-from .errors import HsdiffError, InputError
-from .gate_model import ERROR, INFO, WARNING, Check, IdsSource, Severity
-from .rules.kinds import EAGLE31_FLAGS
-from .serving import as_written, boundary_list, serve
+from ..configs import boundaries_read, built_fc_width, config_value, fc_width
+from ..errors import HsdiffError, InputError
+from ..model.gate import ERROR, INFO, WARNING, Check, IdsSource, Severity
+from ..rules import conventions as conv
+from ..rules.kinds import EAGLE31_FLAGS
+from ..rules.profile import FAMILY_READING, KEYS_NESTED, KEYS_TOP
+from ..rules.serving import as_written, boundary_list, serve
 
 __all__ = ["CHECKS", "CHECK_NAMES", "CheckInput", "static_checks"]
 
@@ -183,7 +183,7 @@ def _top_lost(c: CheckInput, k: _Keys) -> Finding | None:
 
 
 def _other_reader(c: CheckInput, k: _Keys) -> Finding:
-    """Any other engine: the keys it reads, from :func:`hsdiff.conventions.config_keys`."""
+    """Any other engine: the keys it reads, from :func:`hsdiff.rules.conventions.config_keys`."""
     engine, top, nested = c.ids.engine, k.top, k.nested
     keys = conv.config_keys(engine)
     read = [conv.key_name(path) for path in keys]
@@ -398,7 +398,7 @@ def _silent_fallback(c: CheckInput) -> Finding:
 def _weight_shapes(path: Path) -> dict[str, tuple[int, ...]]:
     """Tensor shapes from a safetensors header, read by the readers' validating parser; ``{}`` when
     the file is missing or damaged (the fc-width check is then skipped, not failed)."""
-    from .readers._container import open_table
+    from ..readers._container import open_table
 
     try:
         table = open_table(path, "safetensors")

@@ -11,7 +11,7 @@ Two ways of counting name the same tensors one apart (``L`` = ``num_hidden_layer
 Everything inside hsdiff is kept as B-indices; engine ids are translated at the edges with
 :func:`to_boundary` and :func:`from_boundary`. Which reading applies depends on the engine, the
 target's model family and the engine version: :func:`applied` picks the row of the table in
-:mod:`hsdiff.convention_rules` (each row cites the source line it encodes); the default version is
+:mod:`hsdiff.rules.profile` (each row cites the source line it encodes); the default version is
 the newest the table knows.
 
 Example::
@@ -31,7 +31,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import cast
 
-from .convention_rules import (
+from ..errors import InputError
+from .dflash import DFLASH_DEFAULTS, DFLASH_KEYS, DFLASH_RULES, DFLASH_WRITES
+from .kinds import DFLASH, DRAFT_KINDS, EAGLE3, EAGLE3_KINDS, DraftKind, kind_from_config
+from .profile import (
     BOUNDARY,
     CONFIG_KEYS,
     DEEPSEEK,
@@ -53,10 +56,7 @@ from .convention_rules import (
     EngineInfo,
     Rule,
 )
-from .errors import InputError
-from .rules.dflash import DFLASH_DEFAULTS, DFLASH_KEYS, DFLASH_RULES, DFLASH_WRITES
-from .rules.kinds import DFLASH, DRAFT_KINDS, EAGLE3, EAGLE3_KINDS, DraftKind, kind_from_config
-from .rules.versions import (
+from .versions import (
     ENGINES,
     default_version,
     in_range,
@@ -66,7 +66,7 @@ from .rules.versions import (
     version_tuple,
     versions,
 )
-from .rules.words import describe_boundary, final_boundary, name_boundary, parse_ids
+from .words import describe_boundary, final_boundary, name_boundary, parse_ids
 
 __all__ = [
     "BOUNDARY", "OUTPUT", "ENGINES", "MODEL_FAMILIES", "VLLM_RUNNERS", "DEFAULT_RUNNER", "NESTED_KEY", "TOP_KEY",
@@ -161,7 +161,7 @@ def applied(engine: str, model_family: str | None = None, version: str | None = 
 
 
 TABLE: tuple[Rule, ...] = RULES + DFLASH_RULES
-RULES_KINDS = set(EAGLE3_KINDS)  # the kinds the rows of convention_rules read
+RULES_KINDS = set(EAGLE3_KINDS)  # the kinds the rows of the profile table read
 
 
 def _reads_kind(r: Rule, kind: str) -> bool:
@@ -288,7 +288,7 @@ def from_boundary(
 
     An entry is ``None`` where the boundary is unknown or the engine cannot capture it (B = L on
     SGLang's llama rule, the embeddings on TensorRT-LLM, B1 alone on SGLang's DeepSeek rule, which writes
-    B1 after another id...). Whether the engine delivers them in this order: :func:`hsdiff.serving.serve`.
+    B1 after another id...). Whether the engine delivers them in this order: :func:`hsdiff.rules.serving.serve`.
 
     >>> from_boundary([3, 31, 59], "sglang")
     [2, 30, 58]

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ..errors import InputError
+from ..model.capture import Index
+from ..model.settings import EngineVersion, Settings
 from . import conventions as conv
-from .errors import InputError
-from .model.capture import Index
-from .model.settings import EngineVersion, Settings
 
 __all__ = ["engine_version", "assumed_versions", "settings_for", "family_key", "TITLES"]
 

@@ -28,10 +28,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ..enums import StrEnum
+from ..errors import InputError
 from . import conventions as conv
-from .convention_rules import DEEPSEEK, FINAL_L
-from .enums import StrEnum
-from .errors import InputError
+from .profile import DEEPSEEK, FINAL_L
 
 __all__ = ["ObstacleKind", "Obstacle", "Serving", "serve", "as_written", "serving_engines", "boundary_label", "boundary_list",
            "max_capturable"]

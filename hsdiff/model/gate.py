@@ -10,11 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .enums import StrEnum
-from .jsonout import dumps
+from ..enums import StrEnum
+from ..jsonout import dumps
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .model import Report, Settings
+    from . import Report, Settings
 
 __all__ = ["Severity", "ERROR", "WARNING", "INFO", "GateVerdict", "SCHEMA_VERSION", "fails_gate", "warns",
            "Check", "IdsSource", "GateResult"]

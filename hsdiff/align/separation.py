@@ -19,7 +19,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .model import Candidate, Direction, Metrics, pct
+from ..model import Candidate, Direction, Metrics, pct
 
 __all__ = ["DEPTH_SPAN", "DEFAULT_DEPTH", "SIDE_SPREAD", "BEST_OF_NEIGHBOURS", "BEST_MIN_TOKENS", "BEST_REF_TOKENS", "NOISE_FLOOR_RATIO",
            "MISS_NORM_MARGIN", "MISS_MIN_COSINE", "MISS_MAX_ERR", "MISS_MAX_RATIO", "MISS_MIN_SLOTS", "Separation", "neighbour_separation",

@@ -2,12 +2,12 @@
 ``eagle_aux_hidden_state_layer_ids`` — one :class:`Rule` row per (engine, model family, version
 range), each citing the source line it encodes.
 
-:mod:`hsdiff.conventions` does the arithmetic over these rows; ``docs/conventions.md`` is checked
+:mod:`hsdiff.rules.conventions` does the arithmetic over these rows; ``docs/conventions.md`` is checked
 against them by ``tests/test_convention_table.py``. Line numbers are those of the version named in
 ``source`` (wheels via ``pip download --no-deps``; repositories at the commit named).
 
 Boundary indices (B): B=0 the embeddings, B=k the output of layer k-1, B=L the last layer's output
-before the final norm, and :func:`hsdiff.conventions.final_boundary` (L+1) the final hidden state
+before the final norm, and :func:`hsdiff.rules.conventions.final_boundary` (L+1) the final hidden state
 *after* the norm, which only TensorRT-LLM (id -1) and Hugging Face (tuple index L) can name.
 """
 
@@ -88,7 +88,7 @@ FAMILY_CAPTURE = "capture"  # only families with a row of their own change what 
 FINAL_MINUS_ONE = "-1"
 FINAL_L = "L"  # the tuple index L, i.e. num_hidden_layers
 
-#: Which key check :mod:`hsdiff.checks` runs (:attr:`EngineInfo.key_check`); "" the generic one.
+#: Which key check :mod:`hsdiff.gate.checks` runs (:attr:`EngineInfo.key_check`); "" the generic one.
 KEYS_NESTED = "nested"  # reads the nested key only; ids in the top-level key are lost
 KEYS_TOP = "top"  # reads the top-level key first, the nested one by model runner
 
