@@ -17,9 +17,11 @@ Example, on records alone::
 
     >>> from hsdiff.model import Candidate, Capture, Layer, Metrics, Origin
     >>> cap = Capture("infer", Origin("dump.pt"), (8, 16), "bfloat16", 16, layer=Layer(3))
-    >>> d = decide_slot(0, [Candidate(cap, None, 0, Metrics(0.01, 1.0, 0.02, 1.0, 8, 128))], 0.10)
-    >>> d.status, d.boundary
+    >>> d = decide_slot(0, [Candidate(cap, None, 0, Metrics(0.01, 1.0, 0.02, 1.0, 8, 128))], 0.10, 30)
+    >>> d.status, d.boundary  # 1 % against the neighbour separation of a 30-layer target (2.2 / 30)
     ('identified', 3)
+    >>> decide_slot(0, [Candidate(cap, None, 0, Metrics(0.01, 1.0, 0.02, 1.0, 8, 128))], 0.10).status  # depth unknown: 126 assumed
+    'ambiguous'
 """
 
 from __future__ import annotations

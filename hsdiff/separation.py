@@ -30,8 +30,11 @@ __all__ = ["DEPTH_SPAN", "DEFAULT_DEPTH", "SIDE_SPREAD", "BEST_OF_NEIGHBOURS", "
 #: B 8-16, each layer applied twice). Used as ``DEPTH_SPAN / L`` only when no capture bounds the
 #: separation of a match's neighbours.
 DEPTH_SPAN = 2.2
-#: Depth assumed when the layer count is unknown: the deepest target measured (the seed's 61 layers).
-DEFAULT_DEPTH = 61
+#: Depth assumed when neither an option, a config nor the data tells the layer count: the deepest
+#: plausible target (Llama 3.1 405B's 126 layers; DeepSeek V3 and Kimi K2 have 61, Qwen3-235B 94).
+#: Assuming a shallower one would over-estimate a deeper target's neighbour separation (anti-
+#: conservative); captures labelled deeper than it raise it.
+DEFAULT_DEPTH = 126
 #: The separations on the two sides of one boundary differ by up to this factor (SmolLM2 B2: 61 %
 #: below, 27 % above; the seed at B50: 35 % and 8.6 %): when only one neighbour was captured, the
 #: other side is estimated as its separation divided by it.
@@ -97,9 +100,10 @@ def neighbour_separation(top: Candidate, cands: Sequence[Candidate], num_layers:
     if needed and all(s in sides and sides[s][2] for s in needed):
         return Separation(runner, "neighbours captured", True)
     if not sides:
-        depth = num_layers or DEFAULT_DEPTH
-        return Separation(min(DEPTH_SPAN / depth, runner),
-                          f"the model depth ({depth} layers{'' if num_layers else ', assumed'})")
+        depth = num_layers or max([DEFAULT_DEPTH, *(c.boundary for c in cands if c.boundary is not None)])
+        return Separation(min(DEPTH_SPAN / depth, runner), f"the model depth ({depth} layers)" if num_layers else
+                          f"the model depth ({depth} layers assumed, the deepest plausible: pass --num-layers or "
+                          "--model-config)")
     values = [v for v, _, _ in sides.values()]
     basis = "; ".join(w for _, w, _ in sides.values())
     if any(s not in sides for s in needed):
