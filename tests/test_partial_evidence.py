@@ -180,7 +180,8 @@ def test_confidence_grows_with_the_evidence(tmp_path):
     for n_tok, n_col in shapes:
         rows = h[1 : 1 + n_tok, :n_col]
         line = f"aux_hidden_states[0] layer=2 h[1:{1 + n_tok}, :{n_col}]=" + str([[float(v) for v in r] for r in rows])
-        rep = compare(train_dump("logs/smollm2-train"), write_log(tmp_path, [line], f"e{n_tok}x{n_col}.log"), Options())
+        rep = compare(train_dump("logs/smollm2-train"), write_log(tmp_path, [line], f"e{n_tok}x{n_col}.log"),
+                      Options(num_layers=B.L))
         s0 = rep.slots[0]
         assert s0.boundary_index == 2 and s0.match.metrics.values == n_tok * n_col
         confs.append(s0.confidence)
@@ -188,8 +189,18 @@ def test_confidence_grows_with_the_evidence(tmp_path):
     # five values cannot rule out a neighbour (value confidence capped at 5/15): the labels answer
     assert evidence == ["consistent", "observed", "observed", "observed"]
     assert confs[1:] == sorted(confs[1:]) and confs[1] <= 24 / 34 + 1e-9
-    # one capture and no layer count: the neighbours' separation is the depth's (61 layers assumed, 3.6 %)
+    # one capture: the neighbours' separation is the depth's (30 layers given, 7.3 %)
     assert confs[-1] > 0.8
+
+
+def test_unknown_depth_assumes_the_deepest_plausible_target(tmp_path):
+    h = B.states(1)["bf16"][2].float()
+    line = "aux_hidden_states[0] layer=2 h[1:24, :576]=" + str([[float(v) for v in r] for r in h[1:24]])
+    log = write_log(tmp_path, [line])
+    unknown = compare(train_dump("logs/smollm2-train"), log, Options()).slots[0]
+    known = compare(train_dump("logs/smollm2-train"), log, Options(num_layers=B.L)).slots[0]
+    assert "126 layers assumed, the deepest plausible" in unknown.note
+    assert unknown.boundary_index == known.boundary_index == 2 and unknown.confidence < known.confidence
 
 
 def test_printed_nan_cells_do_not_count():
@@ -234,7 +245,7 @@ def test_sink_evidence_does_not_hide_ordinary_evidence_of_the_same_layer(tmp_pat
     lines = ["aux_hidden_states[1] layer=15 first5=[" + ", ".join(g4(v) for v in h[0, :5]) + "]",
              "Decode batch. #running-req: 1",
              "aux_hidden_states[1] layer=15 h[9, :32]=[" + ", ".join(g4(v) for v in h[9, :32]) + "]"]
-    rep = compare(train_dump("logs/smollm2-train"), write_log(tmp_path, lines), Options())
+    rep = compare(train_dump("logs/smollm2-train"), write_log(tmp_path, lines), Options(num_layers=B.L))
     s1 = rep.slots[1]
     assert s1.status == "identified" and s1.boundary_index == 15 and not s1.match.metrics.sink_only
 
@@ -242,7 +253,7 @@ def test_sink_evidence_does_not_hide_ordinary_evidence_of_the_same_layer(tmp_pat
 def test_shared_chat_template_tokens_tie_across_samples_without_ambiguity(tmp_path):
     h = B.states(2)["bf16"][27].float()
     line = "aux_hidden_states[2] layer=27 h[1:6, :48]=" + str([[float(v) for v in r] for r in h[1:6, :48]])
-    rep = compare(train_dump("logs/smollm2-train"), write_log(tmp_path, [line]), Options())
+    rep = compare(train_dump("logs/smollm2-train"), write_log(tmp_path, [line]), Options(num_layers=B.L))
     s2 = rep.slots[2]
     assert s2.status == "identified" and s2.boundary_index == 27
     assert s2.match.samples_tied == 3  # tokens 1-5 are the chat template in every sample

@@ -129,6 +129,9 @@ def summarise(outcomes: list[Outcome], examples: int = 10) -> dict:
 
     return {
         "scenarios": len(outcomes),
+        "should_pass": sum(o.should_pass is True for o in outcomes),
+        "should_fail": sum(o.should_pass is False for o in outcomes),
+        "undetermined": sum(o.should_pass is None for o in outcomes),
         "slots": n,
         "wrong_at_confidence_ge_0.9": len(confident_wrong),
         "wrong_at_confidence_ge_0.9_examples": [ex(o, a) for o, a in confident_wrong[:examples]],
@@ -170,11 +173,13 @@ def markdown(s: dict) -> str:
     lines += [
         f"| all | {s['slots']} | {pct(s['right'])} | {pct(s['wrong'])} | {pct(s['null'])} |",
         "",
+        f"- scenarios that should pass: {s['should_pass']}, should fail: {s['should_fail']}, undetermined (either "
+        f"answer defensible): {s['undetermined']}",
         f"- wrong ids at confidence >= 0.9: **{s['wrong_at_confidence_ge_0.9']}**",
         f"- answered: {pct(s['answered'])} of all slots, {pct(s['answered_where_determinable'])} of the slots "
         "the values or labels determine",
-        f"- exit 0 where the deployment should fail: **{s['wrong_exit_0']}**; "
-        f"exit 1 where it should pass: {s['should_pass_but_exit_nonzero']}",
+        f"- exit 0 where the deployment should fail: **{s['wrong_exit_0']}** of {s['should_fail']}; "
+        f"exit 1 where it should pass: {s['should_pass_but_exit_nonzero']} of {s['should_pass']}",
         f"- exit 0 with a null id in the recommendation: {s['ok_with_null_ids']}",
         f"- user errors (exit 2): {s['user_errors']}; internal errors (exit 3): {s['internal_errors']}",
         "",
