@@ -93,8 +93,9 @@ browser:
 	    -o DPkg::Lock::Timeout=60 chromium' >/dev/null 2>&1 && echo "installed chromium for the HTML report test"; \
 	} || echo "no chromium (not root, no apt-get, or the install failed): the HTML browser test is skipped"
 
-## lint: ruff, mypy, and the import-linter contracts (layers one way, click only in the CLI, no torch below)
+## lint: ruff format (checked, not applied), ruff (with E501, 120 characters), mypy, and the import-linter contracts (layers one way, click only in the CLI, no torch below)
 lint: $(VENV)/.installed
+	$(BIN)/ruff format --check hsdiff tests benchmarks fixtures notebooks
 	$(BIN)/ruff check hsdiff tests benchmarks fixtures notebooks
 	$(BIN)/mypy hsdiff
 	$(BIN)/lint-imports

@@ -68,14 +68,27 @@ def build(files: int, tokens: int) -> tuple[Path, list[str]]:
         bs = D.SHALLOW if k % SHALLOW_EVERY == SHALLOW_EVERY - 1 else D.GOOD
         src = torch.randint(0, 3, (tokens - n,), generator=g)
         pos = torch.randint(1, 24, (tokens - n,), generator=g)  # any real row but a sink token
-        ids = torch.cat([s[i]["input_ids"][:n], torch.stack([s[a]["input_ids"][p] for a, p in zip(src.tolist(), pos.tolist())])])
-        aux = torch.cat([torch.cat([s[i]["bf16"][b][:n] for b in bs], -1),
-                         torch.stack([torch.cat([s[a]["bf16"][b][p] for b in bs]) for a, p in zip(src.tolist(), pos.tolist())])])
+        ids = torch.cat(
+            [s[i]["input_ids"][:n], torch.stack([s[a]["input_ids"][p] for a, p in zip(src.tolist(), pos.tolist())])]
+        )
+        aux = torch.cat(
+            [
+                torch.cat([s[i]["bf16"][b][:n] for b in bs], -1),
+                torch.stack([torch.cat([s[a]["bf16"][b][p] for b in bs]) for a, p in zip(src.tolist(), pos.tolist())]),
+            ]
+        )
         fin = torch.cat([final[i][:n], torch.stack([final[a][p] for a, p in zip(src.tolist(), pos.tolist())])])
         mask = torch.zeros_like(ids)
-        mask[D.REPLY_START:] = 1
-        torch.save({"input_ids": ids, "loss_mask": mask, "aux_hidden_state": aux.unsqueeze(0).contiguous(),
-                    "hidden_state": fin.unsqueeze(0).contiguous()}, rows / f"data_{k}.ckpt")
+        mask[D.REPLY_START :] = 1
+        torch.save(
+            {
+                "input_ids": ids,
+                "loss_mask": mask,
+                "aux_hidden_state": aux.unsqueeze(0).contiguous(),
+                "hidden_state": fin.unsqueeze(0).contiguous(),
+            },
+            rows / f"data_{k}.ckpt",
+        )
     D.draft_config(root)
     done.write_text("")
     return root, shallow
@@ -84,15 +97,26 @@ def build(files: int, tokens: int) -> tuple[Path, list[str]]:
 def start_cluster(tmp: Path, workers: int) -> tuple[str, list[subprocess.Popen]]:
     dask = str(Path(sys.executable).with_name("dask"))
     sched = tmp / "scheduler.json"
-    procs = [subprocess.Popen([dask, "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
-                               "--scheduler-file", str(sched)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              start_new_session=True)]
+    procs = [
+        subprocess.Popen(
+            [dask, "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard", "--scheduler-file", str(sched)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    ]
     while not (sched.exists() and "address" in sched.read_text()):
         time.sleep(0.1)
     address = json.loads(sched.read_text())["address"]
-    procs += [subprocess.Popen([dask, "worker", address, "--nthreads", "1", "--no-dashboard", "--host", "127.0.0.1"],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-              for _ in range(workers)]
+    procs += [
+        subprocess.Popen(
+            [dask, "worker", address, "--nthreads", "1", "--no-dashboard", "--host", "127.0.0.1"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        for _ in range(workers)
+    ]
     from distributed import Client
 
     with Client(address) as c:
@@ -140,40 +164,55 @@ def timed(root: Path, tmp: Path, shallow: list[str], pids: list[int], **kw: obje
     marks: list[tuple[float, int]] = []
     t0 = time.perf_counter()
     c0 = cpu(pids)
-    report = audit(root, AuditOptions(checkpoint=str(tmp / f"ck-{time.monotonic_ns()}.jsonl"),  # type: ignore[arg-type]
-                                      progress=lambda what, done, total: marks.append((time.perf_counter(), done)), **kw))
+    report = audit(
+        root,
+        AuditOptions(
+            checkpoint=str(tmp / f"ck-{time.monotonic_ns()}.jsonl"),  # type: ignore[arg-type]
+            progress=lambda what, done, total: marks.append((time.perf_counter(), done)),
+            **kw,
+        ),
+    )
     wall = time.perf_counter() - t0
     arrived = [(t - t0, d) for t, d in marks if d > 0]
     (t_first, d_first), (t_last, d_last) = arrived[0], arrived[-1]
     kinds = {p.kind for p in report.problems}
     flagged = {p.file for p in report.problems}
-    return {"wall_s": round(wall, 2), "cpu_s": round(cpu(pids) - c0, 2),
-            "first_result_s": round(t_first, 2), "steady_files": d_last - d_first,
-            "steady_s": round(t_last - t_first, 3), "execution": report.execution,
-            "right": kinds <= {"layer_mapping_outlier"} and flagged == set(shallow),
-            "groups": [g.files for g in report.groups]}
+    return {
+        "wall_s": round(wall, 2),
+        "cpu_s": round(cpu(pids) - c0, 2),
+        "first_result_s": round(t_first, 2),
+        "steady_files": d_last - d_first,
+        "steady_s": round(t_last - t_first, 3),
+        "execution": report.execution,
+        "right": kinds <= {"layer_mapping_outlier"} and flagged == set(shallow),
+        "groups": [g.files for g in report.groups],
+    }
 
 
 def table(r: dict) -> str:
     m, size, files = r["machine"], r["bytes"], r["files"]
     base = r["runs"][0]
-    lines = [stamp.line(m, r["load_after"]) + f" {files:,} SpecForge files of {r['tokens']} tokens, "
-             f"{size / 1e9:.2f} GB of real SmolLM2 rows in bf16 (`benchmarks/audit.py`). *cat*: `cat` of the same files "
-             "just before the run, page cache warm. *steady*: files after the first result over the time from the first "
-             "result to the last (no cluster start, no first batch). *CPU*: user + system time of this process, the local "
-             "cluster's processes and the running scheduler and workers, over the run: what the work costs whatever "
-             "else the machine runs.",
-             "",
-             "| run | wall | files/s | GB/s | cat of the same bytes | wall ÷ cat | first result after | steady files/s | "
-             "steady time per file ÷ in-process | CPU, all processes | CPU per file ÷ in-process | right answer |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        stamp.line(m, r["load_after"]) + f" {files:,} SpecForge files of {r['tokens']} tokens, "
+        f"{size / 1e9:.2f} GB of real SmolLM2 rows in bf16 (`benchmarks/audit.py`). *cat*: `cat` of the same files "
+        "just before the run, page cache warm. *steady*: files after the first result over the time from the first "
+        "result to the last (no cluster start, no first batch). *CPU*: user + system time of this process, the local "
+        "cluster's processes and the running scheduler and workers, over the run: what the work costs whatever "
+        "else the machine runs.",
+        "",
+        "| run | wall | files/s | GB/s | cat of the same bytes | wall ÷ cat | first result after | steady files/s | "
+        "steady time per file ÷ in-process | CPU, all processes | CPU per file ÷ in-process | right answer |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for x in r["runs"]:
         steady = x["steady_files"] / x["steady_s"] if x["steady_s"] > 0 else float("nan")
         ratio = (base["steady_files"] / base["steady_s"]) / steady if x["steady_s"] > 0 else float("nan")
-        lines.append(f"| {x['label']} | {x['wall_s']:.1f} s | {files / x['wall_s']:.0f} | {size / 1e9 / x['wall_s']:.2f} | "
-                     f"{x['cat_s']:.2f} s ({size / 1e9 / x['cat_s']:.1f} GB/s) | {x['wall_s'] / x['cat_s']:.1f}× | "
-                     f"{x['first_result_s']:.1f} s | {steady:.0f} | {ratio:.2f}× | {x['cpu_s']:.1f} s | "
-                     f"{x['cpu_s'] / base['cpu_s']:.2f}× | {'yes' if x['right'] else 'no'} |")
+        lines.append(
+            f"| {x['label']} | {x['wall_s']:.1f} s | {files / x['wall_s']:.0f} | {size / 1e9 / x['wall_s']:.2f} | "
+            f"{x['cat_s']:.2f} s ({size / 1e9 / x['cat_s']:.1f} GB/s) | {x['wall_s'] / x['cat_s']:.1f}× | "
+            f"{x['first_result_s']:.1f} s | {steady:.0f} | {ratio:.2f}× | {x['cpu_s']:.1f} s | "
+            f"{x['cpu_s'] / base['cpu_s']:.2f}× | {'yes' if x['right'] else 'no'} |"
+        )
     return "\n".join(lines)
 
 
@@ -194,13 +233,17 @@ def main() -> None:
         address, procs = start_cluster(tmp, 2)
         try:
             cat(paths)  # warm the page cache once
-            for label, kw in (("in this process (`--workers 0`)", {"workers": 0}),
-                              ("1 local worker process", {"workers": 1}),
-                              ("2 local worker processes", {"workers": 2}),
-                              ("`--cluster`: scheduler + 2 running workers", {"cluster": address})):
+            for label, kw in (
+                ("in this process (`--workers 0`)", {"workers": 0}),
+                ("1 local worker process", {"workers": 1}),
+                ("2 local worker processes", {"workers": 2}),
+                ("`--cluster`: scheduler + 2 running workers", {"cluster": address}),
+            ):
                 floor = cat(paths)
-                x = timed(root, tmp, shallow, [p.pid for p in procs] if "cluster" in kw else [], **kw) | \
-                    {"label": label, "cat_s": round(floor, 3)}
+                x = timed(root, tmp, shallow, [p.pid for p in procs] if "cluster" in kw else [], **kw) | {
+                    "label": label,
+                    "cat_s": round(floor, 3),
+                }
                 result["runs"].append(x)
                 print(json.dumps(x), file=sys.stderr, flush=True)
         finally:

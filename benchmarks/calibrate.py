@@ -34,21 +34,37 @@ from tests.scenarios.score import as_json, markdown, run, summarise  # noqa: E40
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, default=1000, help="number of scenarios (default 1000)")
-    ap.add_argument("--seed", type=int, default=HELD_OUT_SEEDS.start,
-                    help=f"first scenario seed; scenarios use seed..seed+n-1 (default {HELD_OUT_SEEDS.start}: held out; "
-                         f"the constants were fitted on {FIT_SEEDS.start}..{FIT_SEEDS.stop - 1})")
-    ap.add_argument("--deployments", type=int, default=400,
-                    help="held-out deployments per target and engine numerics, seeds seed..seed+N-1 (default 400)")
-    ap.add_argument("--targets", default=",".join(TARGETS), help=f"targets of the deployments (default {','.join(TARGETS)})")
+    ap.add_argument(
+        "--seed",
+        type=int,
+        default=HELD_OUT_SEEDS.start,
+        help=f"first scenario seed; scenarios use seed..seed+n-1 (default {HELD_OUT_SEEDS.start}: held out; "
+        f"the constants were fitted on {FIT_SEEDS.start}..{FIT_SEEDS.stop - 1})",
+    )
+    ap.add_argument(
+        "--deployments",
+        type=int,
+        default=400,
+        help="held-out deployments per target and engine numerics, seeds seed..seed+N-1 (default 400)",
+    )
+    ap.add_argument(
+        "--targets", default=",".join(TARGETS), help=f"targets of the deployments (default {','.join(TARGETS)})"
+    )
     ap.add_argument("--json", type=Path, default=None, help="write the summary and every outcome here")
     ap.add_argument("--examples", type=int, default=10, help="examples listed per failure kind")
-    ap.add_argument("--depths", default="",
-                    help="also run the fixed deep-target cases the constants were fitted on (tests/scenarios/deep.py) "
-                         "at these depths, e.g. 61,126, and print a table per depth (never published)")
+    ap.add_argument(
+        "--depths",
+        default="",
+        help="also run the fixed deep-target cases the constants were fitted on (tests/scenarios/deep.py) "
+        "at these depths, e.g. 61,126, and print a table per depth (never published)",
+    )
     ap.add_argument("-v", "--verbose", action="store_true", help="print every scenario and its outcome")
-    ap.add_argument("--readme", action="store_true",
-                    help="rewrite the table between the calibrate markers of README.md and "
-                         "benchmarks/results/calibration.json (the summary, without the outcomes)")
+    ap.add_argument(
+        "--readme",
+        action="store_true",
+        help="rewrite the table between the calibrate markers of README.md and "
+        "benchmarks/results/calibration.json (the summary, without the outcomes)",
+    )
     args = ap.parse_args(argv)
     logging.disable(logging.WARNING)
     import torch
@@ -61,14 +77,20 @@ def main(argv: list[str] | None = None) -> int:
         outcomes.append(o)
         if args.verbose:
             got = [(a.truth, a.got, round(a.confidence, 2), a.outcome) for a in o.slots]
-            print(f"seed {seed}: {o.about}\n  -> {o.verdict} exit {o.exit_code} (should pass: {o.should_pass}) "
-                  f"{got} {o.error}")
+            print(
+                f"seed {seed}: {o.about}\n  -> {o.verdict} exit {o.exit_code} (should pass: {o.should_pass}) "
+                f"{got} {o.error}"
+            )
         elif (i + 1) % 100 == 0:
             print(f"  {i + 1}/{args.n} scenarios, {time.perf_counter() - t0:.0f} s", file=sys.stderr)
     s = summarise(outcomes, args.examples)
     print(markdown(s))
-    for key in ("wrong_at_confidence_ge_0.9_examples", "wrong_exit_0_examples", "ok_with_null_ids_examples",
-                "internal_error_examples"):
+    for key in (
+        "wrong_at_confidence_ge_0.9_examples",
+        "wrong_exit_0_examples",
+        "ok_with_null_ids_examples",
+        "internal_error_examples",
+    ):
         if s[key]:
             print(f"\n{key.replace('_', ' ')}:")
             for e in s[key]:
@@ -142,14 +164,28 @@ def write_results(s: dict, args: argparse.Namespace, held: str, wall: float) -> 
     import platform
     import subprocess
 
-    commit = subprocess.run(["git", "-C", str(ROOT), "log", "-1", "--format=%h %cs"], capture_output=True,
-                            text=True).stdout.strip()
-    about = (f"Last run: held-out seeds {args.seed}..{args.seed + args.n - 1} (the constants were chosen on "
-             f"{FIT_SEEDS.start}..{FIT_SEEDS.stop - 1}), hsdiff at {commit or 'an unknown commit'}, "
-             f"Python {platform.python_version()}, {wall / 60:.1f} min wall time on {os.cpu_count()} cores.")
+    commit = subprocess.run(
+        ["git", "-C", str(ROOT), "log", "-1", "--format=%h %cs"], capture_output=True, text=True
+    ).stdout.strip()
+    about = (
+        f"Last run: held-out seeds {args.seed}..{args.seed + args.n - 1} (the constants were chosen on "
+        f"{FIT_SEEDS.start}..{FIT_SEEDS.stop - 1}), hsdiff at {commit or 'an unknown commit'}, "
+        f"Python {platform.python_version()}, {wall / 60:.1f} min wall time on {os.cpu_count()} cores."
+    )
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({"seeds": [args.seed, args.seed + args.n - 1], "fit_seeds": [FIT_SEEDS.start, FIT_SEEDS.stop - 1],
-                                   "commit": commit, "wall_seconds": round(wall), "summary": s}, indent=1) + "\n")
+    RESULTS.write_text(
+        json.dumps(
+            {
+                "seeds": [args.seed, args.seed + args.n - 1],
+                "fit_seeds": [FIT_SEEDS.start, FIT_SEEDS.stop - 1],
+                "commit": commit,
+                "wall_seconds": round(wall),
+                "summary": s,
+            },
+            indent=1,
+        )
+        + "\n"
+    )
     body = README.read_text()
     if BEGIN in body and END in body:
         head, rest = body.split(BEGIN, 1)

@@ -32,6 +32,8 @@ from benchmarks import stamp  # noqa: E402
 from tests.audit.generated import Source, expected, name  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "central.json"
+
+
 def cache_dir() -> Path:
     return Path(os.environ.get("HSDIFF_BENCH_CACHE") or Path.home() / ".cache" / "hsdiff-bench") / "central"
 
@@ -74,30 +76,48 @@ def central(path: Path, n: int) -> dict:
     kinds: dict[str, int] = {}
     for p in found.problems:
         kinds[p.kind] = kinds.get(p.kind, 0) + 1
-    return {"files": n, "wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "peak_rss": stamp.peak_rss(),
-            "peak_rss_after_imports": base, "problems": kinds, "groups": [g.files for g in found.groups],
-            "tolerance": [round(t, 4) for t in found.tolerance], "checkpoint_bytes": path.stat().st_size}
+    return {
+        "files": n,
+        "wall_s": round(wall, 2),
+        "cpu_s": round(cpu, 2),
+        "peak_rss": stamp.peak_rss(),
+        "peak_rss_after_imports": base,
+        "problems": kinds,
+        "groups": [g.files for g in found.groups],
+        "tolerance": [round(t, 4) for t in found.tolerance],
+        "checkpoint_bytes": path.stat().st_size,
+    }
 
 
 def table(results: dict) -> str:
     runs = results["runs"]
     m = results["machine"]
-    lines = [stamp.line(m, results.get("load_after")) + " Each row is a fresh process: the names and order of the "
-             "listing, the checkpoint read back three times in file order, the tolerance measured, files flagged and "
-             "grouped (`benchmarks/central.py`; the summaries are generated from real SmolLM2 rows with a capture "
-             "run's rounding, one file in 50 shallower, one in 1,000 a duplicate, one in 2,000 with NaN rows).",
-             "",
-             "| files | checkpoint | wall | CPU | peak RSS (after imports) | per file: CPU, memory | growth ×10 files: CPU, memory | found exactly the planted problems |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        stamp.line(m, results.get("load_after")) + " Each row is a fresh process: the names and order of the "
+        "listing, the checkpoint read back three times in file order, the tolerance measured, files flagged and "
+        "grouped (`benchmarks/central.py`; the summaries are generated from real SmolLM2 rows with a capture "
+        "run's rounding, one file in 50 shallower, one in 1,000 a duplicate, one in 2,000 with NaN rows).",
+        "",
+        "| files | checkpoint | wall | CPU | peak RSS (after imports) | per file: CPU, memory "
+        "| growth ×10 files: CPU, memory | found exactly the planted problems |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     prev = None
     for r in runs:
         mem = r["peak_rss"] - r["peak_rss_after_imports"]
-        grow = "" if prev is None else (f"{r['cpu_s'] / prev['cpu_s']:.1f}×, "
-                                        f"{mem / (prev['peak_rss'] - prev['peak_rss_after_imports']):.1f}×")
-        lines.append(f"| {r['files']:,} | {r['checkpoint_bytes'] / 1e9:.2f} GB | {r['wall_s']:.1f} s | {r['cpu_s']:.1f} s | "
-                     f"{r['peak_rss'] / 1e6:,.0f} MB ({r['peak_rss_after_imports'] / 1e6:.0f} MB) | "
-                     f"{r['cpu_s'] / r['files'] * 1e6:.0f} µs, {mem / r['files']:,.0f} B | {grow} | "
-                     f"{'yes' if r['right'] else 'no: ' + json.dumps(r['problems'])} |")
+        grow = (
+            ""
+            if prev is None
+            else (
+                f"{r['cpu_s'] / prev['cpu_s']:.1f}×, {mem / (prev['peak_rss'] - prev['peak_rss_after_imports']):.1f}×"
+            )
+        )
+        lines.append(
+            f"| {r['files']:,} | {r['checkpoint_bytes'] / 1e9:.2f} GB | {r['wall_s']:.1f} s | {r['cpu_s']:.1f} s | "
+            f"{r['peak_rss'] / 1e6:,.0f} MB ({r['peak_rss_after_imports'] / 1e6:.0f} MB) | "
+            f"{r['cpu_s'] / r['files'] * 1e6:.0f} µs, {mem / r['files']:,.0f} B | {grow} | "
+            f"{'yes' if r['right'] else 'no: ' + json.dumps(r['problems'])} |"
+        )
         prev = r
     return "\n".join(lines)
 
@@ -116,7 +136,9 @@ def main() -> None:
         t0 = time.perf_counter()
         path = generate(n)
         print(f"{n} summaries ready in {time.perf_counter() - t0:.0f} s: {path}", file=sys.stderr, flush=True)
-        p = subprocess.run([sys.executable, __file__, "--run", str(path), str(n)], capture_output=True, text=True, check=True)
+        p = subprocess.run(
+            [sys.executable, __file__, "--run", str(path), str(n)], capture_output=True, text=True, check=True
+        )
         r = json.loads(p.stdout)
         r["right"] = r["problems"] == expected(n)
         results["runs"].append(r)

@@ -122,7 +122,9 @@ def num_boundaries(src: Source) -> int:
     return int(src.fp32.shape[0])
 
 
-def write_stack(path: Path, planes: Iterator[torch.Tensor], shape: tuple[int, int, int], ids: torch.Tensor | None) -> None:
+def write_stack(
+    path: Path, planes: Iterator[torch.Tensor], shape: tuple[int, int, int], ids: torch.Tensor | None
+) -> None:
     """Write a safetensors file with ``hidden_states`` (bf16, one plane at a time) and ``input_ids``."""
     nbytes = shape[0] * shape[1] * shape[2] * 2
     header: dict = {"__metadata__": {"index": "boundary", "source": "SmolLM2-135M states, benchmarks/gen.py"}}

@@ -25,8 +25,15 @@ def main() -> None:
     _, status, ru = os.wait4(pid, 0)
     wall = time.perf_counter() - t0
     with open(out, "w") as f:
-        json.dump({"wall_s": round(wall, 3), "cpu_s": round(ru.ru_utime + ru.ru_stime, 3),
-                   "peak_rss_mb": round(ru.ru_maxrss / 1024, 1), "exit": os.waitstatus_to_exitcode(status)}, f)
+        json.dump(
+            {
+                "wall_s": round(wall, 3),
+                "cpu_s": round(ru.ru_utime + ru.ru_stime, 3),
+                "peak_rss_mb": round(ru.ru_maxrss / 1024, 1),
+                "exit": os.waitstatus_to_exitcode(status),
+            },
+            f,
+        )
 
 
 if __name__ == "__main__":

@@ -38,8 +38,13 @@ def main() -> None:
     for s in range(a.slots):
         order = errors[s].argsort()
         out.append(
-            {"slot": s, "boundary": int(order[0]), "error": float(errors[s, order[0]]),
-             "runner_up": int(order[1]), "runner_up_error": float(errors[s, order[1]])}
+            {
+                "slot": s,
+                "boundary": int(order[0]),
+                "error": float(errors[s, order[0]]),
+                "runner_up": int(order[1]),
+                "runner_up_error": float(errors[s, order[1]]),
+            }
         )
     json.dump({"slots": out}, sys.stdout)
     print()

@@ -107,23 +107,29 @@ def bench_inspect(tmp: Path) -> tuple[str, float, float, str]:
     aux = B.concat(0, [2, 15, 27])  # real states, repeated to ~1 GiB of float32
     reps = (2**30 // (aux.numel() * 4)) + 1
     aux = aux.repeat(reps, 1)
-    torch.save({"input_ids": B.states(0)["input_ids"].repeat(reps), "aux_hidden_state": aux.unsqueeze(0)},
-               rows / "data_0.ckpt")
-    (tmp / "big" / "config.json").write_text('{"target_hidden_size": 576, "eagle_config": '
-                                             '{"eagle_aux_hidden_state_layer_ids": [1, 14, 26]}}')
+    torch.save(
+        {"input_ids": B.states(0)["input_ids"].repeat(reps), "aux_hidden_state": aux.unsqueeze(0)}, rows / "data_0.ckpt"
+    )
+    (tmp / "big" / "config.json").write_text(
+        '{"target_hidden_size": 576, "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 14, 26]}}'
+    )
     del aux
 
     def eager():
         t = torch.load(rows / "data_0.ckpt", weights_only=True)["aux_hidden_state"][0]
-        return [float(t[:, s * 576:(s + 1) * 576].norm(dim=1).median()) for s in range(3)]
+        return [float(t[:, s * 576 : (s + 1) * 576].norm(dim=1).median()) for s in range(3)]
 
     t_new, info = timed(lambda: inspect(tmp / "big"), repeat=1)
     t_old, med = timed(eager, repeat=1)
     got = [s["median"] for s in info.captures[0]["slot_norms"]]
     close = all(abs(a / b - 1) < 0.05 for a, b in zip(got, med))
     size = (rows / "data_0.ckpt").stat().st_size / 2**30
-    return (f"inspect a {size:.1f} GiB SpecForge file", t_old, t_new,
-            f"slot norm medians {'within 5%' if close else 'differ'} of the full pass")
+    return (
+        f"inspect a {size:.1f} GiB SpecForge file",
+        t_old,
+        t_new,
+        f"slot norm medians {'within 5%' if close else 'differ'} of the full pass",
+    )
 
 
 def micro() -> None:

@@ -60,8 +60,9 @@ RUN_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"
 
 def compile_bytecode() -> None:
     """Write hsdiff's bytecode now (what pip does at install), so that no measured run pays for it."""
-    subprocess.run([PY, "-m", "compileall", "-q", str(ROOT / "hsdiff")], check=True, env=RUN_ENV,
-                   stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [PY, "-m", "compileall", "-q", str(ROOT / "hsdiff")], check=True, env=RUN_ENV, stdout=subprocess.DEVNULL
+    )
 
 
 def measure(cmd: list[str], timeout: float = 3600, env: dict[str, str] | None = None) -> Run:
@@ -69,8 +70,14 @@ def measure(cmd: list[str], timeout: float = 3600, env: dict[str, str] | None = 
     with tempfile.TemporaryDirectory() as t:
         res, out, err = Path(t) / "run.json", Path(t) / "stdout", Path(t) / "stderr"
         with open(out, "wb") as o, open(err, "wb") as e:
-            subprocess.run([PY, "-S", str(ROOT / "benchmarks" / "measure.py"), str(res), *cmd],
-                           stdout=o, stderr=e, timeout=timeout, check=False, env=RUN_ENV | (env or {}))
+            subprocess.run(
+                [PY, "-S", str(ROOT / "benchmarks" / "measure.py"), str(res), *cmd],
+                stdout=o,
+                stderr=e,
+                timeout=timeout,
+                check=False,
+                env=RUN_ENV | (env or {}),
+            )
         r = json.loads(res.read_text())
         if r["exit"] not in (0, 1):
             raise RuntimeError(f"{' '.join(cmd)} exited {r['exit']}: {err.read_text(errors='replace')[-2000:]}")
@@ -82,7 +89,9 @@ def cached_fraction(paths: list[Path]) -> float | None:
     try:
         res = subprocess.run(
             ["fincore", "--bytes", "--noheadings", "--raw", "-o", "RES,SIZE", *map(str, paths)],
-            capture_output=True, text=True, check=True,
+            capture_output=True,
+            text=True,
+            check=True,
         ).stdout.split()
     except (OSError, subprocess.CalledProcessError):
         return None
@@ -98,8 +107,11 @@ def median_of(cmd: list[str], repeat: int = 3) -> Run:
 
 def median_run(cmd: list[str], repeat: int = 3) -> dict[str, float]:
     runs = [measure(cmd) for _ in range(repeat)]
-    return {"wall_s": statistics.median(r.wall_s for r in runs), "cpu_s": statistics.median(r.cpu_s for r in runs),
-            "peak_rss_mb": statistics.median(r.peak_rss_mb for r in runs)}
+    return {
+        "wall_s": statistics.median(r.wall_s for r in runs),
+        "cpu_s": statistics.median(r.cpu_s for r in runs),
+        "peak_rss_mb": statistics.median(r.peak_rss_mb for r in runs),
+    }
 
 
 def import_times() -> dict[str, dict[str, float]]:
@@ -119,8 +131,18 @@ def mem_available_mb() -> float:
 
 def hsdiff_cmd(pair: gen.Pair, report: Path) -> list[str]:
     """``hsdiff compare`` through benchmarks/timed.py, which times the work inside the process."""
-    return [PY, str(ROOT / "benchmarks" / "timed.py"), "compare", str(pair.train), str(pair.infer), "--layer-ids",
-            gen.TRAIN_IDS, "--json", str(report), "-q"]
+    return [
+        PY,
+        str(ROOT / "benchmarks" / "timed.py"),
+        "compare",
+        str(pair.train),
+        str(pair.infer),
+        "--layer-ids",
+        gen.TRAIN_IDS,
+        "--json",
+        str(report),
+        "-q",
+    ]
 
 
 def hsdiff_run(pair: gen.Pair, repeat: int = 3) -> tuple[Run, dict]:
@@ -140,8 +162,10 @@ def hsdiff_run(pair: gen.Pair, repeat: int = 3) -> tuple[Run, dict]:
     # training file, the bytes that had to be read
     full = {r["capture"] for r in rep.get("scores", []) if (r.get("tokens") or 0) > 2 * scoring.SKETCH_TOKENS}
     return run, {
-        "work_s": inside["work_s"], "work_cpu_s": inside["work_cpu_s"],
-        "verdict": rep["verdict"], "boundaries": [s.get("boundary_index") for s in rep["slots"]],
+        "work_s": inside["work_s"],
+        "work_cpu_s": inside["work_cpu_s"],
+        "verdict": rep["verdict"],
+        "boundaries": [s.get("boundary_index") for s in rep["slots"]],
         "token_offsets": sorted({m.get("token_offset") for m in matched} - {None}),
         "samples": sorted({m.get("sample") for m in matched} - {None}),
         "captures_read_whole": len(full),
@@ -178,7 +202,10 @@ def bench_size(src: gen.Source, size: str, imports: Imports) -> dict:
     pair = gen.pair(src, tokens, hidden)
     need = 1.5 * gen.num_boundaries(src) * tokens * hidden * 2 / 2**20  # the naive script holds the stack
     if mem_available_mb() < need:
-        return {"case": f"pair {size} GB", "skipped": f"needs ~{need:.0f} MB free, {mem_available_mb():.0f} MB available"}
+        return {
+            "case": f"pair {size} GB",
+            "skipped": f"needs ~{need:.0f} MB free, {mem_available_mb():.0f} MB available",
+        }
     floor, cached = floor_run(pair)
     load0 = os.getloadavg()[0]
     hs, found = hsdiff_run(pair)
@@ -197,9 +224,12 @@ def bench_size(src: gen.Source, size: str, imports: Imports) -> dict:
         "hsdiff": h,
         "naive": n,
         "ratios": {
-            "hsdiff/naive": round(hs.wall_s / naive.wall_s, 2), "hsdiff/naive cpu": round(hs.cpu_s / naive.cpu_s, 2),
-            "naive/hsdiff": round(naive.wall_s / hs.wall_s, 2), "naive/hsdiff cpu": round(naive.cpu_s / hs.cpu_s, 2),
-            "hsdiff/floor": round(hs.wall_s / floor.wall_s, 1), "work/floor": round(h["work_s"] / floor.wall_s, 1),
+            "hsdiff/naive": round(hs.wall_s / naive.wall_s, 2),
+            "hsdiff/naive cpu": round(hs.cpu_s / naive.cpu_s, 2),
+            "naive/hsdiff": round(naive.wall_s / hs.wall_s, 2),
+            "naive/hsdiff cpu": round(naive.cpu_s / hs.cpu_s, 2),
+            "hsdiff/floor": round(hs.wall_s / floor.wall_s, 1),
+            "work/floor": round(h["work_s"] / floor.wall_s, 1),
             "work cpu/floor": round(h["work_cpu_s"] / floor.wall_s, 1),
             "work/floor of bytes read": round(h["work_s"] / max(floor_needed, 1e-3), 1),
         },
@@ -219,13 +249,20 @@ def bench_window(src: gen.Source, imports: Imports) -> dict:
     ra, ru = _rec(a, imports["hsdiff"], **fa), _rec(u, imports["hsdiff"], **fu)
     return {
         "case": f"window {w['width']} of {w['tokens']} tokens",
-        "setup": w, "bytes": noids.nbytes, "aligned": ra, "unknown_offset": ru,
-        "ratios": {"unknown/aligned": round(u.wall_s / a.wall_s, 2),
-                   "unknown/aligned cpu": round(u.cpu_s / a.cpu_s, 2),
-                   "unknown/aligned work": round(ru["work_s"] / max(0.01, ra["work_s"]), 2),
-                   "unknown/aligned work cpu": round(ru["work_cpu_s"] / max(0.01, ra["work_cpu_s"]), 2)},
-        "correct": {"aligned": fa["verdict"] == "ok" and fa["token_offsets"] == [w["offset"]],
-                    "unknown_offset": fu["verdict"] == "ok" and fu["token_offsets"] == [w["offset"]]},
+        "setup": w,
+        "bytes": noids.nbytes,
+        "aligned": ra,
+        "unknown_offset": ru,
+        "ratios": {
+            "unknown/aligned": round(u.wall_s / a.wall_s, 2),
+            "unknown/aligned cpu": round(u.cpu_s / a.cpu_s, 2),
+            "unknown/aligned work": round(ru["work_s"] / max(0.01, ra["work_s"]), 2),
+            "unknown/aligned work cpu": round(ru["work_cpu_s"] / max(0.01, ra["work_cpu_s"]), 2),
+        },
+        "correct": {
+            "aligned": fa["verdict"] == "ok" and fa["token_offsets"] == [w["offset"]],
+            "unknown_offset": fu["verdict"] == "ok" and fu["token_offsets"] == [w["offset"]],
+        },
         "loadavg_1m": [round(load0, 1), round(os.getloadavg()[0], 1)],
     }
 
@@ -238,10 +275,17 @@ def bench_samples(src: gen.Source, counts: tuple[int, ...], imports: Imports) ->
         warm(pair)
         run, found = hsdiff_run(pair)
         want = f"data_{int(n * gen.MATCH)}"
-        rows[str(n)] = _rec(run, imports["hsdiff"], **found, bytes=pair.nbytes,
-                            correct=found["verdict"] == "ok" and found["samples"] == [want])
+        rows[str(n)] = _rec(
+            run,
+            imports["hsdiff"],
+            **found,
+            bytes=pair.nbytes,
+            correct=found["verdict"] == "ok" and found["samples"] == [want],
+        )
     return {
-        "case": "sample search", "setup": SAMPLES | {"counts": sorted(sets)}, "runs": rows,
+        "case": "sample search",
+        "setup": SAMPLES | {"counts": sorted(sets)},
+        "runs": rows,
         "work_cpu_per_sample_ms": {n: round(1000 * r["work_cpu_s"] / int(n), 1) for n, r in rows.items()},
         "correct": all(r["correct"] for r in rows.values()),
         "loadavg_1m": [round(load0, 1), round(os.getloadavg()[0], 1)],
@@ -289,13 +333,18 @@ def table(results: dict) -> str:
             lines.append(f"| {key}: skipped, {r['skipped']} | | | | | | | | | | | |")
             continue
         cache = r["floor"].get("page_cache")
-        ok = "yes" if all(r["correct"].values()) else ", ".join(f"{k}: {'yes' if v else 'NO'}" for k, v in r["correct"].items())
+        ok = (
+            "yes"
+            if all(r["correct"].values())
+            else ", ".join(f"{k}: {'yes' if v else 'NO'}" for k, v in r["correct"].items())
+        )
         ra, h = r["ratios"], r["hsdiff"]
         lines.append(
             f"| {_shape(r['shape']['infer'])} + {_shape(r['shape']['train'])} bf16 = {r['bytes'] / 1e9:.2f} GB "
             f"| {r['floor']['wall_s']:.2f} s{f' ({cache:.0%})' if cache is not None else ''} | {_run(r['naive'])} "
             f"| {_run(h)} | {h['work_s']:.1f} s, {h['work_cpu_s']:.1f} s "
-            f"| {r['naive']['wall_s'] / h['wall_s']:.2f}× ({r['naive']['cpu_s'] / h['cpu_s']:.2f}×) | {ra['hsdiff/floor']:.0f}× "
+            f"| {r['naive']['wall_s'] / h['wall_s']:.2f}× ({r['naive']['cpu_s'] / h['cpu_s']:.2f}×) "
+            f"| {ra['hsdiff/floor']:.0f}× "
             f"| {ra['work/floor']:.1f}× ({h['work_cpu_s'] / r['floor']['wall_s']:.1f}×) "
             f"| {_bytes_read(r)} | {ra.get('work/floor of bytes read', float('nan')):.1f}× | {ok} "
             f"| {r['loadavg_1m'][0]}–{r['loadavg_1m'][1]} |"
@@ -310,22 +359,33 @@ def table(results: dict) -> str:
         ]
         for name, k in (("aligned by token ids", "aligned"), ("no token ids, offset unknown", "unknown_offset")):
             x = w[k]
-            lines.append(f"| {name} | {_run(x)} | {x['work_s']:.1f} s, {x['work_cpu_s']:.1f} s "
-                         f"| {x['verdict']}, {x['token_offsets']} (true {w['setup']['offset']}) | {w['loadavg_1m'][0]}–{w['loadavg_1m'][1]} |")
+            lines.append(
+                f"| {name} | {_run(x)} | {x['work_s']:.1f} s, {x['work_cpu_s']:.1f} s "
+                f"| {x['verdict']}, {x['token_offsets']} (true {w['setup']['offset']}) "
+                f"| {w['loadavg_1m'][0]}–{w['loadavg_1m'][1]} |"
+            )
         ra = w["ratios"]
         work_cpu = w["unknown_offset"]["work_cpu_s"] / max(0.01, w["aligned"]["work_cpu_s"])
-        lines.append(f"| unknown ÷ aligned | {ra['unknown/aligned']:.2f}× wall, {ra['unknown/aligned cpu']:.2f}× CPU "
-                     f"| {work_cpu:.2f}× CPU | | |")
+        lines.append(
+            f"| unknown ÷ aligned | {ra['unknown/aligned']:.2f}× wall, {ra['unknown/aligned cpu']:.2f}× CPU "
+            f"| {work_cpu:.2f}× CPU | | |"
+        )
     s = cases.get("sample search")
     if s:
-        lines += ["", f"| sample search: 1 matching sample (≈{s['setup']['tokens']} tokens, H {s['setup']['hidden']}; "
-                      "token ids on both sides) | training set | hsdiff | work CPU | CPU per added sample "
-                      "| right sample |", "|---|---|---|---|---|---|"]
+        lines += [
+            "",
+            f"| sample search: 1 matching sample (≈{s['setup']['tokens']} tokens, H {s['setup']['hidden']}; "
+            "token ids on both sides) | training set | hsdiff | work CPU | CPU per added sample "
+            "| right sample |",
+            "|---|---|---|---|---|---|",
+        ]
         prev = None
         for n, r in sorted(s["runs"].items(), key=lambda x: int(x[0])):
             slope = "" if prev is None else f"{1000 * (r['work_cpu_s'] - prev[1]) / (int(n) - prev[0]):.0f} ms"
-            lines.append(f"| among {n} | {r['bytes'] / 1e9:.2f} GB | {_run(r)} | {r['work_cpu_s']:.1f} s | {slope} "
-                         f"| {', '.join(r['samples'])}: {'yes' if r['correct'] else 'NO'} |")
+            lines.append(
+                f"| among {n} | {r['bytes'] / 1e9:.2f} GB | {_run(r)} | {r['work_cpu_s']:.1f} s | {slope} "
+                f"| {', '.join(r['samples'])}: {'yes' if r['correct'] else 'NO'} |"
+            )
             prev = (int(n), r["work_cpu_s"])
     return "\n".join(lines)
 
@@ -336,8 +396,10 @@ def _bytes_read(r: dict) -> str:
     whole = r["hsdiff"].get("captures_read_whole", "?")
     every = r.get("shape", {}).get("infer", [None])[0]
     rest = "" if whole == every else ", a sample of the rest"
-    return (f"{r['bytes_read'] / 1e9:.2f} GB ({r['bytes_read'] / r['bytes']:.0%}: the training file, "
-            f"{'all ' if whole == every else ''}{whole} layers whole{rest})")
+    return (
+        f"{r['bytes_read'] / 1e9:.2f} GB ({r['bytes_read'] / r['bytes']:.0%}: the training file, "
+        f"{'all ' if whole == every else ''}{whole} layers whole{rest})"
+    )
 
 
 def write_readme(text: str) -> None:
@@ -369,11 +431,18 @@ def main(sizes: list[str], cases: list[str], counts: tuple[int, ...], write: boo
     print(f"import only: {imports}", file=sys.stderr)
     results: dict = {"cases": {}}
     results["machine"] = {
-        "date": dt.date.today().isoformat(), "machine": f"{os.cpu_count()} cores, "
+        "date": dt.date.today().isoformat(),
+        "machine": f"{os.cpu_count()} cores, "
         f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB, {platform.machine()}",
-        "python": platform.python_version(), "imports": imports, "cache": str(gen.cache_dir()),
-        "hsdiff_commit": subprocess.run(["git", "-C", str(ROOT), "log", "-1", "--format=%h %cs", "--", "hsdiff"],
-                                        capture_output=True, text=True, check=False).stdout.strip(),
+        "python": platform.python_version(),
+        "imports": imports,
+        "cache": str(gen.cache_dir()),
+        "hsdiff_commit": subprocess.run(
+            ["git", "-C", str(ROOT), "log", "-1", "--format=%h %cs", "--", "hsdiff"],
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout.strip(),
     }
     todo = [(f"pair {s} GB", lambda s=s: bench_size(src, s, imports)) for s in sizes if "sizes" in cases]
     if "window" in cases:
@@ -383,8 +452,11 @@ def main(sizes: list[str], cases: list[str], counts: tuple[int, ...], write: boo
     for name, fn in todo:
         print(f"running {name} ...", file=sys.stderr, flush=True)
         r = fn()
-        results["cases"][r["case"]] = r | {"date": dt.datetime.now().isoformat(timespec="seconds"), "imports": imports,
-                                           "hsdiff_commit": results["machine"]["hsdiff_commit"]}
+        results["cases"][r["case"]] = r | {
+            "date": dt.datetime.now().isoformat(timespec="seconds"),
+            "imports": imports,
+            "hsdiff_commit": results["machine"]["hsdiff_commit"],
+        }
         if write:
             save(results)
     results["machine"]["cache_bytes"] = gen.disk_usage(gen.cache_dir())

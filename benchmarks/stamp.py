@@ -17,14 +17,21 @@ README = ROOT / "README.md"
 def machine() -> dict:
     """Commit (of the work tree, with a + when it has changes), date, machine and the load before the run."""
     git = ["git", "-C", str(ROOT)]
-    commit = subprocess.run(git + ["log", "-1", "--format=%h %cs"], capture_output=True, text=True, check=False).stdout.strip()
-    dirty = subprocess.run(git + ["status", "--porcelain", "--", "hsdiff", "benchmarks", ":!benchmarks/results"], capture_output=True, text=True,
-                           check=False).stdout.strip()
+    commit = subprocess.run(
+        git + ["log", "-1", "--format=%h %cs"], capture_output=True, text=True, check=False
+    ).stdout.strip()
+    dirty = subprocess.run(
+        git + ["status", "--porcelain", "--", "hsdiff", "benchmarks", ":!benchmarks/results"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
     return {
         "commit": commit + (" (+ uncommitted changes)" if dirty else ""),
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="minutes"),
-        "machine": f"{os.cpu_count()} cores, {os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB, "
-                   f"{platform.machine()}, Python {platform.python_version()}",
+        "machine": f"{os.cpu_count()} cores, "
+        f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB, "
+        f"{platform.machine()}, Python {platform.python_version()}",
         "load": round(os.getloadavg()[0], 1),
     }
 

@@ -19,8 +19,20 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["FLOATS", "np_dtype", "dtype_name", "as_f32", "is_float", "row_norms", "row_sq_norms", "unique_ints", "quantile", "lower_median", "to_torch",
-           "from_torch"]
+__all__ = [
+    "FLOATS",
+    "np_dtype",
+    "dtype_name",
+    "as_f32",
+    "is_float",
+    "row_norms",
+    "row_sq_norms",
+    "unique_ints",
+    "quantile",
+    "lower_median",
+    "to_torch",
+    "from_torch",
+]
 
 _TAG = "hsdiff_dtype"
 _BITS = {"bfloat16": np.uint16, "float8_e4m3fn": np.uint8, "float8_e5m2": np.uint8}

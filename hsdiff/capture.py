@@ -36,18 +36,41 @@ from torch import nn
 
 from .errors import InputError
 
-__all__ = ["BoundaryCapture", "capture_boundaries", "decoder_layers", "capture_hf", "write_capture", "check_out_dir",
-           "DTYPES"]
+__all__ = [
+    "BoundaryCapture",
+    "capture_boundaries",
+    "decoder_layers",
+    "capture_hf",
+    "write_capture",
+    "check_out_dir",
+    "DTYPES",
+]
 
 log = logging.getLogger("hsdiff.capture")
 
-DTYPES = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16,
-          "fp32": torch.float32, "float32": torch.float32}
+DTYPES = {
+    "bf16": torch.bfloat16,
+    "bfloat16": torch.bfloat16,
+    "fp16": torch.float16,
+    "float16": torch.float16,
+    "fp32": torch.float32,
+    "float32": torch.float32,
+}
 
 _LAYER_PATHS = (
-    "model.layers", "model.model.layers", "model.language_model.layers", "language_model.model.layers",
-    "model.language_model.model.layers", "transformer.h", "transformer.layers", "gpt_neox.layers",
-    "model.decoder.layers", "decoder.layers", "layers", "h", "blocks",
+    "model.layers",
+    "model.model.layers",
+    "model.language_model.layers",
+    "language_model.model.layers",
+    "model.language_model.model.layers",
+    "transformer.h",
+    "transformer.layers",
+    "gpt_neox.layers",
+    "model.decoder.layers",
+    "decoder.layers",
+    "layers",
+    "h",
+    "blocks",
 )
 
 
@@ -85,8 +108,10 @@ def _hidden_of(args: tuple, kwargs: dict) -> torch.Tensor:
     for key in ("hidden_states", "hidden_state", "x", "input"):
         if isinstance(kwargs.get(key), torch.Tensor):
             return kwargs[key]
-    raise InputError("a decoder layer was called without a hidden-state tensor as first argument",
-                     hint="pass the list of layers whose first input is the residual stream")
+    raise InputError(
+        "a decoder layer was called without a hidden-state tensor as first argument",
+        hint="pass the list of layers whose first input is the residual stream",
+    )
 
 
 def _output_of(output: Any) -> torch.Tensor:
@@ -98,8 +123,10 @@ def _output_of(output: Any) -> torch.Tensor:
         hs = getattr(output, name, None)
         if isinstance(hs, torch.Tensor):
             return hs
-    raise InputError(f"cannot read the last decoder layer's output ({type(output).__name__})",
-                     hint="the last layer must return a tensor or a tuple whose first entry is the hidden state")
+    raise InputError(
+        f"cannot read the last decoder layer's output ({type(output).__name__})",
+        hint="the last layer must return a tensor or a tuple whose first entry is the hidden state",
+    )
 
 
 @dataclass(eq=False)
@@ -119,12 +146,16 @@ class BoundaryCapture:
     def stack(self, pass_index: int = -1, batch: int | None = 0) -> torch.Tensor:
         """``[L+1, T, H]`` for one sequence of one forward pass (``batch=None`` keeps the batch axis)."""
         if not self.passes:
-            raise InputError("nothing was captured", hint="run the model inside the `with capture_boundaries(...)` block")
+            raise InputError(
+                "nothing was captured", hint="run the model inside the `with capture_boundaries(...)` block"
+            )
         got = self.passes[pass_index]
         missing = [b for b in range(self.num_layers + 1) if b not in got]
         if missing:
-            raise InputError(f"boundaries {missing} were not captured in this forward pass",
-                             hint="a layer was skipped (early exit?) or the pass was interrupted")
+            raise InputError(
+                f"boundaries {missing} were not captured in this forward pass",
+                hint="a layer was skipped (early exit?) or the pass was interrupted",
+            )
         ts = [got[b] for b in range(self.num_layers + 1)]
         if batch is not None and ts[0].dim() == 3:
             ts = [t[batch] for t in ts]
@@ -141,7 +172,9 @@ class BoundaryCapture:
 
 
 @contextmanager
-def capture_boundaries(model_or_layers: nn.Module | Sequence[nn.Module], *, device: str | None = "cpu") -> Iterator[BoundaryCapture]:
+def capture_boundaries(
+    model_or_layers: nn.Module | Sequence[nn.Module], *, device: str | None = "cpu"
+) -> Iterator[BoundaryCapture]:
     """Record B0..BL of every forward pass run inside the block; hooks are removed on exit.
 
     ``model_or_layers`` is a model (its decoder layers are found by name) or the layer list itself.
@@ -154,6 +187,7 @@ def capture_boundaries(model_or_layers: nn.Module | Sequence[nn.Module], *, devi
     def pre(k: int) -> Callable[[nn.Module, tuple, dict], None]:
         def hook(module: nn.Module, args: tuple, kwargs: dict) -> None:
             cap._store(k, _hidden_of(args, kwargs))
+
         return hook
 
     def post(module: nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
@@ -173,8 +207,9 @@ def _transformers() -> Any:
     try:
         import transformers
     except ImportError:
-        raise InputError("hsdiff capture needs Hugging Face transformers",
-                         hint='install the extra: pip install "hsdiff[capture]"') from None
+        raise InputError(
+            "hsdiff capture needs Hugging Face transformers", hint='install the extra: pip install "hsdiff[capture]"'
+        ) from None
     return transformers
 
 
@@ -198,8 +233,11 @@ def capture_hf(
         raise InputError(f"unknown dtype {dtype!r}", hint=f"choose one of: {', '.join(DTYPES)}")
     d = Path(model_dir)
     if not (d / "config.json").is_file():
-        raise InputError("not a Hugging Face model directory (no config.json)", path=d,
-                         hint="give the folder written by save_pretrained (config.json + weights)")
+        raise InputError(
+            "not a Hugging Face model directory (no config.json)",
+            path=d,
+            hint="give the folder written by save_pretrained (config.json + weights)",
+        )
     ids = torch.tensor([int(i) for i in input_ids], dtype=torch.long)
     if ids.numel() == 0:
         raise InputError("the sample has no token ids")
@@ -209,8 +247,11 @@ def capture_hf(
     except TypeError:  # transformers < 4.56 names it torch_dtype
         model = tf.AutoModelForCausalLM.from_pretrained(str(d), torch_dtype=torch_dtype)
     except (OSError, ValueError) as e:
-        raise InputError(f"transformers cannot load this model ({e})", path=d,
-                         hint="check the folder holds config.json and its weights") from None
+        raise InputError(
+            f"transformers cannot load this model ({e})",
+            path=d,
+            hint="check the folder holds config.json and its weights",
+        ) from None
     model.to(device).eval()
     warnings: list[str] = []
     with torch.inference_mode(), capture_boundaries(model) as cap:
@@ -242,10 +283,14 @@ def _verify(model: nn.Module, out: Any, stack: torch.Tensor, L: int) -> list[str
     bad = [k for k in range(L) if not torch.equal(hs[k][0].to(stack.device), stack[k])]
     warnings = []
     if bad:
-        warnings.append(f"boundaries {bad} differ from HF's output_hidden_states: the hooked layers may not carry "
-                        "the residual stream")
+        warnings.append(
+            f"boundaries {bad} differ from HF's output_hidden_states: the hooked layers may not carry "
+            "the residual stream"
+        )
     norm = getattr(getattr(model, "model", model), "norm", None)
-    if norm is not None and not torch.allclose(hs[L][0].float(), norm(stack[L].to(hs[L].device)).float(), atol=1e-3, rtol=1e-3):
+    if norm is not None and not torch.allclose(
+        hs[L][0].float(), norm(stack[L].to(hs[L].device)).float(), atol=1e-3, rtol=1e-3
+    ):
         warnings.append("HF's last hidden state is not norm(B=L): check which tensor the last boundary holds")
     for w in warnings:
         log.warning(w)
@@ -261,8 +306,11 @@ def write_capture(result: dict, path: str | os.PathLike) -> Path:
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".safetensors", dir=p.parent)
     os.close(fd)
     try:
-        save_file({"hidden_states": result["hidden_states"].contiguous(), "input_ids": result["input_ids"].contiguous()},
-                  tmp, metadata={k: str(v) for k, v in result["metadata"].items()})
+        save_file(
+            {"hidden_states": result["hidden_states"].contiguous(), "input_ids": result["input_ids"].contiguous()},
+            tmp,
+            metadata={k: str(v) for k, v in result["metadata"].items()},
+        )
         os.replace(tmp, p)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -278,5 +326,9 @@ def check_out_dir(out: str | os.PathLike, sample: str | os.PathLike) -> None:
         dump = dump.parent
     o = Path(out).resolve()
     if o == dump or dump in o.parents:
-        raise InputError("`out` is inside the dump the sample comes from", path=out,
-                         hint="write captures to a folder of their own, never into a dump directory", options=("out",))
+        raise InputError(
+            "`out` is inside the dump the sample comes from",
+            path=out,
+            hint="write captures to a folder of their own, never into a dump directory",
+            options=("out",),
+        )

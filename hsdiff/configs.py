@@ -67,8 +67,14 @@ def read_json(
     return parse_json(text, p, what=what, error=error, bad_hint=bad_hint)
 
 
-def parse_json(text: str, path: str | os.PathLike, *, what: str = "config", error: type[InputError] = ConfigError,
-               bad_hint: str | None = "fix the file") -> Any:
+def parse_json(
+    text: str,
+    path: str | os.PathLike,
+    *,
+    what: str = "config",
+    error: type[InputError] = ConfigError,
+    bad_hint: str | None = "fix the file",
+) -> Any:
     """Parse JSON ``text`` read from ``path`` (for callers that keep the raw bytes, as ``fix-config`` does)."""
     try:
         return json.loads(text)
@@ -133,8 +139,9 @@ def num_aux(config: dict[str, Any]) -> tuple[int, str]:
     return 3, "the default of 3 slots"
 
 
-def stated_hidden_size(config: dict[str, Any] | None, keys: Sequence[str] = ("target_hidden_size", "hidden_size")
-                       ) -> int | None:
+def stated_hidden_size(
+    config: dict[str, Any] | None, keys: Sequence[str] = ("target_hidden_size", "hidden_size")
+) -> int | None:
     """The target's hidden size a config states: the first of ``keys`` holding a positive integer (a
     draft's ``target_hidden_size``, else its ``hidden_size``, the target's width for an EAGLE-3 draft)."""
     for key in keys:
@@ -155,6 +162,7 @@ def config_value(config: dict[str, Any], key: Sequence[str]) -> tuple[bool, Any]
 
 
 # --------------------------------------------------------------------------- the target's shape
+
 
 @dataclass(frozen=True)
 class TargetShape:
@@ -184,12 +192,14 @@ def target_shape(config: dict[str, Any] | None) -> TargetShape:
 
 # --------------------------------------------------------------------------- draft ids
 
+
 def _is_int_list(value: Any) -> bool:
     return isinstance(value, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in value)
 
 
-def read_config_ids(config: dict[str, Any], engine: str, *, vllm_runner: str = conv.DEFAULT_RUNNER,
-                    kind: str | None = None) -> tuple[object, tuple[str, ...] | None]:
+def read_config_ids(
+    config: dict[str, Any], engine: str, *, vllm_runner: str = conv.DEFAULT_RUNNER, kind: str | None = None
+) -> tuple[object, tuple[str, ...] | None]:
     """The raw value ``engine`` reads from a draft config and the key it came from, or ``(None, None)``.
 
     The value is returned as stored (a list, ``null``, an empty list...): what an engine does with an
@@ -204,20 +214,39 @@ def read_config_ids(config: dict[str, Any], engine: str, *, vllm_runner: str = c
     return None, None
 
 
-def boundaries_read(ids: Sequence[int], engine: str, num_layers: int | None, family: str | None,
-                    version: str | None = None, kind: str | None = None, index: str = "") -> list[int]:
-    """Boundaries ``engine`` captures for ``ids`` in list order, without the range check; ``index`` (OUTPUT or
-    BOUNDARY) where the key they were read from has a meaning of its own (:func:`hsdiff.rules.conventions.key_index`)."""
+def boundaries_read(
+    ids: Sequence[int],
+    engine: str,
+    num_layers: int | None,
+    family: str | None,
+    version: str | None = None,
+    kind: str | None = None,
+    index: str = "",
+) -> list[int]:
+    """Boundaries ``engine`` captures for ``ids`` in list order, without the range check; ``index``
+    (OUTPUT or BOUNDARY) where the key they were read from has a meaning of its own
+    (:func:`hsdiff.rules.conventions.key_index`)."""
     if index:
         return [int(i) + (1 if index == conv.OUTPUT else 0) for i in ids]
-    if num_layers is None and (conv.needs_num_layers(engine, family, version, kind)
-                                or (conv.rule(engine).final_id == FINAL_MINUS_ONE and -1 in ids)):
+    if num_layers is None and (
+        conv.needs_num_layers(engine, family, version, kind)
+        or (conv.rule(engine).final_id == FINAL_MINUS_ONE and -1 in ids)
+    ):
         raise ConfigError(
             f"{conv.applied(engine, family, version).label} depends on the target's num_hidden_layers",
-            hint="pass `target_config=path/to/target/config.json`", options=("target_config",),
+            hint="pass `target_config=path/to/target/config.json`",
+            options=("target_config",),
         )
-    return conv.to_boundary(ids, engine, num_layers=num_layers, model_family=family, version=version,
-                            keep_order=True, check_range=False, kind=kind)
+    return conv.to_boundary(
+        ids,
+        engine,
+        num_layers=num_layers,
+        model_family=family,
+        version=version,
+        keep_order=True,
+        check_range=False,
+        kind=kind,
+    )
 
 
 def _readers() -> str:
@@ -257,46 +286,81 @@ def read_ids(
     if not keys:
         raise ConfigError(
             f"{r.title} takes its layer ids from no draft config: it reads {r.reads}",
-            path=path, hint=f"compare with `hsdiff compare --engine {engine} --layer-ids IDS` (the ids it is "
+            path=path,
+            hint=f"compare with `hsdiff compare --engine {engine} --layer-ids IDS` (the ids it is "
             f"configured with), or choose --engine {_readers()}",
         )
 
-    def source(ids: Sequence[int], b: Sequence[int], key: str | None, fallback: bool, note: str,
-               index: str = "") -> IdsSource:
-        return IdsSource(engine, tuple(ids), tuple(b), key, str(path), fallback, note, family, runner, applied.label,
-                         version, kind, index)
+    def source(
+        ids: Sequence[int], b: Sequence[int], key: str | None, fallback: bool, note: str, index: str = ""
+    ) -> IdsSource:
+        return IdsSource(
+            engine,
+            tuple(ids),
+            tuple(b),
+            key,
+            str(path),
+            fallback,
+            note,
+            family,
+            runner,
+            applied.label,
+            version,
+            kind,
+            index,
+        )
 
     found, use_aux = config_value(config, ("eagle_config", "use_aux_hidden_state"))
     if r.use_aux_flag and found and use_aux is False:  # the profile cites each engine's check
-        return source((), (), "eagle_config.use_aux_hidden_state", False,
-                      f"eagle_config.use_aux_hidden_state is false in {path}: {r.title} captures no aux "
-                         "hidden state and feeds the draft the final post-norm hidden state (EAGLE-1/2 style), so no "
-                      "layer ids apply; an EAGLE-3 draft needs it true")
+        return source(
+            (),
+            (),
+            "eagle_config.use_aux_hidden_state",
+            False,
+            f"eagle_config.use_aux_hidden_state is false in {path}: {r.title} captures no aux "
+            "hidden state and feeds the draft the final post-norm hidden state (EAGLE-1/2 style), so no "
+            "layer ids apply; an EAGLE-3 draft needs it true",
+        )
     value, key = read_config_ids(config, engine, vllm_runner=vllm_runner, kind=kind)
     where = " or ".join(conv.key_name(k) for k in keys)
     if key is not None and value is not None:
         if not _is_int_list(value):
             raise ConfigError(
                 f"{conv.key_name(key)} is {json.dumps(value)}, not a list of integers",
-                path=path, hint='write a list such as [2, 30, 58]',
+                path=path,
+                hint="write a list such as [2, 30, 58]",
             )
         ids = [int(i) for i in cast(list, value)]
         if not ids:
-            return source((), (), conv.key_name(key), False,
-                          f"{r.title} reads {conv.key_name(key)} = [] and captures no layer at all: the draft "
-                          "receives no hidden states")
+            return source(
+                (),
+                (),
+                conv.key_name(key),
+                False,
+                f"{r.title} reads {conv.key_name(key)} = [] and captures no layer at all: the draft "
+                "receives no hidden states",
+            )
         index = conv.key_index(engine, key, vllm_runner=vllm_runner, model_type=str(config.get("model_type", "")))
         index = "" if index == applied.reading else index
-        b = conv.slot_order(boundaries_read(ids, engine, num_layers, family, version, kind, index), engine,
-                            num_layers, version)
-        how = f"{'+ 1' if index == conv.OUTPUT else 'as they are'}, that key's meaning" if index else f"rule: {applied.label}"
-        note = (f"{r.title} {version} reads {conv.key_name(key)} = {ids} from {path}, i.e. captures "
-                f"{_captured(b, engine, num_layers, family, version, kind)} ({how})")
+        b = conv.slot_order(
+            boundaries_read(ids, engine, num_layers, family, version, kind, index), engine, num_layers, version
+        )
+        how = (
+            f"{'+ 1' if index == conv.OUTPUT else 'as they are'}, that key's meaning"
+            if index
+            else f"rule: {applied.label}"
+        )
+        note = (
+            f"{r.title} {version} reads {conv.key_name(key)} = {ids} from {path}, i.e. captures "
+            f"{_captured(b, engine, num_layers, family, version, kind)} ({how})"
+        )
         return source(ids, b, conv.key_name(key), False, note, index)
     if num_layers is None:
         raise ConfigError(
             f"no layer ids in {where}: {r.title} falls back to its default, which depends on the target's "
-            "num_hidden_layers", path=path, hint="pass `target_config=path/to/target/config.json`",
+            "num_hidden_layers",
+            path=path,
+            hint="pass `target_config=path/to/target/config.json`",
             options=("target_config",),
         )
     count = config.get("num_hidden_layers") if isinstance(config.get("num_hidden_layers"), int) else None
@@ -304,14 +368,17 @@ def read_ids(
     ids = conv.default_ids(engine, num_layers, family, version, kind, count)
     why = "is null" if key is not None else "is absent"
     default = conv.kind_default(engine, kind)
-    note = (f"{where} {why} in {path}: {r.title} {version} silently falls back to its default B{b} "
-            f"(ids {ids} in its convention; rule: {applied.label}{'; ' + default if default else ''}); write the ids "
-            "the draft was trained with explicitly")
+    note = (
+        f"{where} {why} in {path}: {r.title} {version} silently falls back to its default B{b} "
+        f"(ids {ids} in its convention; rule: {applied.label}{'; ' + default if default else ''}); write the ids "
+        "the draft was trained with explicitly"
+    )
     return source(ids, b, None, True, note + r.fallback_note)
 
 
-def _captured(b: Sequence[int], engine: str, num_layers: int | None, family: str | None, version: str,
-              kind: str | None = None) -> str:
+def _captured(
+    b: Sequence[int], engine: str, num_layers: int | None, family: str | None, version: str, kind: str | None = None
+) -> str:
     """The boundaries ``engine`` captures, in words; those it cannot (:func:`hsdiff.rules.serving.serve`) are
     named apart, not listed as captured."""
     plain = "B[" + ", ".join(map(str, b)) + "]"
@@ -326,14 +393,21 @@ def _captured(b: Sequence[int], engine: str, num_layers: int | None, family: str
     kept = [x for x in b if x not in lost]
     if not lost:
         return boundary_list(b, num_layers)
-    return (f"{boundary_list(kept, num_layers)} only: it cannot capture "
-            + ", ".join(conv.name_boundary(x, num_layers) for x in dict.fromkeys(lost)))
+    return f"{boundary_list(kept, num_layers)} only: it cannot capture " + ", ".join(
+        conv.name_boundary(x, num_layers) for x in dict.fromkeys(lost)
+    )
 
 
 # --------------------------------------------------------------------------- the draft's fc width
 
-def fc_width(config: dict[str, Any], engine: str, path: Path, version: str | None = None,
-             header: Callable[[Path], dict[str, tuple[int, ...]]] | None = None) -> tuple[int | None, str]:
+
+def fc_width(
+    config: dict[str, Any],
+    engine: str,
+    path: Path,
+    version: str | None = None,
+    header: Callable[[Path], dict[str, tuple[int, ...]]] | None = None,
+) -> tuple[int | None, str]:
     """The input width of the draft's ``fc`` and how it was found: from ``fc.weight`` in the draft's
     safetensors beside ``path`` (tensor shapes by ``header``, a safetensors header reader), else from how
     the engine builds it, else ``(None, "")``."""

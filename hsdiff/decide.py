@@ -7,9 +7,10 @@ In the order :func:`hsdiff.compare` calls them:
   :class:`~hsdiff.model.SlotDecision`);
 * :func:`resolve` — the labels weighed in: a match that cannot rule out a neighbour takes the layer
   its labels agree on (``consistent``; the training side's labels or a capture's own tag, never the
-  configured ids alone: the configuration under test is not evidence for itself), unobserved slots are inferred from the training labels and
-  the offset the values show, labels that contradict the training side are said and never pass;
-  then each slot against the configured ids (:class:`~hsdiff.model.SlotResult`);
+  configured ids alone: the configuration under test is not evidence for itself), unobserved slots
+  are inferred from the training labels and the offset the values show, labels that contradict the
+  training side are said and never pass; then each slot against the configured ids
+  (:class:`~hsdiff.model.SlotResult`);
 * :func:`verdict` and :func:`recommend` — the outcome, and the ids for every engine (what can
   override the verdict afterwards: :mod:`hsdiff.overrides`).
 
@@ -20,7 +21,8 @@ Example, on records alone::
     >>> d = decide_slot(0, [Candidate(cap, None, 0, Metrics(0.01, 1.0, 0.02, 1.0, 8, 128))], 0.10, 30)
     >>> d.status, d.boundary  # 1 % against the neighbour separation of a 30-layer target (2.2 / 30)
     ('identified', 3)
-    >>> decide_slot(0, [Candidate(cap, None, 0, Metrics(0.01, 1.0, 0.02, 1.0, 8, 128))], 0.10).status  # depth unknown: 126 assumed
+    >>> candidates = [Candidate(cap, None, 0, Metrics(0.01, 1.0, 0.02, 1.0, 8, 128))]
+    >>> decide_slot(0, candidates, 0.10).status  # depth unknown: 126 assumed
     'ambiguous'
 """
 
@@ -52,8 +54,18 @@ from .rules import conventions as conv
 from .rules.serving import serve
 
 __all__ = [
-    "NOISE_TOLERANCE", "AMBIGUOUS_RATIO", "SINK_CONFIDENCE", "CONSISTENT_CONFIDENCE", "coherent",
-    "decide_slot", "evidence_cap", "at_noise_floor", "Resolution", "resolve", "verdict", "recommend",
+    "NOISE_TOLERANCE",
+    "AMBIGUOUS_RATIO",
+    "SINK_CONFIDENCE",
+    "CONSISTENT_CONFIDENCE",
+    "coherent",
+    "decide_slot",
+    "evidence_cap",
+    "at_noise_floor",
+    "Resolution",
+    "resolve",
+    "verdict",
+    "recommend",
     "count_warning",
 ]
 
@@ -95,12 +107,19 @@ def coherent(m: Metrics) -> bool:
     return not (m.rel_err < 1 and m.cosine < math.sqrt(1 - m.rel_err**2) - COHERENCE_SLACK)
 
 
-def decide_slot(slot: int, cands: Sequence[Candidate], tolerance: float,
-                num_layers: int | None = None) -> SlotDecision:
+def decide_slot(slot: int, cands: Sequence[Candidate], tolerance: float, num_layers: int | None = None) -> SlotDecision:
     """What the values say training slot ``slot`` is, from its candidates (best first)."""
     if not cands:
-        return SlotDecision(slot, Status.UNOBSERVED, None, 0.0, None, None, None,
-                            "no inference capture could be compared with this slot")
+        return SlotDecision(
+            slot,
+            Status.UNOBSERVED,
+            None,
+            0.0,
+            None,
+            None,
+            None,
+            "no inference capture could be compared with this slot",
+        )
     first = next((c for c in cands if coherent(c.metrics)), None)
     if first is not None and first is not cands[0]:  # an incoherent summary cannot be the match, only a runner-up
         cands = [first] + [c for c in cands if c is not first]
@@ -113,9 +132,16 @@ def decide_slot(slot: int, cands: Sequence[Candidate], tolerance: float,
     margin = None if runner is None else runner.metrics.rel_err - m.rel_err
     if not m.rel_err <= tolerance or not coherent(m):
         why = "" if coherent(m) else f", but cosine {m.cosine:.3f}, which that error rules out: the tokens disagree"
-        return SlotDecision(slot, Status.UNMATCHED, None, 0.0, margin, None, top,
-                            f"no inference capture equals this slot (closest: {top.capture.label()}, "
-                            f"error {pct(m.rel_err)}{why})")
+        return SlotDecision(
+            slot,
+            Status.UNMATCHED,
+            None,
+            0.0,
+            margin,
+            None,
+            top,
+            f"no inference capture equals this slot (closest: {top.capture.label()}, error {pct(m.rel_err)}{why})",
+        )
     b = top.boundary
     sep = neighbour_separation(top, cands, num_layers)
     if runner is not None and runner.metrics.sink_only and runner.metrics.rel_err <= tolerance and b is not None:
@@ -135,7 +161,13 @@ def decide_slot(slot: int, cands: Sequence[Candidate], tolerance: float,
                 note += f" (confidence capped at {cap:.2f}: only {m.values} printed values)"
     if m.sink_only:
         return SlotDecision(
-            slot, Status.AMBIGUOUS, None, min(conf, SINK_CONFIDENCE), margin, top, runner,
+            slot,
+            Status.AMBIGUOUS,
+            None,
+            min(conf, SINK_CONFIDENCE),
+            margin,
+            top,
+            runner,
             f"only attention-sink tokens were compared (closest: {top.capture.label()} at "
             f"{pct(m.rel_err)}); the sink barely changes across middle layers, so it cannot tell B{b} from "
             f"B{b - 1 if b else 0} or B{(b or 0) + 1}: print ordinary tokens (position ≥ 1)",
@@ -143,24 +175,44 @@ def decide_slot(slot: int, cands: Sequence[Candidate], tolerance: float,
         )
     if ratio < AMBIGUOUS_RATIO and runner is not None and not few and best_of_neighbours(top, sep, runner):
         next_best = runner
-        note = (f"matches {top.capture.label()} at {pct(m.rel_err)} error, the best of B{b} and its captured "
-                f"neighbours (next best {next_best.capture.label()} at {pct(next_best.metrics.rel_err)}): "
-                "the values decide between neighbouring layers")
-        return SlotDecision(slot, Status.IDENTIFIED, b, conf, margin, top, runner, note, separation=sep.value,
-                            measured=True)
-    if ratio < AMBIGUOUS_RATIO:
-        who = runner.capture.label() if runner is not None and sep.value == runner.metrics.rel_err else \
-            "an uncaptured neighbour"
+        note = (
+            f"matches {top.capture.label()} at {pct(m.rel_err)} error, the best of B{b} and its captured "
+            f"neighbours (next best {next_best.capture.label()} at {pct(next_best.metrics.rel_err)}): "
+            "the values decide between neighbouring layers"
+        )
         return SlotDecision(
-            slot, Status.AMBIGUOUS, None, min(conf, AMBIGUOUS_CONFIDENCE), margin, top, runner,
+            slot, Status.IDENTIFIED, b, conf, margin, top, runner, note, separation=sep.value, measured=True
+        )
+    if ratio < AMBIGUOUS_RATIO:
+        who = (
+            runner.capture.label()
+            if runner is not None and sep.value == runner.metrics.rel_err
+            else "an uncaptured neighbour"
+        )
+        return SlotDecision(
+            slot,
+            Status.AMBIGUOUS,
+            None,
+            min(conf, AMBIGUOUS_CONFIDENCE),
+            margin,
+            top,
+            runner,
             f"matches {top.capture.label()} at {pct(m.rel_err)} but {who} may be nearly as close "
             f"({pct(sep.value)}{'' if sep.measured else ', estimated from ' + sep.basis}): the evidence cannot "
             f"separate neighbouring layers ({what_to_dump(b, sep.measured)})",
-            candidate_boundary=b, separation=sep.value, measured=sep.measured,
+            candidate_boundary=b,
+            separation=sep.value,
+            measured=sep.measured,
         )
     if few and conf < _RULE_OUT:
         return SlotDecision(
-            slot, Status.AMBIGUOUS, None, conf, margin, top, runner,
+            slot,
+            Status.AMBIGUOUS,
+            None,
+            conf,
+            margin,
+            top,
+            runner,
             f"matches {top.capture.label()} at {pct(m.rel_err)}, but {m.values} printed values are too few to rule "
             "out a neighbouring layer",
             candidate_boundary=b,
@@ -169,8 +221,9 @@ def decide_slot(slot: int, cands: Sequence[Candidate], tolerance: float,
     if b is None:
         note += "; that capture carries no layer number (pass --layer-ids to label it)"
         return SlotDecision(slot, Status.UNLABELLED, None, conf, margin, top, runner, note)
-    return SlotDecision(slot, Status.IDENTIFIED, b, conf, margin, top, runner, note, separation=sep.value,
-                        measured=sep.measured)
+    return SlotDecision(
+        slot, Status.IDENTIFIED, b, conf, margin, top, runner, note, separation=sep.value, measured=sep.measured
+    )
 
 
 @dataclass(frozen=True)
@@ -210,15 +263,27 @@ def resolve(
     label_offset, warnings = _label_offset(decisions, claims, claim_src)
     cfg_b = list(configured.boundary_indices) if configured else None
     conflicts = [_conflict(d, c, configured is None) for d, c in zip(decisions, claims)]
-    observed_conf = [min(d.confidence, CONFLICT_CONFIDENCE) if x else d.confidence
-                     for d, x in zip(decisions, conflicts) if d.identified]
+    observed_conf = [
+        min(d.confidence, CONFLICT_CONFIDENCE) if x else d.confidence
+        for d, x in zip(decisions, conflicts)
+        if d.identified
+    ]
     offset = label_offset if label_offset is not None else (0 if not observed_conf else None)
     results = []
     for d in decisions:
         s = d.slot
         cfg = None if cfg_b is None or s >= len(cfg_b) else cfg_b[s]
-        a = _answer(d, claims[s], claim_src, offset, label_offset is None, observed_conf,
-                    candidates.get(s, []), tolerance, configured is None)
+        a = _answer(
+            d,
+            claims[s],
+            claim_src,
+            offset,
+            label_offset is None,
+            observed_conf,
+            candidates.get(s, []),
+            tolerance,
+            configured is None,
+        )
         status, against = _against_config(d, a.boundary, a.evidence, cfg_b, candidates.get(s, []), tolerance)
         note = a.note + (f"; {against}" if against else "")
         if conflicts[s] and status == Status.OK:
@@ -226,14 +291,26 @@ def resolve(
             note += "; a gate does not pass on labels that contradict the training side"
         layer_id = None
         if a.boundary is not None:
-            layer_id = conv.from_boundary([a.boundary], engine, num_layers=num_layers, model_family=family,
-                                          version=version)[0]
+            layer_id = conv.from_boundary(
+                [a.boundary], engine, num_layers=num_layers, model_family=family, version=version
+            )[0]
         results.append(
             SlotResult(
-                slot=s, boundary_index=a.boundary, layer_id=layer_id, evidence=a.evidence,
-                confidence=float(a.confidence), margin=d.margin, match=d.match, runner_up=d.runner_up,
-                claimed_boundary=claims[s], configured_boundary=cfg, status=status, note=note, against_config=against,
-                separation=d.separation, separation_measured=d.measured,
+                slot=s,
+                boundary_index=a.boundary,
+                layer_id=layer_id,
+                evidence=a.evidence,
+                confidence=float(a.confidence),
+                margin=d.margin,
+                match=d.match,
+                runner_up=d.runner_up,
+                claimed_boundary=claims[s],
+                configured_boundary=cfg,
+                status=status,
+                note=note,
+                against_config=against,
+                separation=d.separation,
+                separation_measured=d.measured,
             )
         )
     warnings += _label_warnings(results, decisions, claim_src, label_offset)
@@ -249,24 +326,43 @@ def at_noise_floor(decisions: Sequence[SlotDecision]) -> list[SlotDecision]:
     for i, d in enumerate(decisions):
         if not d.identified or d.measured or d.separation is None or d.match is None or d.boundary is None:
             continue
-        floor = max((o.match.metrics.rel_err for o in decisions if o is not d and o.identified and o.match is not None
-                     and not o.match.capture.is_partial and o.boundary is not None and o.boundary <= d.boundary),
-                    default=0.0)
+        floor = max(
+            (
+                o.match.metrics.rel_err
+                for o in decisions
+                if o is not d
+                and o.identified
+                and o.match is not None
+                and not o.match.capture.is_partial
+                and o.boundary is not None
+                and o.boundary <= d.boundary
+            ),
+            default=0.0,
+        )
         if not clears_noise_floor(d.separation, d.match.metrics.rel_err, floor):
-            out[i] = replace(d, status=Status.AMBIGUOUS, boundary=None, candidate_boundary=d.boundary,
-                             confidence=min(d.confidence, AMBIGUOUS_CONFIDENCE), note=(
-                f"matches {d.match.capture.label()} at {pct(d.match.metrics.rel_err)}, but the noise floor seen on "
-                f"the other slots ({pct(floor)}) is not clearly below the separation of its neighbouring layers "
-                f"({pct(d.separation)}, estimated): the evidence cannot separate neighbouring layers "
-                f"({what_to_dump(d.boundary, False)})"))
+            out[i] = replace(
+                d,
+                status=Status.AMBIGUOUS,
+                boundary=None,
+                candidate_boundary=d.boundary,
+                confidence=min(d.confidence, AMBIGUOUS_CONFIDENCE),
+                note=(
+                    f"matches {d.match.capture.label()} at {pct(d.match.metrics.rel_err)}, but the noise floor seen on "
+                    f"the other slots ({pct(floor)}) is not clearly below the separation of its neighbouring layers "
+                    f"({pct(d.separation)}, estimated): the evidence cannot separate neighbouring layers "
+                    f"({what_to_dump(d.boundary, False)})"
+                ),
+            )
     return out
 
 
-def _label_offset(decisions: Sequence[SlotDecision], claims: Sequence[int | None],
-                  claim_src: str) -> tuple[int | None, list[str]]:
+def _label_offset(
+    decisions: Sequence[SlotDecision], claims: Sequence[int | None], claim_src: str
+) -> tuple[int | None, list[str]]:
     """The one offset between the training labels and the identified layers, or None."""
-    offsets = {d.boundary - c for d, c in zip(decisions, claims)
-               if d.identified and d.boundary is not None and c is not None}
+    offsets = {
+        d.boundary - c for d, c in zip(decisions, claims) if d.identified and d.boundary is not None and c is not None
+    }
     if len(offsets) > 1:
         return None, [
             f"the training labels ({claim_src}) disagree with the values by different amounts on different slots "
@@ -275,9 +371,17 @@ def _label_offset(decisions: Sequence[SlotDecision], claims: Sequence[int | None
     return next(iter(offsets), None), []
 
 
-def _answer(d: SlotDecision, claim: int | None, claim_src: str, offset: int | None, offset_assumed: bool,
-            observed_conf: list[float], cands: list[Candidate], tolerance: float,
-            unconfigured: bool) -> _Answer:
+def _answer(
+    d: SlotDecision,
+    claim: int | None,
+    claim_src: str,
+    offset: int | None,
+    offset_assumed: bool,
+    observed_conf: list[float],
+    cands: list[Candidate],
+    tolerance: float,
+    unconfigured: bool,
+) -> _Answer:
     """One slot's layer, what it rests on and how sure: values, then values and labels, then labels."""
     note = d.note
     guess = None if claim is None or offset is None else claim + offset
@@ -287,18 +391,24 @@ def _answer(d: SlotDecision, claim: int | None, claim_src: str, offset: int | No
             # two sets of labels disagree and the values cannot say which counts right
             conf = min(conf, CONFLICT_CONFIDENCE)
             whose = _label_words(d.match)
-            note += (f"; the training side labels this slot B{claim} ({claim_src}): {whose} and the training label "
-                     f"differ by {layers_in_words(d.boundary - claim)}"
-                     " and the values cannot tell which counts right")
+            note += (
+                f"; the training side labels this slot B{claim} ({claim_src}): {whose} and the training label "
+                f"differ by {layers_in_words(d.boundary - claim)}"
+                " and the values cannot tell which counts right"
+            )
         return _Answer(d.boundary, Evidence.OBSERVED, conf, note)
     label = _consistent_label(d, guess, cands, tolerance)
     if label is not None:
         b, said_by = label
         sink = d.match is not None and d.match.metrics.sink_only
         why = "only on attention-sink tokens" if sink else "do not rule out a neighbouring layer"
-        return _Answer(b, Evidence.CONSISTENT, max(d.confidence, CONSISTENT_CONFIDENCE if not sink else SINK_CONFIDENCE),
-                       note + f"; consistent with B{b}, as {said_by}: the values equal it within noise but {why}, "
-                       "so the answer comes from the labels")
+        return _Answer(
+            b,
+            Evidence.CONSISTENT,
+            max(d.confidence, CONSISTENT_CONFIDENCE if not sink else SINK_CONFIDENCE),
+            note + f"; consistent with B{b}, as {said_by}: the values equal it within noise but {why}, "
+            "so the answer comes from the labels",
+        )
     if guess is not None and (d.candidate_boundary is None or abs(d.candidate_boundary - guess) <= 1):
         if observed_conf:
             conf = round(INFERRED_FACTOR * min(observed_conf), 4)
@@ -306,16 +416,20 @@ def _answer(d: SlotDecision, claim: int | None, claim_src: str, offset: int | No
             conf = LABELS_ONLY_CONFIDENCE
         how = "as labelled" if offset == 0 else f"labels shifted by {offset:+d}"
         src = "as on the observed slots" if not offset_assumed else "no slot was identified by value"
-        return _Answer(guess, Evidence.INFERRED, conf,
-                       (note + "; " if note else "") + f"inferred B{guess} from the training labels ({claim_src}; "
-                       f"{how}, {src})")
+        return _Answer(
+            guess,
+            Evidence.INFERRED,
+            conf,
+            (note + "; " if note else "") + f"inferred B{guess} from the training labels ({claim_src}; {how}, {src})",
+        )
     if d.status in (Status.UNOBSERVED, Status.UNMATCHED):
         note += "; capture more layers to identify it (e.g. dump every layer's input once, see docs/capture.md)"
     return _Answer(None, Evidence.NONE, 0.0, note)
 
 
-def _consistent_label(d: SlotDecision, guess: int | None, cands: list[Candidate],
-                      tolerance: float) -> tuple[int, str] | None:
+def _consistent_label(
+    d: SlotDecision, guess: int | None, cands: list[Candidate], tolerance: float
+) -> tuple[int, str] | None:
     """The labelled layer the values match within noise without ruling out a neighbour, when labels
     other than the configuration under test agree on it: (boundary, which labels say so), or None: the
     training labels (shifted by the offset the values show), else a capture's own label (a dumper tag, a
@@ -357,8 +471,9 @@ def _from_config(c: Candidate | None) -> bool:
     return c is not None and c.capture.layer is not None and c.capture.layer.source == LabelSource.CONFIGURED
 
 
-def _label_warnings(results: Sequence[SlotResult], decisions: Sequence[SlotDecision], claim_src: str,
-                    label_offset: int | None) -> list[str]:
+def _label_warnings(
+    results: Sequence[SlotResult], decisions: Sequence[SlotDecision], claim_src: str, label_offset: int | None
+) -> list[str]:
     """Training labels that disagree with the values, said with the offset in words."""
     if not label_offset:
         return []
@@ -381,8 +496,14 @@ def _label_warnings(results: Sequence[SlotResult], decisions: Sequence[SlotDecis
     ]
 
 
-def _against_config(d: SlotDecision, b: int | None, evidence: Evidence, cfg_b: list[int] | None,
-                    cands: list[Candidate], tolerance: float) -> tuple[Status, str]:
+def _against_config(
+    d: SlotDecision,
+    b: int | None,
+    evidence: Evidence,
+    cfg_b: list[int] | None,
+    cands: list[Candidate],
+    tolerance: float,
+) -> tuple[Status, str]:
     """The slot's status against the configured ids, and the words that say why ("" when its note says it)."""
     s = d.slot
     if cfg_b is None:
@@ -416,12 +537,15 @@ def _against_config(d: SlotDecision, b: int | None, evidence: Evidence, cfg_b: l
         open_ = Status.AMBIGUOUS if d.status == Status.AMBIGUOUS else Status.UNVERIFIED
         best = d.candidate_boundary
         if best is not None and best != cfg and d.match is not None:
-            return open_, (f"the engine's slot {s} (B{cfg}) is within noise ({pct(e)}) but is not the best "
-                                  f"match (B{best} is, at {pct(d.match.metrics.rel_err)}), so it is not passed")
+            return open_, (
+                f"the engine's slot {s} (B{cfg}) is within noise ({pct(e)}) but is not the best "
+                f"match (B{best} is, at {pct(d.match.metrics.rel_err)}), so it is not passed"
+            )
         return open_, (
             f"the engine's slot {s} equals it within noise ({pct(e)}), but only the configured ids say that capture "
             f"is B{cfg}, and the configuration under test is not evidence for itself: {what_to_dump(cfg, d.measured)} "
-            "to tell them apart")
+            "to tell them apart"
+        )
     if b is not None:
         if b != cfg:
             return Status.MISMATCH, f"the engine captures B{cfg} for this slot"
@@ -429,8 +553,9 @@ def _against_config(d: SlotDecision, b: int | None, evidence: Evidence, cfg_b: l
     return (Status.AMBIGUOUS if d.status == Status.AMBIGUOUS else Status.UNVERIFIED), ""
 
 
-def verdict(results: Sequence[SlotResult], configured: Configured | None,
-            recommended: Recommendation | None = None) -> Verdict:
+def verdict(
+    results: Sequence[SlotResult], configured: Configured | None, recommended: Recommendation | None = None
+) -> Verdict:
     """OK only when every slot equals what the engine captures, on ordinary tokens (or, with no
     configuration, every slot was identified by value and no training label contradicts it), and the
     engine can serve the slots (``recommended.unservable`` empty); MISMATCH when a slot differs, the
@@ -466,16 +591,19 @@ def recommend(settings: Settings, boundaries: Sequence[int | None]) -> tuple[Rec
         except InputError:  # a rule that needs the layer count, which is not known
             ids = tuple(None for _ in boundaries)
         by_engine[at.engine] = EngineIds(at, ids)
-    return Recommendation(own.engine, family, served.ids, tuple(boundaries), by_engine, tuple(served.sentences()),
-                          own.version, own.rule), list(served.notes)
+    return Recommendation(
+        own.engine, family, served.ids, tuple(boundaries), by_engine, tuple(served.sentences()), own.version, own.rule
+    ), list(served.notes)
 
 
 def to_recommend(results: Sequence[SlotResult]) -> list[int | None]:
     """The boundary to recommend per slot: the one the values identified, else, for a slot that is
     OK because the configured boundary agrees with the values within noise, that configured one (a
     paste line with a null in it would break the config it goes into)."""
-    return [r.boundary_index if r.boundary_index is not None or r.status != Status.OK else r.configured_boundary
-            for r in results]
+    return [
+        r.boundary_index if r.boundary_index is not None or r.status != Status.OK else r.configured_boundary
+        for r in results
+    ]
 
 
 def count_warning(configured: Configured | None, k: int) -> list[str]:

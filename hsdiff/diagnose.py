@@ -30,8 +30,13 @@ __all__ = ["diagnose", "miss", "with_miss", "MISS_CONFIDENCE", "label_shift", "p
 MISS_CONFIDENCE = 0.3
 
 
-def diagnose(verdict: Verdict, results: Sequence[SlotResult], configured: Configured | None,
-             recommended: Recommendation, found_miss: Miss | None = None) -> Diagnosis:
+def diagnose(
+    verdict: Verdict,
+    results: Sequence[SlotResult],
+    configured: Configured | None,
+    recommended: Recommendation,
+    found_miss: Miss | None = None,
+) -> Diagnosis:
     """The finding the slot results and the verdict they give come to (``found_miss``: which way the
     configured captures miss, when nothing matched: :func:`miss`)."""
     if not any(r.match is not None for r in results):
@@ -45,8 +50,11 @@ def diagnose(verdict: Verdict, results: Sequence[SlotResult], configured: Config
         cfg = list(configured.boundary_indices)
         if verdict == Verdict.OK:
             return Diagnosis(Finding.MATCH)
-        pairs = [(r.slot, r.boundary_index, cfg[r.slot]) for r in results
-                 if r.boundary_index is not None and r.slot < len(cfg)]
+        pairs = [
+            (r.slot, r.boundary_index, cfg[r.slot])
+            for r in results
+            if r.boundary_index is not None and r.slot < len(cfg)
+        ]
         diffs = {c - b for _, b, c in pairs}
         if pairs and len(diffs) == 1 and 0 not in diffs:
             return Diagnosis(Finding.LAYER_SHIFT, offset=diffs.pop(), slots=tuple(s for s, _, _ in pairs))
@@ -59,8 +67,10 @@ def diagnose(verdict: Verdict, results: Sequence[SlotResult], configured: Config
         return Diagnosis(Finding.OPEN, slots=tuple(r.slot for r in results if r.status != Status.OK))
     if verdict == Verdict.OK:
         return Diagnosis(Finding.IDENTIFIED)
-    return Diagnosis(Finding.OPEN, slots=tuple(r.slot for r in results if r.evidence != Evidence.OBSERVED
-                                              or r.boundary_index is None))
+    return Diagnosis(
+        Finding.OPEN,
+        slots=tuple(r.slot for r in results if r.evidence != Evidence.OBSERVED or r.boundary_index is None),
+    )
 
 
 def label_shift(results: Sequence[SlotResult], configured: Configured | None) -> int:
@@ -76,15 +86,22 @@ def label_shift(results: Sequence[SlotResult], configured: Configured | None) ->
 def position_shift(pairs: Sequence[tuple[int, int, int]], cfg: list[int]) -> int:
     """How many slots late the configured layers hold the training layers (slot, trained, configured)."""
     for p in range(1, len(cfg)):
-        if pairs and all(s + p < len(cfg) and cfg[s + p] == b for s, b, _ in pairs if s + p < len(cfg)) and any(
-            s + p < len(cfg) for s, _, _ in pairs
+        if (
+            pairs
+            and all(s + p < len(cfg) and cfg[s + p] == b for s, b, _ in pairs if s + p < len(cfg))
+            and any(s + p < len(cfg) for s, _, _ in pairs)
         ):
             return p
     return 0
 
 
-def miss(results: Sequence[SlotResult], configured: Configured | None, candidates: dict[int, list[Candidate]],
-         num_layers: int | None, model_family: str | None) -> Miss | None:
+def miss(
+    results: Sequence[SlotResult],
+    configured: Configured | None,
+    candidates: dict[int, list[Candidate]],
+    num_layers: int | None,
+    model_family: str | None,
+) -> Miss | None:
     """Which way the configured captures miss their training slots when no capture matched and no
     training label names the slots: each slot against the capture configured for it, on the same
     tokens (:func:`hsdiff.align.separation.miss_direction`). The distance is one layer when another
@@ -104,11 +121,17 @@ def miss(results: Sequence[SlotResult], configured: Configured | None, candidate
     if seen is None:
         return None
     trained = [cfg[r.slot] - seen.sign for r in results]
-    by = tuple(conv.rule(e).title for e in conv.ENGINES if _reads_as(configured.ids, e, trained, num_layers, model_family))
-    seps = [separation_at(b, [c for c in candidates[r.slot] if c is not mine], num_layers)
-            for b, mine, r in zip(trained, own, results)]
-    near = bool(by) or (all(_nearest(c, candidates[r.slot], b) for c, r, b in zip(own, results, trained))
-                        and one_layer_apart([c.metrics.rel_err for c in own], seps))
+    by = tuple(
+        conv.rule(e).title for e in conv.ENGINES if _reads_as(configured.ids, e, trained, num_layers, model_family)
+    )
+    seps = [
+        separation_at(b, [c for c in candidates[r.slot] if c is not mine], num_layers)
+        for b, mine, r in zip(trained, own, results)
+    ]
+    near = bool(by) or (
+        all(_nearest(c, candidates[r.slot], b) for c, r, b in zip(own, results, trained))
+        and one_layer_apart([c.metrics.rel_err for c in own], seps)
+    )
     return Miss(seen, 1 if near else None, by, max(one_layer_floor(s) for s in seps))
 
 
@@ -116,12 +139,16 @@ def _nearest(own: Candidate, cands: Sequence[Candidate], b: int) -> bool:
     """Whether no capture but ``own`` and the other neighbour of ``b`` (one layer's update can be far
     smaller than the next: SmolLM2 up-scaled to 126 layers, B4 is 26 % from B5, B6 115 %) is nearer to
     the slot a miss places at ``b``; one there or farther off would contradict the placement."""
-    return all(o.metrics.rel_err >= own.metrics.rel_err for o in cands
-               if o is not own and o.boundary is not None and abs(o.boundary - b) != 1)
+    return all(
+        o.metrics.rel_err >= own.metrics.rel_err
+        for o in cands
+        if o is not own and o.boundary is not None and abs(o.boundary - b) != 1
+    )
 
 
-def _reads_as(ids: Sequence[int], engine: str, boundaries: list[int], num_layers: int | None,
-              family: str | None) -> bool:
+def _reads_as(
+    ids: Sequence[int], engine: str, boundaries: list[int], num_layers: int | None, family: str | None
+) -> bool:
     """Whether ``engine``'s rule (its newest version) reads ``ids`` as exactly ``boundaries``."""
     try:
         return conv.to_boundary(list(ids), engine, num_layers=num_layers, model_family=family) == sorted(boundaries)
@@ -129,8 +156,15 @@ def _reads_as(ids: Sequence[int], engine: str, boundaries: list[int], num_layers
         return False
 
 
-def with_miss(results: Sequence[SlotResult], found: Miss, configured: Configured, engine: str, family: str,
-              num_layers: int | None, version: str | None) -> tuple[SlotResult, ...]:
+def with_miss(
+    results: Sequence[SlotResult],
+    found: Miss,
+    configured: Configured,
+    engine: str,
+    family: str,
+    num_layers: int | None,
+    version: str | None,
+) -> tuple[SlotResult, ...]:
     """The slots inferred from a miss one layer away: each training slot is the layer its configured
     capture sits next to, said as inferred (the values matched nothing), at :data:`MISS_CONFIDENCE`."""
     if found.layers is None:
@@ -142,8 +176,16 @@ def with_miss(results: Sequence[SlotResult], found: Miss, configured: Configured
             layer_id = conv.from_boundary([b], engine, num_layers=num_layers, model_family=family, version=version)[0]
         except InputError:  # not a layer this engine can capture: the recommendation says so
             layer_id = None
-        out.append(replace(r, boundary_index=b, layer_id=layer_id, evidence=Evidence.INFERRED, confidence=MISS_CONFIDENCE,
-                           status=Status.MISMATCH,
-                           note=f"{r.note}; inferred B{b}: the capture configured for it (B{configured.boundary_indices[r.slot]}) "
-                                f"sits one layer {found.seen.way} (norms on the same tokens), as every slot's does"))
+        out.append(
+            replace(
+                r,
+                boundary_index=b,
+                layer_id=layer_id,
+                evidence=Evidence.INFERRED,
+                confidence=MISS_CONFIDENCE,
+                status=Status.MISMATCH,
+                note=f"{r.note}; inferred B{b}: the capture configured for it (B{configured.boundary_indices[r.slot]}) "
+                f"sits one layer {found.seen.way} (norms on the same tokens), as every slot's does",
+            )
+        )
     return tuple(out)

@@ -38,23 +38,31 @@ class MeasuredAcceptance:
     engine: str
     acceptance_length: float
     per_position: tuple[float, ...] | None  # P(position j accepted) per verification step (vLLM)
-    drafts: int | None                      # verification steps counted (vLLM)
+    drafts: int | None  # verification steps counted (vLLM)
     accepted_tokens: int | None
     drafted_tokens: int | None
-    lines: int                              # log lines summed
-    source: str                             # the log file
+    lines: int  # log lines summed
+    source: str  # the log file
 
     def to_dict(self) -> dict:
-        return {"engine": self.engine, "acceptance_length": round(self.acceptance_length, 4),
-                "acceptance_by_position": None if self.per_position is None else [round(p, 4) for p in self.per_position],
-                "verify_steps": self.drafts, "accepted_tokens": self.accepted_tokens,
-                "drafted_tokens": self.drafted_tokens, "log_lines": self.lines, "file": self.source}
+        return {
+            "engine": self.engine,
+            "acceptance_length": round(self.acceptance_length, 4),
+            "acceptance_by_position": None if self.per_position is None else [round(p, 4) for p in self.per_position],
+            "verify_steps": self.drafts,
+            "accepted_tokens": self.accepted_tokens,
+            "drafted_tokens": self.drafted_tokens,
+            "log_lines": self.lines,
+            "file": self.source,
+        }
 
     def summary(self) -> str:
         pos = "" if self.per_position is None else f"; per position {', '.join(f'{p:.3f}' for p in self.per_position)}"
         steps = "" if self.drafts is None else f" over {self.drafts} verification steps"
-        return (f"measured by {self.engine} ({self.source}): acceptance length {self.acceptance_length:.2f} "
-                f"tokens/step{steps}{pos}")
+        return (
+            f"measured by {self.engine} ({self.source}): acceptance length {self.acceptance_length:.2f} "
+            f"tokens/step{steps}{pos}"
+        )
 
 
 @dataclass(frozen=True)
@@ -68,10 +76,13 @@ class EngineLog:
     acceptance: MeasuredAcceptance | None
 
     def to_dict(self) -> dict:
-        return {"file": self.path, "engine": self.engine,
-                "eagle_aux_hidden_state_layer_ids": None if self.aux_layers is None else list(self.aux_layers),
-                "line": self.aux_line,
-                "measured_acceptance": None if self.acceptance is None else self.acceptance.to_dict()}
+        return {
+            "file": self.path,
+            "engine": self.engine,
+            "eagle_aux_hidden_state_layer_ids": None if self.aux_layers is None else list(self.aux_layers),
+            "line": self.aux_line,
+            "measured_acceptance": None if self.acceptance is None else self.acceptance.to_dict(),
+        }
 
 
 _PATTERNS = [(r.engine, r.kind, re.compile(r.pattern)) for r in LOG_LINES]
@@ -83,12 +94,16 @@ def read_engine_log(path: str | os.PathLike) -> EngineLog:
     p = os.fspath(path)
     try:
         if os.path.getsize(p) > MAX_LOG_BYTES:
-            raise InputError(f"the engine log is larger than {MAX_LOG_BYTES >> 30} GiB", path=p,
-                             hint="give the part of the log around the run (grep 'SpecDecoding|accept len|auxiliary')")
+            raise InputError(
+                f"the engine log is larger than {MAX_LOG_BYTES >> 30} GiB",
+                path=p,
+                hint="give the part of the log around the run (grep 'SpecDecoding|accept len|auxiliary')",
+            )
         fh = open(p, encoding="utf-8", errors="replace")
     except OSError as e:
-        raise InputError(f"cannot read the engine log: {e.strerror or e}", path=p,
-                         hint="give the file the engine wrote its log to") from None
+        raise InputError(
+            f"cannot read the engine log: {e.strerror or e}", path=p, hint="give the file the engine wrote its log to"
+        ) from None
     aux: tuple[int, ...] | None = None
     aux_line = None
     engines: set[str] = set()
@@ -113,12 +128,18 @@ def read_engine_log(path: str | os.PathLike) -> EngineLog:
                     means.append(float(m["mean"]))
                     measured_by = engine
     if aux is None and not counted and not means:
-        raise InputError("no engine line found in the log (vLLM's 'Using auxiliary layers from speculative config' "
-                         "or 'SpecDecoding metrics', SGLang's 'Decode batch … accept len')", path=p,
-                         hint="give the engine's own log, with stats logging on (vLLM: not --disable-log-stats)")
+        raise InputError(
+            "no engine line found in the log (vLLM's 'Using auxiliary layers from speculative config' "
+            "or 'SpecDecoding metrics', SGLang's 'Decode batch … accept len')",
+            path=p,
+            hint="give the engine's own log, with stats logging on (vLLM: not --disable-log-stats)",
+        )
     if len(engines) > 1:
-        raise InputError(f"the log holds lines of several engines ({', '.join(sorted(engines))})", path=p,
-                         hint="give one engine's log")
+        raise InputError(
+            f"the log holds lines of several engines ({', '.join(sorted(engines))})",
+            path=p,
+            hint="give one engine's log",
+        )
     measured = _counted(counted, measured_by, p) if counted else _means(means, measured_by, p) if means else None
     return EngineLog(path=p, engine=next(iter(engines)), aux_layers=aux, aux_line=aux_line, acceptance=measured)
 
@@ -136,15 +157,18 @@ def _counted(lines: list[tuple[int, int, list[float]]], engine: str, path: str) 
             per[j] += r * n
     if drafts == 0:
         return None
-    return MeasuredAcceptance(engine, 1.0 + accepted / drafts, tuple(p / drafts for p in per), drafts, accepted,
-                              drafted, len(lines), path)
+    return MeasuredAcceptance(
+        engine, 1.0 + accepted / drafts, tuple(p / drafts for p in per), drafts, accepted, drafted, len(lines), path
+    )
 
 
 def _means(values: list[float], engine: str, path: str) -> MeasuredAcceptance:
     return MeasuredAcceptance(engine, sum(values) / len(values), None, None, None, None, len(values), path)
 
 
-def configured_ids(log: EngineLog | None, layer_ids: str | None, engine: str, engine_given: bool) -> tuple[str | None, str]:
+def configured_ids(
+    log: EngineLog | None, layer_ids: str | None, engine: str, engine_given: bool
+) -> tuple[str | None, str]:
     """``(--layer-ids, --engine)`` for ``compare``: the ids the engine log names when none were given.
 
     The log's ids are its engine's (vLLM's, as configured); given ``--layer-ids`` must say the same.
@@ -154,16 +178,20 @@ def configured_ids(log: EngineLog | None, layer_ids: str | None, engine: str, en
     logged = ",".join(map(str, log.aux_layers))
     where = f"{log.path}:{log.aux_line}"
     if engine_given and engine != log.engine:
-        raise InputError(f"the engine log is {log.engine}'s ({where}) but `engine` is {engine}",
-                         hint=f"pass `engine={log.engine}`, or leave `engine_log` out",
-                         options=("engine", "engine_log"))
+        raise InputError(
+            f"the engine log is {log.engine}'s ({where}) but `engine` is {engine}",
+            hint=f"pass `engine={log.engine}`, or leave `engine_log` out",
+            options=("engine", "engine_log"),
+        )
     if layer_ids is not None:
         from .rules.conventions import parse_ids
 
         if parse_ids(layer_ids) != list(log.aux_layers):
-            raise InputError(f"`layer_ids={layer_ids}` differ from the ids the engine logged, ({logged}) at {where}",
-                             hint="leave `layer_ids` out to use the engine's, or give the log of the run you mean",
-                             options=("layer_ids",))
+            raise InputError(
+                f"`layer_ids={layer_ids}` differ from the ids the engine logged, ({logged}) at {where}",
+                hint="leave `layer_ids` out to use the engine's, or give the log of the run you mean",
+                options=("layer_ids",),
+            )
     return logged, log.engine
 
 
@@ -188,13 +216,19 @@ def ids_check(log: EngineLog, ids: object) -> object | None:
         if log.acceptance is None:
             return None
         ok = fallback
-        msg = ("the engine log has no 'Using auxiliary layers' line: vLLM used its default layers"
-               + ("" if ok else f", not the ids {list(read)} the draft config gives (vLLM #50170: read from a key "
-                                "this runner ignores?)"))
+        msg = "the engine log has no 'Using auxiliary layers' line: vLLM used its default layers" + (
+            ""
+            if ok
+            else f", not the ids {list(read)} the draft config gives (vLLM #50170: read from a key "
+            "this runner ignores?)"
+        )
         return Check("engine-log-ids", ok, ERROR, msg, path=log.path)
     ok = not fallback and read == log.aux_layers
     said = f"the engine logged ids {list(log.aux_layers)} (line {log.aux_line})"
-    msg = (f"{said}, as read from the draft config" if ok else
-           f"{said}, but the draft config read as vLLM reads it gives "
-           f"{'its default ' if fallback else ''}{list(read)}: the log is of another config, or vLLM read it otherwise")
+    msg = (
+        f"{said}, as read from the draft config"
+        if ok
+        else f"{said}, but the draft config read as vLLM reads it gives "
+        f"{'its default ' if fallback else ''}{list(read)}: the log is of another config, or vLLM read it otherwise"
+    )
     return Check("engine-log-ids", ok, ERROR, msg, path=log.path)

@@ -39,8 +39,9 @@ __all__ = [
 class HsdiffError(Exception):
     """Base class of every error a user can fix by changing the input."""
 
-    def __init__(self, message: str, *, path: object | None = None, hint: str | None = None,
-                 options: Sequence[str] = ()):
+    def __init__(
+        self, message: str, *, path: object | None = None, hint: str | None = None, options: Sequence[str] = ()
+    ):
         self.path = None if path is None else str(path)
         self.hint = hint
         self.detail = message

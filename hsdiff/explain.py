@@ -52,31 +52,40 @@ def explain(
     give; what overrode it (``diagnosis.overrides``) leads the cause."""
     cause = _cause(verdict, diagnosis, results, configured, num_layers, recommended, label_offset, claim_src)
     cause = _overrides(diagnosis, results, claims, tolerance, cause)
-    return Words(cause, tuple(_walkthrough(results, configured, claims, claim_src, recommended, printed_evidence,
-                                           num_layers)))
+    return Words(
+        cause, tuple(_walkthrough(results, configured, claims, claim_src, recommended, printed_evidence, num_layers))
+    )
 
 
-def _overrides(d: Diagnosis, results: Sequence[SlotResult], claims: Sequence[int | None], tolerance: float,
-               cause: str) -> str:
+def _overrides(
+    d: Diagnosis, results: Sequence[SlotResult], claims: Sequence[int | None], tolerance: float, cause: str
+) -> str:
     """The cause the slots give, led by what overrode their verdict, in the order it was applied."""
     for why in d.overrides:
         if why == Override.TORN_TOKENS:
             torn = [r for r in results if r.slot in d.torn and r.match is not None]
-            what = "; ".join(f"slot {r.slot}: median error {pct(r.match.metrics.rel_err)}, but the worst tenth of its "
-                             f"{r.match.metrics.tokens} ordinary tokens beyond {pct(r.match.metrics.p90_err)}"
-                             for r in torn if r.match is not None)
-            cause = (f"Part of the sequence differs: {what}. The values match on most tokens and differ far beyond "
-                     f"noise (over {pct(TORN_FACTOR * tolerance)}) on others, so the engine feeds another tensor on "
-                     "part of the sequence (a later prefill chunk, a cached prefix, decode steps), or the two sides "
-                     "ran prompts that share only part of their tokens: compare the per-token errors (--plot, "
-                     f"tokens.png). {cause}")
+            what = "; ".join(
+                f"slot {r.slot}: median error {pct(r.match.metrics.rel_err)}, but the worst tenth of its "
+                f"{r.match.metrics.tokens} ordinary tokens beyond {pct(r.match.metrics.p90_err)}"
+                for r in torn
+                if r.match is not None
+            )
+            cause = (
+                f"Part of the sequence differs: {what}. The values match on most tokens and differ far beyond "
+                f"noise (over {pct(TORN_FACTOR * tolerance)}) on others, so the engine feeds another tensor on "
+                "part of the sequence (a later prefill chunk, a cached prefix, decode steps), or the two sides "
+                "ran prompts that share only part of their tokens: compare the per-token errors (--plot, "
+                f"tokens.png). {cause}"
+            )
         elif why == Override.NORMS_ONLY and d.norms:
             cause = _norms_only(d.norms, claims, tolerance)
         elif why == Override.RANK_CONFLICT and d.conflicts:
             more = f" (and {len(d.conflicts) - 1} more tensor(s))" if len(d.conflicts) > 1 else ""
-            cause = (f"Tensor-parallel ranks disagree: {d.conflicts[0]}{more}. Replicated ranks must hold the same "
-                     "hidden states; check the all-reduce and that every rank runs the same configuration. On the "
-                     f"first rank: {cause}")
+            cause = (
+                f"Tensor-parallel ranks disagree: {d.conflicts[0]}{more}. Replicated ranks must hold the same "
+                "hidden states; check the all-reduce and that every rank runs the same configuration. On the "
+                f"first rank: {cause}"
+            )
     return cause
 
 
@@ -91,26 +100,34 @@ def _norms_only(findings: Sequence[NormFinding], claims: Sequence[int | None], t
         if f.slot in out:
             wrong = True
             others = [s for s in out if s != f.slot]
-            said.append(f"{where} is not training slot {f.slot} ({names[f.slot]}): its norms are {own:.1%} off"
-                        + (f"; nor {', '.join(f'{names[s]} ({pct(f.differences[s])})' for s in others)}" if others else ""))
+            said.append(
+                f"{where} is not training slot {f.slot} ({names[f.slot]}): its norms are {own:.1%} off"
+                + (f"; nor {', '.join(f'{names[s]} ({pct(f.differences[s])})' for s in others)}" if others else "")
+            )
         elif own is not None:
-            said.append(f"{where} is within {own:.1%} of training slot {f.slot} ({names[f.slot]}), which norms cannot "
-                        "confirm" + (f"; it is not {', '.join(f'{names[s]} ({pct(f.differences[s])})' for s in out)}"
-                                     if out else ""))
+            said.append(
+                f"{where} is within {own:.1%} of training slot {f.slot} ({names[f.slot]}), which norms cannot "
+                "confirm"
+                + (f"; it is not {', '.join(f'{names[s]} ({pct(f.differences[s])})' for s in out)}" if out else "")
+            )
     tokens = max(len(f.printed.norms) for f in findings)
     text = "; ".join(said)
-    return (f"The inference side printed only per-token norms ({tokens} tokens × {len(findings)} slots): norms cannot "
-            f"prove a layer, but a median norm difference over the {pct(tolerance)} tolerance rules one out (no match "
-            f"can differ less in values than in norms). {text[:1].upper() + text[1:]}. "
-            + ("The engine feeds the draft other layers than it was trained on. " if wrong else "")
-            + "Print the values of each capture (e.g. h[:4, :16]) to identify the layers.")
+    return (
+        f"The inference side printed only per-token norms ({tokens} tokens × {len(findings)} slots): norms cannot "
+        f"prove a layer, but a median norm difference over the {pct(tolerance)} tolerance rules one out (no match "
+        f"can differ less in values than in norms). {text[:1].upper() + text[1:]}. "
+        + ("The engine feeds the draft other layers than it was trained on. " if wrong else "")
+        + "Print the values of each capture (e.g. h[:4, :16]) to identify the layers."
+    )
 
 
 def runs_disagree(reports: Mapping[str, Report], run: str) -> str:
     """The cause of a report on dumper run ``run`` when the runs in the inference directory disagree."""
     verdicts = ", ".join(f"{n}: {r.verdict}" for n, r in reports.items())
-    return (f"The dumper runs in the inference directory disagree ({verdicts}); the configured ids describe at "
-            f"most one of them. On run {run}: {reports[run].cause}")
+    return (
+        f"The dumper runs in the inference directory disagree ({verdicts}); the configured ids describe at "
+        f"most one of them. On run {run}: {reports[run].cause}"
+    )
 
 
 def norm_warnings(results: Sequence[SlotResult]) -> list[str]:
@@ -134,8 +151,16 @@ def _bl(bs: Sequence[int | None]) -> str:
     return "[" + ", ".join("?" if b is None else str(b) for b in bs) + "]"
 
 
-def _cause(verdict: Verdict, diagnosis: Diagnosis, results: Sequence[SlotResult], configured: Configured | None,
-           L: int | None, recommended: Recommendation, label_offset: int | None, claim_src: str) -> str:
+def _cause(
+    verdict: Verdict,
+    diagnosis: Diagnosis,
+    results: Sequence[SlotResult],
+    configured: Configured | None,
+    L: int | None,
+    recommended: Recommendation,
+    label_offset: int | None,
+    claim_src: str,
+) -> str:
     engine = recommended.engine
     title = conv.rule(engine).title
     bs = [r.boundary_index for r in results]
@@ -169,7 +194,10 @@ def _cause(verdict: Verdict, diagnosis: Diagnosis, results: Sequence[SlotResult]
         cfg = list(configured.boundary_indices)
         ids = list(configured.ids)
         if kind == Finding.MATCH:
-            return f"The configured ids {ids} make {title} capture {boundary_list(cfg, L)}, exactly the training slots." + _consistent(results)
+            return (
+                f"The configured ids {ids} make {title} capture {boundary_list(cfg, L)}, exactly the training slots."
+                + _consistent(results)
+            )
         if kind == Finding.LAYER_SHIFT:
             d = diagnosis.offset or 0
             word = "late" if d > 0 else "early"
@@ -188,41 +216,57 @@ def _cause(verdict: Verdict, diagnosis: Diagnosis, results: Sequence[SlotResult]
             missing = list(diagnosis.missing)
             parts.append(
                 f"The configured ids {ids} are shifted by {shift} slot{'s' if shift > 1 else ''}: {title} captures "
-                f"{boundary_list(cfg, L)}, so slot 0 receives {conv.name_boundary(cfg[0], L)} while training slot 0 was {conv.name_boundary(bs[0], L)}"
+                f"{boundary_list(cfg, L)}, so slot 0 receives {conv.name_boundary(cfg[0], L)} "
+                f"while training slot 0 was {conv.name_boundary(bs[0], L)}"
                 + (f", and {boundary_list(missing, L)} is never captured." if missing else ".")
             )
         elif kind == Finding.SLOTS_DIFFER:
             bad = [r for r in results if r.slot in diagnosis.slots]
             parts.append(
-                "Training slot" + ("s " if len(bad) > 1 else " ")
-                + ", ".join(f"{r.slot} ({'not identified' if r.boundary_index is None else f'B{r.boundary_index}'})" for r in bad)
-                + f" {'are' if len(bad) > 1 else 'is'} not what {title} captures with ids {ids} ({boundary_list(cfg, L)}): "
-                + bad[0].against_config + "."
+                "Training slot"
+                + ("s " if len(bad) > 1 else " ")
+                + ", ".join(
+                    f"{r.slot} ({'not identified' if r.boundary_index is None else f'B{r.boundary_index}'})"
+                    for r in bad
+                )
+                + f" {'are' if len(bad) > 1 else 'is'} not what {title} captures "
+                f"with ids {ids} ({boundary_list(cfg, L)}): " + bad[0].against_config + "."
             )
     if kind == Finding.IDENTIFIED:
         return f"Every training slot was identified by value: B{_bl(bs)}."
     if verdict == Verdict.INCONCLUSIVE or (
         verdict == Verdict.MISMATCH and (not parts or any(r.status == Status.AMBIGUOUS for r in results))
     ):
-        open_ = [r for r in results if r.evidence != Evidence.CONSISTENT and (
-            r.boundary_index is None or r.status in (Status.UNVERIFIED, Status.AMBIGUOUS))]
+        open_ = [
+            r
+            for r in results
+            if r.evidence != Evidence.CONSISTENT
+            and (r.boundary_index is None or r.status in (Status.UNVERIFIED, Status.AMBIGUOUS))
+        ]
         parts.append(_consistent(results).strip())
         inferred = [r for r in results if r.evidence == Evidence.INFERRED]
         if inferred and configured is None:
             many = len(inferred) > 1
             parts.append(
-                f"Slot{'s' if many else ''} {', '.join(str(r.slot) for r in inferred)} {'rest' if many else 'rests'} on "
+                f"Slot{'s' if many else ''} {', '.join(str(r.slot) for r in inferred)} "
+                f"{'rest' if many else 'rests'} on "
                 f"the training labels alone (B{_bl([r.boundary_index for r in inferred])}, {claim_src}): no capture "
                 f"identified {'them' if many else 'it'} by value; pass --layer-ids (the ids the engine ran with) to "
                 "label the captures."
             )
         if open_:
             parts.append(
-                "The evidence does not settle slot" + ("s " if len(open_) > 1 else " ")
-                + ", ".join(str(r.slot) for r in open_) + ": " + "; ".join(r.note for r in open_[:2]) + "."
+                "The evidence does not settle slot"
+                + ("s " if len(open_) > 1 else " ")
+                + ", ".join(str(r.slot) for r in open_)
+                + ": "
+                + "; ".join(r.note for r in open_[:2])
+                + "."
             )
     if label_offset:
-        r0 = next((r for r in results if r.evidence == Evidence.OBSERVED and r.claimed_boundary is not None), results[0])
+        r0 = next(
+            (r for r in results if r.evidence == Evidence.OBSERVED and r.claimed_boundary is not None), results[0]
+        )
         parts.append(
             f"The training side's own labels ({claim_src}) are {layers_in_words(label_offset)} off the values: what "
             f"they call B{r0.claimed_boundary} matches the capture labelled B{r0.boundary_index}."
@@ -235,30 +279,40 @@ def _miss(m: Miss, configured: Configured, results: Sequence[SlotResult], title:
     """Nothing matched, but every capture sits the same way off its training slot."""
     seen = m.seen
     cfg = list(configured.boundary_indices)
-    figures = (f"{seen.norms} norms on the same tokens, {_range(seen.ratios, 'ratio')}; errors {_range(seen.errors)} at "
-               f"cosines {seen.cosines[0]:.2f}–{seen.cosines[1]:.2f}, as neighbouring layers differ")
+    figures = (
+        f"{seen.norms} norms on the same tokens, {_range(seen.ratios, 'ratio')}; errors {_range(seen.errors)} at "
+        f"cosines {seen.cosines[0]:.2f}–{seen.cosines[1]:.2f}, as neighbouring layers differ"
+    )
     steps = (1,) if m.layers is not None else (1, 2)  # the layers the miss points at
     near = sorted({b - m.direction * k for b in cfg for k in steps if b - m.direction * k >= 0} - set(cfg))
     confirm = f"dump the layers {_and([f'B{b}' for b in near])} once to confirm"
     floor = "" if m.separation is None else f" ({pct(m.separation)}, bounded from the other captures and the depth)"
     if m.layers is None:
-        return (f"No capture equals a training slot, but every capture sits {seen.way} than its training slot "
-                f"({figures}); no engine's reading of the ids {list(configured.ids)} explains a single step, and the "
-                f"errors do not show one layer (each capture the nearest to its slot but for a neighbour, above the least "
-                f"one layer moves the states by here{floor}), so the distance is not known: {confirm} and find it.")
+        return (
+            f"No capture equals a training slot, but every capture sits {seen.way} than its training slot "
+            f"({figures}); no engine's reading of the ids {list(configured.ids)} explains a single step, and the "
+            f"errors do not show one layer (each capture the nearest to its slot but for a neighbour, above the least "
+            f"one layer moves the states by here{floor}), so the distance is not known: {confirm} and find it."
+        )
     bs = [r.boundary_index for r in results]
-    head = (f"No capture equals a training slot, but every capture sits about one layer {seen.way} than its training "
-            f"slot ({figures})")
+    head = (
+        f"No capture equals a training slot, but every capture sits about one layer {seen.way} than its training "
+        f"slot ({figures})"
+    )
     if m.explained_by:
-        return (f"{head}: {title} takes {boundary_list(cfg, L)} where training used {boundary_list(bs, L)}, likely ids "
-                f"written in another convention — {_and(list(m.explained_by))} read {list(configured.ids)} as exactly "
-                f"the training layers. The recommendation is inferred from that, not observed: {confirm}.")
+        return (
+            f"{head}: {title} takes {boundary_list(cfg, L)} where training used {boundary_list(bs, L)}, likely ids "
+            f"written in another convention — {_and(list(m.explained_by))} read {list(configured.ids)} as exactly "
+            f"the training layers. The recommendation is inferred from that, not observed: {confirm}."
+        )
     way = "shallower" if seen.sign > 0 else "deeper"
-    return (f"{head}: {title} takes {boundary_list(cfg, L)} where training likely used {boundary_list(bs, L)}. No "
-            f"engine's reading of the ids {list(configured.ids)} names those layers; each capture is the nearest to its "
-            f"slot but for a neighbour and above the least one layer moves the states by here{floor}, and one layer is "
-            f"the nearest reading (two layers off can look the same). The recommendation moves each id one layer {way} in {title}'s "
-            f"convention: inferred from the miss at low confidence, not observed — {confirm}.")
+    return (
+        f"{head}: {title} takes {boundary_list(cfg, L)} where training likely used {boundary_list(bs, L)}. No "
+        f"engine's reading of the ids {list(configured.ids)} names those layers; each capture is the nearest to its "
+        f"slot but for a neighbour and above the least one layer moves the states by here{floor}, and one layer is "
+        f"the nearest reading (two layers off can look the same). The recommendation moves each id one layer {way} "
+        f"in {title}'s convention: inferred from the miss at low confidence, not observed — {confirm}."
+    )
 
 
 def _and(names: list[str]) -> str:
@@ -280,17 +334,23 @@ def _consistent(results: Sequence[SlotResult]) -> str:
     sink = [r for r in cons if r.match is not None and r.match.metrics.sink_only]
     many = len(cons) > 1
     figures = "; ".join(_figures(r) for r in cons if r.match is not None)
-    text = (f" Slot{'s' if many else ''} {', '.join(str(r.slot) for r in cons)} "
-            f"{'rest' if many else 'rests'} on the labels (B{_bl([r.boundary_index for r in cons])}): the values "
-            f"equal {'them' if many else 'it'} within noise{f' ({figures})' if figures else ''} but do not rule out "
-            "a neighbouring layer")
+    text = (
+        f" Slot{'s' if many else ''} {', '.join(str(r.slot) for r in cons)} "
+        f"{'rest' if many else 'rests'} on the labels (B{_bl([r.boundary_index for r in cons])}): the values "
+        f"equal {'them' if many else 'it'} within noise{f' ({figures})' if figures else ''} but do not rule out "
+        "a neighbouring layer"
+    )
     if sink:
-        text += (f" (slot{'s' if len(sink) > 1 else ''} {', '.join(str(r.slot) for r in sink)}: attention-sink "
-                 "tokens only, on which a gate does not pass)")
+        text += (
+            f" (slot{'s' if len(sink) > 1 else ''} {', '.join(str(r.slot) for r in sink)}: attention-sink "
+            "tokens only, on which a gate does not pass)"
+        )
     if not any(r.status == Status.UNVERIFIED for r in cons if r not in sink):
         return text + "."
-    return text + (". Labels can be wrong the same way as the configuration under test, so a gate does not pass "
-                   f"on them: {_to_dump(cons)} and compare again.")
+    return text + (
+        ". Labels can be wrong the same way as the configuration under test, so a gate does not pass "
+        f"on them: {_to_dump(cons)} and compare again."
+    )
 
 
 def _figures(r: SlotResult) -> str:
@@ -298,11 +358,13 @@ def _figures(r: SlotResult) -> str:
     assert r.match is not None  # only matched slots have figures
     m = r.match.metrics
     b = r.match.boundary
-    text = (f"B{r.boundary_index} at {pct(m.rel_err)}" if b is None or b == r.boundary_index
-            else f"B{r.boundary_index}: B{b} at {pct(m.rel_err)}")
+    text = (
+        f"B{r.boundary_index} at {pct(m.rel_err)}"
+        if b is None or b == r.boundary_index
+        else f"B{r.boundary_index}: B{b} at {pct(m.rel_err)}"
+    )
     if r.separation is not None:
-        text += (f", its neighbours {'measured' if r.separation_measured else 'estimated'} "
-                 f"{pct(r.separation)} away")
+        text += f", its neighbours {'measured' if r.separation_measured else 'estimated'} {pct(r.separation)} away"
     elif r.match is not None and r.match.capture.is_partial:
         text += f" on {m.values} printed values"
     return text
@@ -310,29 +372,50 @@ def _figures(r: SlotResult) -> str:
 
 def _to_dump(results: Sequence[SlotResult]) -> str:
     """What to dump so the values can tell these slots' layers from their neighbours."""
-    near = sorted({b + s for r in results if r.boundary_index is not None and not r.separation_measured
-                   and not (r.runner_up is not None and r.runner_up.boundary is not None
-                            and abs(r.runner_up.boundary - r.boundary_index) == 1)
-                   for b in [r.boundary_index] for s in (-1, 1) if b + s >= 0})
+    near = sorted(
+        {
+            b + s
+            for r in results
+            if r.boundary_index is not None
+            and not r.separation_measured
+            and not (
+                r.runner_up is not None
+                and r.runner_up.boundary is not None
+                and abs(r.runner_up.boundary - r.boundary_index) == 1
+            )
+            for b in [r.boundary_index]
+            for s in (-1, 1)
+            if b + s >= 0
+        }
+    )
     printed = any(r.match is not None and r.match.capture.is_partial for r in results)
     more = "print more values of each capture (whole rows of ordinary tokens)" if printed else "dump more tokens"
     if not near:
         return more
     names = [f"B{b}" for b in near]
     listed = _and(names)
-    return (f"{more + ', or ' if printed else ''}dump the neighbouring layer{'s' if len(names) > 1 else ''} "
-            f"{listed} once{'' if printed else ' (or more tokens)'}")
+    return (
+        f"{more + ', or ' if printed else ''}dump the neighbouring layer{'s' if len(names) > 1 else ''} "
+        f"{listed} once{'' if printed else ' (or more tokens)'}"
+    )
 
 
-def _walkthrough(results: Sequence[SlotResult], configured: Configured | None, claims: Sequence[int | None],
-                 claim_src: str, recommended: Recommendation, printed_evidence: bool,
-                 num_layers: int | None = None) -> list[str]:
+def _walkthrough(
+    results: Sequence[SlotResult],
+    configured: Configured | None,
+    claims: Sequence[int | None],
+    claim_src: str,
+    recommended: Recommendation,
+    printed_evidence: bool,
+    num_layers: int | None = None,
+) -> list[str]:
     lines = []
     if any(c is not None for c in claims):
         lines.append(f"The training side labels its slots B{_bl(claims)} ({claim_src}).")
     if configured is not None:
         lines.append(
-            f"The engine is configured with ids {list(configured.ids)} ({configured.engine}, from {configured.source}), "
+            f"The engine is configured with ids {list(configured.ids)} "
+            f"({configured.engine}, from {configured.source}), "
             f"which it reads as {boundary_list(list(configured.boundary_indices), num_layers)}."
         )
     for r in results:
@@ -349,7 +432,8 @@ def _walkthrough(results: Sequence[SlotResult], configured: Configured | None, c
             if r.runner_up is not None:
                 runner = f"; runner-up {r.runner_up.capture.label()} at {pct(r.runner_up.metrics.rel_err)}"
             lines.append(
-                head + f"the tensor at {c.origin} ({lab}) equals training{sample}{tied} at token offset {r.match.offset}: "
+                head
+                + f"the tensor at {c.origin} ({lab}) equals training{sample}{tied} at token offset {r.match.offset}: "
                 f"median error {pct(m.rel_err)} over {m.tokens} token{'s' if m.tokens != 1 else ''} "
                 f"({m.values} values), cosine {m.cosine:.4f}{runner}. → {r.status}: {r.note}"
             )
@@ -394,8 +478,11 @@ def _printed_evidence(r: SlotResult) -> str:
         out += f"; next best {r.runner_up.capture.label()} at {pct(r.runner_up.metrics.rel_err)}"
     nc = r.match.norm_check
     if nc is not None:
-        out += (f"; its printed norm {nc.printed:.4g} agrees with {nc.agree}" if nc.agree else
-                f"; its printed norm {nc.printed:.4g} does not (see warnings)")
+        out += (
+            f"; its printed norm {nc.printed:.4g} agrees with {nc.agree}"
+            if nc.agree
+            else f"; its printed norm {nc.printed:.4g} does not (see warnings)"
+        )
     return out + "."
 
 
@@ -425,20 +512,30 @@ def _next_time(results: Sequence[SlotResult], recommended: Recommendation, confi
                 notes.append(f"slot {r.slot} rests on {m.values} printed values")
             continue
         if m is None:
-            notes.append(f"slot {r.slot} matched no printed capture (B{'?' if r.boundary_index is None else r.boundary_index} "
-                         "was not in the log)")
+            notes.append(
+                f"slot {r.slot} matched no printed capture (B{'?' if r.boundary_index is None else r.boundary_index} "
+                "was not in the log)"
+            )
         elif m.sink_only:
             notes.append(f"slot {r.slot} was seen on the first token only (the attention sink)")
         else:
-            notes.append(f"slot {r.slot} matched within noise ({pct(m.rel_err)}) but not clearly enough to rule out "
-                         "a neighbouring layer")
+            notes.append(
+                f"slot {r.slot} matched within noise ({pct(m.rel_err)}) but not clearly enough to rule out "
+                "a neighbouring layer"
+            )
     if not notes:
         return "The printed values settle every slot."
-    text = "What the log lacked: " + "; ".join(notes) + ". Next time print, for every captured layer, its layer number, "
-    text += ("shape and a few ordinary tokens with more columns, e.g. f\"layer={i} shape={tuple(h.shape)} "
-             "h[1:5, :64]={h[1:5, :64].tolist()}\" (or dump whole tensors with SGLang's dumper)")
-    if configured is not None and list(recommended.ids) != list(configured.ids) and all(
-        i is not None for i in recommended.ids
+    text = (
+        "What the log lacked: " + "; ".join(notes) + ". Next time print, for every captured layer, its layer number, "
+    )
+    text += (
+        'shape and a few ordinary tokens with more columns, e.g. f"layer={i} shape={tuple(h.shape)} '
+        "h[1:5, :64]={h[1:5, :64].tolist()}\" (or dump whole tensors with SGLang's dumper)"
+    )
+    if (
+        configured is not None
+        and list(recommended.ids) != list(configured.ids)
+        and all(i is not None for i in recommended.ids)
     ):
         text += f", and run with the recommended ids {list(recommended.ids)} to confirm that every slot then matches"
     return text + "."

@@ -33,7 +33,6 @@ from .rules.settings import TITLES, engine_version, family_key
 __all__ = ["FixResult", "fix_config", "ids_from_report", "ReportIds"]
 
 
-
 @dataclass(frozen=True)
 class ReportIds:
     """The ids a report recommends, for the engine and version they are written for.
@@ -77,13 +76,28 @@ class FixResult:
     version: str | None = None  # the engine version the ids are written for
 
     def to_dict(self) -> dict:
-        return {"path": self.path, "backup": self.backup, "engine": self.engine, "version": self.version,
-                "key": self.key, "old": self.old, "new": list(self.new), "changed": self.changed,
-                "written": self.written, "warnings": list(self.warnings)}
+        return {
+            "path": self.path,
+            "backup": self.backup,
+            "engine": self.engine,
+            "version": self.version,
+            "key": self.key,
+            "old": self.old,
+            "new": list(self.new),
+            "changed": self.changed,
+            "written": self.written,
+            "warnings": list(self.warnings),
+        }
 
 
-def ids_from_report(path: str | os.PathLike, engine: str | None = None, *, model_family: str | None = None,
-                    engine_versions: Sequence[str] = (), translate: bool = False) -> ReportIds:
+def ids_from_report(
+    path: str | os.PathLike,
+    engine: str | None = None,
+    *,
+    model_family: str | None = None,
+    engine_versions: Sequence[str] = (),
+    translate: bool = False,
+) -> ReportIds:
     """The ids a JSON report recommends, for the engine and version the report was made for; refuses a
     report that is not confident.
 
@@ -110,20 +124,30 @@ def ids_from_report(path: str | os.PathLike, engine: str | None = None, *, model
         assumed = settings.version_of(key)
         version = assumed.version if assumed is not None else None
     at = engine_version(key, version, family)
-    differs = _contradiction(own, settings.model_family, at, family,
-                             f"--engine {key}" if engine else "--engine-version " + ", ".join(engine_versions))
+    differs = _contradiction(
+        own,
+        settings.model_family,
+        at,
+        family,
+        f"--engine {key}" if engine else "--engine-version " + ", ".join(engine_versions),
+    )
     if differs and not translate:
-        fam = (f" ({settings.model_family} family)", f" ({family} family)") if differs.startswith("--model") else ("", "")
+        fam = (
+            (f" ({settings.model_family} family)", f" ({family} family)") if differs.startswith("--model") else ("", "")
+        )
         raise InputError(
             f"the report was made for {own.words()}{fam[0]}, but {differs} asks for {at.words()}{fam[1]}: "
-            "its ids are right only for the engine, version and family they were derived for", path=p,
+            "its ids are right only for the engine, version and family they were derived for",
+            path=p,
             hint=f"drop the option to write the report's ids for {own.title}"
-                 f"{' ' + own.version if own.version else ''}, or add --translate to write the ids of the same "
-                 f"layers for {at.title} {at.version}")
+            f"{' ' + own.version if own.version else ''}, or add --translate to write the ids of the same "
+            f"layers for {at.title} {at.version}",
+        )
     served = serve(bs, key, num_layers=L, model_family=family, version=at.version)
     if not served.ok or any(i is None for i in served.ids):
         raise InputError(
-            "no ids make the engine feed the draft what it was trained on: " + " ".join(served.sentences()), path=p,
+            "no ids make the engine feed the draft what it was trained on: " + " ".join(served.sentences()),
+            path=p,
             hint="serve the draft where the report says it can be served, or retrain it",
         )
     ids = [int(i) for i in served.ids if i is not None]
@@ -131,10 +155,14 @@ def ids_from_report(path: str | os.PathLike, engine: str | None = None, *, model
     if not differs:
         ids, notes = _own_ids(p, rec, own, at, bs, L, family, ids)
     inputs = report.get("inputs")
-    dumps = tuple((side, inputs[side]) for side in ("train", "infer")
-                  if isinstance(inputs, dict) and isinstance(inputs.get(side), str))
-    return ReportIds(tuple(ids), tuple(bs), L, family, str(report.get("verdict")), at,
-                     own if differs else None, tuple(notes), dumps)
+    dumps = tuple(
+        (side, inputs[side])
+        for side in ("train", "infer")
+        if isinstance(inputs, dict) and isinstance(inputs.get(side), str)
+    )
+    return ReportIds(
+        tuple(ids), tuple(bs), L, family, str(report.get("verdict")), at, own if differs else None, tuple(notes), dumps
+    )
 
 
 def _named_engine(given: Sequence[str], own: str) -> str:
@@ -155,23 +183,36 @@ def _named_engine(given: Sequence[str], own: str) -> str:
 
 def _confident_report(p: Path) -> dict:
     """The report in a compare or gate JSON file, refused when its ids would be a guess."""
-    obj = read_json(p, what="report", error=InputError, missing="no such report",
-                    missing_hint="give the file written by hsdiff gate/compare --json",
-                    bad_hint="give the file written by --json")
+    obj = read_json(
+        p,
+        what="report",
+        error=InputError,
+        missing="no such report",
+        missing_hint="give the file written by hsdiff gate/compare --json",
+        bad_hint="give the file written by --json",
+    )
     report = obj.get("report") if isinstance(obj, dict) and isinstance(obj.get("report"), dict) else obj
     if not isinstance(report, dict) or "slots" not in report or "recommended" not in report:
         if isinstance(obj, dict) and obj.get("command") == "gate" and obj.get("report") is None:
-            raise InputError("the gate stopped before comparing, so this report recommends no ids", path=p,
-                             hint="fix the failed checks it lists, or give --layer-ids")
-        raise InputError("not an hsdiff report (no slots/recommended)", path=p,
-                         hint="give the file written by hsdiff gate --json or hsdiff compare --json")
+            raise InputError(
+                "the gate stopped before comparing, so this report recommends no ids",
+                path=p,
+                hint="fix the failed checks it lists, or give --layer-ids",
+            )
+        raise InputError(
+            "not an hsdiff report (no slots/recommended)",
+            path=p,
+            hint="give the file written by hsdiff gate --json or hsdiff compare --json",
+        )
     problems = why_not_writable(
         str(report.get("verdict")),
         [(s.get("boundary_index"), s.get("status"), s.get("evidence")) for s in report.get("slots") or []],
-        (report.get("recommended") or {}).get("boundary_indices") or [])
+        (report.get("recommended") or {}).get("boundary_indices") or [],
+    )
     if problems:
         raise InputError(
-            f"the report is not confident ({'; '.join(problems)}): its ids would be a guess", path=p,
+            f"the report is not confident ({'; '.join(problems)}): its ids would be a guess",
+            path=p,
             hint="capture more layers (docs/capture.md) and re-run hsdiff gate, or give --layer-ids explicitly",
         )
     return report
@@ -188,8 +229,16 @@ def _contradiction(own: EngineVersion, own_family: str, at: EngineVersion, famil
     return ""
 
 
-def _own_ids(p: Path, rec: dict, own: EngineVersion, at: EngineVersion, bs: list[int], L: int | None, family: str,
-             derived: list[int]) -> tuple[list[int], list[str]]:
+def _own_ids(
+    p: Path,
+    rec: dict,
+    own: EngineVersion,
+    at: EngineVersion,
+    bs: list[int],
+    L: int | None,
+    family: str,
+    derived: list[int],
+) -> tuple[list[int], list[str]]:
     """The report's own ids, once read back as ``at`` reads them they capture the report's layers."""
     ids = [int(i) for i in rec.get("eagle_aux_hidden_state_layer_ids") or () if i is not None]
     try:
@@ -197,20 +246,29 @@ def _own_ids(p: Path, rec: dict, own: EngineVersion, at: EngineVersion, bs: list
     except InputError:
         read = []
     if read == conv.slot_order(bs, at.engine, L, at.version) and len(ids) == len(bs):
-        notes = [] if own.version else [
-            f"the report does not record the engine version (schema 1); its ids {ids} capture its layers on "
-            f"{at.words()}, the version assumed"]
+        notes = (
+            []
+            if own.version
+            else [
+                f"the report does not record the engine version (schema 1); its ids {ids} capture its layers on "
+                f"{at.words()}, the version assumed"
+            ]
+        )
         return ids, notes
     if own.version is None:
         raise InputError(
             f"the report does not record the engine version (schema 1), and its ids {ids} do not capture its layers "
-            f"B{bs} on {at.words()}", path=p,
+            f"B{bs} on {at.words()}",
+            path=p,
             hint=f"give --engine-version {at.engine}==VERSION, the version the report was made for, or re-run "
-                 "hsdiff compare to get a report that records it")
+            "hsdiff compare to get a report that records it",
+        )
     raise InputError(
         f"the report's ids {ids} do not capture its layers B{bs} on {at.words()} as this hsdiff reads them "
-        f"({derived} would): its convention table differs from the one that wrote the report", path=p,
-        hint="re-run hsdiff compare (or gate) with this hsdiff and fix the config from the new report")
+        f"({derived} would): its convention table differs from the one that wrote the report",
+        path=p,
+        hint="re-run hsdiff compare (or gate) with this hsdiff and fix the config from the new report",
+    )
 
 
 def rule_key(engine: str) -> str:
@@ -245,7 +303,7 @@ def fix_config(
     _outside_dumps(p, dumps)
     ids = [int(i) for i in ids]
     if not ids:
-        raise InputError("no layer ids to write", hint='give them, e.g. --layer-ids 2,30,58')
+        raise InputError("no layer ids to write", hint="give them, e.g. --layer-ids 2,30,58")
     try:
         raw = p.read_bytes()
     except FileNotFoundError:
@@ -280,16 +338,34 @@ def fix_config(
     own = _other_key_warnings(new_cfg, engine) if key == conv.write_key(engine) else []
     warnings = own + _shadowed(new_cfg, engine, key, kind, stated)
     changed = old != ids
-    diff = "".join(difflib.unified_diff(text.splitlines(keepends=True), new_text.splitlines(keepends=True),
-                                        fromfile=f"{p} (before)", tofile=f"{p} (after)"))
+    diff = "".join(
+        difflib.unified_diff(
+            text.splitlines(keepends=True),
+            new_text.splitlines(keepends=True),
+            fromfile=f"{p} (before)",
+            tofile=f"{p} (after)",
+        )
+    )
     if not changed or dry_run:
-        return FixResult(str(p), None, engine, conv.key_name(key), old, tuple(ids), diff if changed else "",
-                         changed, False, tuple(warnings), version)
+        return FixResult(
+            str(p),
+            None,
+            engine,
+            conv.key_name(key),
+            old,
+            tuple(ids),
+            diff if changed else "",
+            changed,
+            False,
+            tuple(warnings),
+            version,
+        )
     backup = _backup_path(p)
     _atomic_write(backup, raw, like=p)
     _atomic_write(p, new_text.encode("utf-8"), like=p)
-    return FixResult(str(p), str(backup), engine, conv.key_name(key), old, tuple(ids), diff, True, True, tuple(warnings),
-                     version)
+    return FixResult(
+        str(p), str(backup), engine, conv.key_name(key), old, tuple(ids), diff, True, True, tuple(warnings), version
+    )
 
 
 def _outside_dumps(p: Path, dumps: Sequence[tuple[str, str]]) -> None:
@@ -303,8 +379,10 @@ def _outside_dumps(p: Path, dumps: Sequence[tuple[str, str]]) -> None:
             what = "training" if side == "train" else "inference"
             raise InputError(
                 f"this config sits in the {what} dump the report read ({d}): hsdiff reads it as that dump's "
-                "labels, so rewriting it would change the evidence of the next comparison", path=p,
-                hint="write the config of the draft you deploy: copy it out of the dump and give that copy")
+                "labels, so rewriting it would change the evidence of the next comparison",
+                path=p,
+                hint="write the config of the draft you deploy: copy it out of the dump and give that copy",
+            )
 
 
 def _indent(text: str) -> int:
@@ -327,14 +405,18 @@ def _shadowed(cfg: dict[str, Any], engine: str, key: tuple[str, ...], kind: str,
     (for each of its model runners), or the config states another draft kind."""
     out = []
     if conv.draft_kind(kind).reading != stated.reading:
-        out.append(f"the draft config's architectures say {stated.title}, but the ids were written for a "
-                   f"{conv.draft_kind(kind).title} draft (--draft-kind); check which it is")
+        out.append(
+            f"the draft config's architectures say {stated.title}, but the ids were written for a "
+            f"{conv.draft_kind(kind).title} draft (--draft-kind); check which it is"
+        )
     for runner in conv.rule(engine).runners or (conv.DEFAULT_RUNNER,):
         _, read = read_config_ids(cfg, engine, vllm_runner=runner, kind=kind)
         if read is not None and tuple(read) != tuple(key):
             where = f" ({runner} runner)" if conv.rule(engine).runners else ""
-            out.append(f"{conv.rule(engine).title}{where} reads {conv.key_name(read)} before "
-                       f"{conv.key_name(key)}, so it never sees the ids written: remove {conv.key_name(read)}")
+            out.append(
+                f"{conv.rule(engine).title}{where} reads {conv.key_name(read)} before "
+                f"{conv.key_name(key)}, so it never sees the ids written: remove {conv.key_name(read)}"
+            )
     return out
 
 

@@ -20,6 +20,7 @@ from .rules.settings import engine_version
 
 __all__ = ["Translation", "translate_ids"]
 
+
 @dataclass(frozen=True)
 class Translation:
     """``ids`` on ``src`` name ``boundaries``; ``out`` are the ids that make ``dst`` capture them."""
@@ -61,13 +62,28 @@ class Translation:
         """One sentence per id: which tensor it names on ``src`` and the id for it on ``dst``."""
         s, d = conv.rule(self.src), conv.rule(self.dst)
         family = s.family_for(self.model_family)
-        src_order = conv.to_boundary(self.ids, self.src, num_layers=self.num_layers, model_family=family,
-                                     version=self.src_version, keep_order=True, kind=self.kind)
+        src_order = conv.to_boundary(
+            self.ids,
+            self.src,
+            num_layers=self.num_layers,
+            model_family=family,
+            version=self.src_version,
+            keep_order=True,
+            kind=self.kind,
+        )
         L = self.num_layers
         dst_family = d.family_for(self.model_family)
         written = [i for i in self.out if i is not None]
-        dst_order = conv.to_boundary(written, self.dst, num_layers=L, model_family=dst_family,
-                                     version=self.dst_version, keep_order=True, check_range=False, kind=self.kind)
+        dst_order = conv.to_boundary(
+            written,
+            self.dst,
+            num_layers=L,
+            model_family=dst_family,
+            version=self.dst_version,
+            keep_order=True,
+            check_range=False,
+            kind=self.kind,
+        )
         there_id = dict(zip(dst_order, written))  # the id that names each boundary on dst (the list may be reordered)
         lines = [f"rules: {self.rules()}"] + ([f"{d.title} reads them from {self.key}"] if self.key else [])
         for i, b in zip(self.ids, src_order):
@@ -77,8 +93,9 @@ class Translation:
             there = f"{d.title} id {j}" if j is not None else f"no {d.title} id"
             lines.append(f"{s.title} id {i} → {name}{what} → {there}")
         if s.sorts and list(self.ids) != sorted(set(self.ids)):
-            lines.append(f"{s.title} captures in ascending layer order, so its slots hold "
-                         f"{boundary_list(self.boundaries, L)}")
+            lines.append(
+                f"{s.title} captures in ascending layer order, so its slots hold {boundary_list(self.boundaries, L)}"
+            )
         return lines
 
 
@@ -112,15 +129,28 @@ def translate_ids(
     warnings = [
         f"{conv.rule(src).title} {sv} could not have captured {conv.name_boundary(x, num_layers)} "
         f"({src_rule.label}): no id of its convention names it, so data said to come from it is suspect"
-        for x in b if not conv.capturable(x, src, num_layers, fam_src, sv, k)
+        for x in b
+        if not conv.capturable(x, src, num_layers, fam_src, sv, k)
     ] + list(served.notes)
     try:
         key = conv.key_name(conv.write_key(dst, k))
     except InputError:  # an engine that reads no draft config (TensorRT-LLM)
         key = ""
-    return Translation(src, dst, tuple(int(i) for i in ids), tuple(b), served.ids, num_layers, family,
-                       _at(src, sv, fam_src, k), _at(dst, dv, fam_dst, k), tuple(warnings),
-                       tuple(served.sentences()), k, key)
+    return Translation(
+        src,
+        dst,
+        tuple(int(i) for i in ids),
+        tuple(b),
+        served.ids,
+        num_layers,
+        family,
+        _at(src, sv, fam_src, k),
+        _at(dst, dv, fam_dst, k),
+        tuple(warnings),
+        tuple(served.sentences()),
+        k,
+        key,
+    )
 
 
 def _at(engine: str, version: str, family: str | None, kind: str) -> EngineVersion:

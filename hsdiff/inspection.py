@@ -44,25 +44,24 @@ SAMPLE_ROWS = 256
 WHY = {
     "specforge": "files hold 'aux_hidden_state' [1, T, k·H] (SpecForge offline data_*.ckpt)",
     "modelopt": "files hold 'aux_hidden_states' [T, k·H] (or TensorRT-LLM's 'hidden_state_features') beside the "
-                "final 'hidden_states' (ModelOpt {conversation_id}.pt)",
+    "final 'hidden_states' (ModelOpt {conversation_id}.pt)",
     "eagle": "files hold 'hidden_state' with 'input_ids' and 'loss_mask' (EAGLE-1/2 ge_data)",
     "sglang_dumper": "file names carry the dumper's tags step=…___rank=…___name=…",
     "vllm": "safetensors with 'hidden_states' [T, k, H] and 'token_ids' (vLLM connector)",
     "speculators": "the vLLM connector's 'hidden_states' [T, k, H] and 'token_ids', named hs_{idx}.safetensors "
-                   "or beside a vllm_command.txt (speculators data_generation_offline.py)",
+    "or beside a vllm_command.txt (speculators data_generation_offline.py)",
     "trtllm": "a list of records with 'id', 'input_ids', 'hidden_state' and 'aux_hidden_states' (or "
-              "'hidden_state_features') (TensorRT-LLM SaveHiddenStates {prefix}_{iter}.pt)",
+    "'hidden_state_features') (TensorRT-LLM SaveHiddenStates {prefix}_{iter}.pt)",
     "specforge_dflash": "files hold 'hidden_states' [1, T, k·H] with 'input_ids' and 'loss_mask' (SpecForge "
-                        "DFlash/Domino/DSpark data_*.ckpt)",
+    "DFlash/Domino/DSpark data_*.ckpt)",
     "sglang_hook": "torch files holding 'model.forward_batch_info.input_ids' beside module outputs (SGLang "
-                   "--debug-tensor-dump-output-folder Pass*.pt)",
+    "--debug-tensor-dump-output-folder Pass*.pt)",
     "trtllm_debug": "file names {n}.{Class}-…-{input|output}.{name}.pt under rank{R}/ (TensorRT-LLM debug_mode "
-                    "dump): decoder-layer output pairs summed",
+    "dump): decoder-layer output pairs summed",
     "deepspec": "samples.idx beside a manifest.json of version 2 (DeepSpec target cache)",
     "verl_speco": "torch shards of {'samples': [...], 'metadata': {'format': 'torch_shard'}} (verl-SpeCo feature "
-                  "store)",
-    "sglang_http": "a .json response whose meta_info holds hidden_states (SGLang /generate with "
-                   "return_hidden_states)",
+    "store)",
+    "sglang_http": "a .json response whose meta_info holds hidden_states (SGLang /generate with return_hidden_states)",
     "hf": "a stack of L+1 hidden states in Hugging Face output_hidden_states order",
     "tensors": "per-layer tensors, the layer taken from the key or file name",
     "debuglog": "text with printed tensor values (a server or debug log)",
@@ -88,10 +87,18 @@ class Inspection:
 
     def to_dict(self) -> dict:
         return {
-            "schema_version": SCHEMA_VERSION, "path": self.path, "summary": list(self.summary),
-            "formats": list(self.formats), "files": list(self.files), "hidden_size": self.hidden_size,
-            "num_hidden_layers": self.num_layers, "ranks": self.ranks, "runs": self.runs,
-            "configs": list(self.configs), "captures": list(self.captures), "warnings": list(self.warnings),
+            "schema_version": SCHEMA_VERSION,
+            "path": self.path,
+            "summary": list(self.summary),
+            "formats": list(self.formats),
+            "files": list(self.files),
+            "hidden_size": self.hidden_size,
+            "num_hidden_layers": self.num_layers,
+            "ranks": self.ranks,
+            "runs": self.runs,
+            "configs": list(self.configs),
+            "captures": list(self.captures),
+            "warnings": list(self.warnings),
         }
 
     def to_json(self, indent: int | None = 2) -> str:
@@ -115,13 +122,26 @@ def inspect(path: str | os.PathLike, *, fmt: str | None = None, sample_rows: int
     hidden, layers = _shape_from_configs(dump)
     caps = [_capture_info(c, hidden, sample_rows) for c in dump.captures]
     files = _files(dump, base)
-    formats = [{"format": f, "captures": n, "why": _why(f, dump)}
-               for f, n in Counter(c.origin.format for c in dump.captures).most_common()]
+    formats = [
+        {"format": f, "captures": n, "why": _why(f, dump)}
+        for f, n in Counter(c.origin.format for c in dump.captures).most_common()
+    ]
     ranks = _ranks(dump.captures, sample_rows)
     runs = _runs(dump.captures)
     summary = _summary(dump, formats, caps, ranks, runs, hidden, layers)
-    return Inspection(str(path), tuple(formats), tuple(files), tuple(caps), ranks, runs, tuple(configs),
-                      tuple(summary), tuple(dump.warnings), hidden, layers)
+    return Inspection(
+        str(path),
+        tuple(formats),
+        tuple(files),
+        tuple(caps),
+        ranks,
+        runs,
+        tuple(configs),
+        tuple(summary),
+        tuple(dump.warnings),
+        hidden,
+        layers,
+    )
 
 
 # ----------------------------------------------------------------------------- pieces
@@ -134,8 +154,13 @@ def _why(fmt: str, dump: Dump) -> str:
 
 def _config_info(path: str, cfg: dict) -> dict:
     ids = _draft_ids(cfg)
-    return {"path": path, "draft": ids is not None, "eagle_aux_hidden_state_layer_ids": ids,
-            "hidden_size": stated_hidden_size(cfg), "num_hidden_layers": cfg.get("num_hidden_layers")}
+    return {
+        "path": path,
+        "draft": ids is not None,
+        "eagle_aux_hidden_state_layer_ids": ids,
+        "hidden_size": stated_hidden_size(cfg),
+        "num_hidden_layers": cfg.get("num_hidden_layers"),
+    }
 
 
 def _draft_ids(cfg: dict) -> list[int] | None:
@@ -161,7 +186,9 @@ def _shape_from_configs(dump: Dump) -> tuple[int | None, int | None]:
 def _files(dump: Dump, base: Path) -> list[dict]:
     out: dict[str, dict] = {}
     for c in dump.captures:
-        f = out.setdefault(c.origin.path, {"path": c.origin.path, "format": c.origin.format, "captures": 0, "bytes": None})
+        f = out.setdefault(
+            c.origin.path, {"path": c.origin.path, "format": c.origin.format, "captures": 0, "bytes": None}
+        )
         f["captures"] += 1
     for f in out.values():
         p = Path(f["path"]) if Path(f["path"]).is_absolute() else base / f["path"]
@@ -201,8 +228,12 @@ def _norm_stats(x: Any, rows: list[int]) -> dict:
         med = lower_median(finite) if finite.size else None
         big = np.isfinite(norms) & sink_mask(norms)  # an Inf row is damage, not a sink
     sinks = [rows[i] for i in np.flatnonzero(big).tolist()]
-    return {"median": _r(med), "min": _r(float(finite.min())) if finite.size else None,
-            "max": _r(float(finite.max())) if finite.size else None, "sink_tokens": sinks[:32]}
+    return {
+        "median": _r(med),
+        "min": _r(float(finite.min())) if finite.size else None,
+        "max": _r(float(finite.max())) if finite.size else None,
+        "sink_tokens": sinks[:32],
+    }
 
 
 def _r(v: float | None) -> float | None:
@@ -211,14 +242,27 @@ def _r(v: float | None) -> float | None:
 
 def _capture_info(c: Capture, hidden: int | None, sample_rows: int) -> dict:
     info: dict[str, Any] = {
-        "file": c.origin.path, "key": c.origin.key, "format": c.origin.format, "line": c.origin.line,
-        "shape": None if c.shape is None else list(c.shape), "dtype": c.dtype, "tokens": c.tokens,
-        "group": c.group, "slot": c.slot, "rank": c.rank,
+        "file": c.origin.path,
+        "key": c.origin.key,
+        "format": c.origin.format,
+        "line": c.origin.line,
+        "shape": None if c.shape is None else list(c.shape),
+        "dtype": c.dtype,
+        "tokens": c.tokens,
+        "group": c.group,
+        "slot": c.slot,
+        "rank": c.rank,
         "layer": None if c.layer is None else str(c.layer),
-        "boundary_index": c.boundary, "label_source": None if c.layer is None else c.layer.source,
+        "boundary_index": c.boundary,
+        "label_source": None if c.layer is None else c.layer.source,
         "token_ids": None if c.token_ids is None else len(c.token_ids),
-        "concatenated_slots": None, "post_norm": c.post_norm, "printed": c.is_partial,
-        "sampled_rows": 0, "nonfinite": None, "norm": None, "slot_norms": None,
+        "concatenated_slots": None,
+        "post_norm": c.post_norm,
+        "printed": c.is_partial,
+        "sampled_rows": 0,
+        "nonfinite": None,
+        "norm": None,
+        "slot_norms": None,
     }
     if c.concat and hidden and c.width and c.width % hidden == 0:
         info["concatenated_slots"] = c.width // hidden
@@ -265,12 +309,25 @@ def _ranks(captures: tuple[Capture, ...], sample_rows: int) -> dict:
                 state, why = "differ", f"shape {other.shape} vs {base.shape}"
             states.add(state)
             if state != "replicated" or len(detail) < 8:
-                detail.append({"tensor": str(base.origin.key or base.origin.path), "group": base.group,
-                               "rank": other.rank, "against": base.rank, "state": state, "why": why})
+                detail.append(
+                    {
+                        "tensor": str(base.origin.key or base.origin.path),
+                        "group": base.group,
+                        "rank": other.rank,
+                        "against": base.rank,
+                        "state": state,
+                        "why": why,
+                    }
+                )
     state = states.pop() if len(states) == 1 else ("mixed" if states else "single")
     missing = [g for g in groups if len(g) < len(ranks)]
-    return {"ranks": ranks, "state": state, "tensors": len(groups), "missing_on_some_ranks": len(missing),
-            "detail": detail}
+    return {
+        "ranks": ranks,
+        "state": state,
+        "tensors": len(groups),
+        "missing_on_some_ranks": len(missing),
+        "detail": detail,
+    }
 
 
 def _runs(captures: tuple[Capture, ...]) -> dict:
@@ -288,8 +345,9 @@ def _runs(captures: tuple[Capture, ...]) -> dict:
 
 
 # ----------------------------------------------------------------------------- sentences
-def _summary(dump: Dump, formats: list[dict], caps: list[dict], ranks: dict, runs: dict,
-             hidden: int | None, layers: int | None) -> list[str]:
+def _summary(
+    dump: Dump, formats: list[dict], caps: list[dict], ranks: dict, runs: dict, hidden: int | None, layers: int | None
+) -> list[str]:
     out = []
     for f in formats:
         fmt = f["format"]
@@ -300,8 +358,11 @@ def _summary(dump: Dump, formats: list[dict], caps: list[dict], ranks: dict, run
         out.append(f"{bad} NaN/Inf values in the sampled rows")
     sinks = sorted({t for c in caps for t in ((c.get("norm") or {}).get("sink_tokens") or [])})
     if sinks:
-        out.append("attention-sink tokens (norm > 8× the median) at positions " + ", ".join(map(str, sinks[:8]))
-                   + (" …" if len(sinks) > 8 else ""))
+        out.append(
+            "attention-sink tokens (norm > 8× the median) at positions "
+            + ", ".join(map(str, sinks[:8]))
+            + (" …" if len(sinks) > 8 else "")
+        )
     if hidden and any(cfg.get("hidden_size") or cfg.get("target_hidden_size") for _, cfg in dump.configs):
         out.append(f"hidden size {hidden}" + (f", {layers} layers" if layers else "") + " (from config.json)")
     elif hidden and any(c.final_width == hidden for c in dump.captures):
@@ -329,13 +390,20 @@ def _blist(bs: list[int]) -> str:
 
 
 #: Formats of concatenated training files, and how the summary names them.
-_TITLES = {"specforge": "SpecForge", "modelopt": "ModelOpt", "speculators": "speculators",
-           "trtllm": "TensorRT-LLM SaveHiddenStates", "specforge_dflash": "SpecForge DFlash family",
-           "deepspec": "DeepSpec target cache", "verl_speco": "verl-SpeCo feature store"}
+_TITLES = {
+    "specforge": "SpecForge",
+    "modelopt": "ModelOpt",
+    "speculators": "speculators",
+    "trtllm": "TensorRT-LLM SaveHiddenStates",
+    "specforge_dflash": "SpecForge DFlash family",
+    "deepspec": "DeepSpec target cache",
+    "verl_speco": "verl-SpeCo feature store",
+}
 
 
-def _format_sentence(fmt: str, caps: list[dict], dump: Dump, ranks: dict, runs: dict,
-                     hidden: int | None, layers: int | None) -> str:
+def _format_sentence(
+    fmt: str, caps: list[dict], dump: Dump, ranks: dict, runs: dict, hidden: int | None, layers: int | None
+) -> str:
     samples = len({c["group"] for c in caps})
     tokens = sorted({c["tokens"] for c in caps if c["tokens"]})
     tok = "" if not tokens else f", {tokens[0]}" + (f"–{tokens[-1]}" if len(tokens) > 1 else "") + " tokens"
@@ -343,7 +411,10 @@ def _format_sentence(fmt: str, caps: list[dict], dump: Dump, ranks: dict, runs: 
         k = next((c["concatenated_slots"] for c in caps if c["concatenated_slots"]), None)
         text = f"{_TITLES[fmt]}: {_n(samples, 'sample')}{tok}"
         if k is None:
-            return text + f"; aux width {caps[0]['shape'][-1] if caps and caps[0]['shape'] else '?'} (hidden size unknown: slots not counted)"
+            return (
+                text + f"; aux width {caps[0]['shape'][-1] if caps and caps[0]['shape'] else '?'} "
+                "(hidden size unknown: slots not counted)"
+            )
         text += f"; {k} slots × {hidden}"
         claimed = next((c.slot_layers for c in dump.captures if c.origin.format == fmt and c.slot_layers), None)
         if claimed:
@@ -360,8 +431,11 @@ def _format_sentence(fmt: str, caps: list[dict], dump: Dump, ranks: dict, runs: 
     if fmt == "hf":
         bs = sorted({c["boundary_index"] for c in caps if c["boundary_index"] is not None})
         post = any(c["post_norm"] for c in caps)
-        return (f"all-layer stack {_blist(bs)}" + (" + the final norm's output" if post else "")
-                + f"; {_n(samples, 'stack')}{tok}")
+        return (
+            f"all-layer stack {_blist(bs)}"
+            + (" + the final norm's output" if post else "")
+            + f"; {_n(samples, 'stack')}{tok}"
+        )
     if fmt == "sglang_dumper":
         names = sorted({(c["key"] or "").split(" ")[0].removeprefix("name=") for c in caps})
         nr = runs.get("runs", 1)

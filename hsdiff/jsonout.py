@@ -1,6 +1,7 @@
-"""Reports as JSON: indented for reading, with each list of plain values (a per-token curve, ids), and
-each record of plain values deep in the document, on one line, written by the json module's C encoder. A report on a large dump holds
-tens of thousands of numbers, on which the pure-Python indented encoder is slow (benchmarks/results/timings.md)."""
+"""Reports as JSON: indented for reading, with each list of plain values (a per-token curve, ids),
+and each record of plain values deep in the document, on one line, written by the json module's C
+encoder. A report on a large dump holds tens of thousands of numbers, on which the pure-Python
+indented encoder is slow (benchmarks/results/timings.md)."""
 
 from __future__ import annotations
 

@@ -14,8 +14,16 @@ from .decide import recommend
 from .model import Evidence, NormFinding, Report, Settings, SlotResult, Verdict
 from .model.diagnosis import Diagnosis, Override
 
-__all__ = ["Found", "runs_disagree", "rank_conflict", "torn_tokens", "norms_only", "NormFinding", "TORN_FACTOR",
-           "TORN_MIN_TOKENS"]
+__all__ = [
+    "Found",
+    "runs_disagree",
+    "rank_conflict",
+    "torn_tokens",
+    "norms_only",
+    "NormFinding",
+    "TORN_FACTOR",
+    "TORN_MIN_TOKENS",
+]
 
 
 class Found(NamedTuple):
@@ -26,7 +34,9 @@ class Found(NamedTuple):
     diagnosis: Diagnosis
 
 
-def _overridden(d: Diagnosis, why: Override, *, torn: tuple[int, ...] = (), conflicts: tuple[str, ...] = ()) -> Diagnosis:
+def _overridden(
+    d: Diagnosis, why: Override, *, torn: tuple[int, ...] = (), conflicts: tuple[str, ...] = ()
+) -> Diagnosis:
     return replace(d, overrides=(*d.overrides, why), torn=d.torn + torn, conflicts=d.conflicts + conflicts)
 
 
@@ -37,13 +47,27 @@ def runs_disagree(reports: Mapping[str, Report], run: str, doubt: Collection[int
     ids describe at most one run)."""
     report = reports[run]
     results = tuple(
-        replace(s, boundary_index=None, layer_id=None, evidence=Evidence.NONE, confidence=0.0,
-                note=f"{s.note}; the other runs captured another layer under the same configured ids".lstrip("; "))
-        if s.slot in doubt else s for s in report.slots)
+        replace(
+            s,
+            boundary_index=None,
+            layer_id=None,
+            evidence=Evidence.NONE,
+            confidence=0.0,
+            note=f"{s.note}; the other runs captured another layer under the same configured ids".lstrip("; "),
+        )
+        if s.slot in doubt
+        else s
+        for s in report.slots
+    )
     recommended, _ = recommend(settings, [s.boundary_index for s in results])
     verdict = report.verdict if report.verdict == Verdict.MISMATCH else Verdict.INCONCLUSIVE
-    return replace(report, verdict=verdict, slots=results, recommended=recommended,
-                   diagnosis=None if report.diagnosis is None else _overridden(report.diagnosis, Override.RUNS_DISAGREE))
+    return replace(
+        report,
+        verdict=verdict,
+        slots=results,
+        recommended=recommended,
+        diagnosis=None if report.diagnosis is None else _overridden(report.diagnosis, Override.RUNS_DISAGREE),
+    )
 
 
 def rank_conflict(found: Found, conflicts: Sequence[str]) -> Found:
@@ -65,8 +89,14 @@ def torn_tokens(found: Found, results: Sequence[SlotResult], tolerance: float) -
     """A slot that matches on most ordinary tokens but differs far beyond noise on a tenth or more of
     them (a later prefill chunk or a cached prefix captured at another layer) is not OK: the draft is
     fed wrong states on those tokens whatever the median says."""
-    torn = tuple(r.slot for r in results if r.match is not None and not r.match.metrics.sink_only
-                 and r.match.metrics.tokens >= TORN_MIN_TOKENS and r.match.metrics.p90_err > TORN_FACTOR * tolerance)
+    torn = tuple(
+        r.slot
+        for r in results
+        if r.match is not None
+        and not r.match.metrics.sink_only
+        and r.match.metrics.tokens >= TORN_MIN_TOKENS
+        and r.match.metrics.p90_err > TORN_FACTOR * tolerance
+    )
     if not torn:
         return found
     verdict = Verdict.INCONCLUSIVE if found.verdict == Verdict.OK else found.verdict
@@ -80,5 +110,7 @@ def norms_only(found: Found, findings: Sequence[NormFinding], tolerance: float) 
     if not findings:
         return found
     wrong = any(f.slot in f.ruled_out(tolerance) for f in findings)
-    return Found(Verdict.MISMATCH if wrong else Verdict.INCONCLUSIVE,
-                 replace(_overridden(found.diagnosis, Override.NORMS_ONLY), norms=tuple(findings)))
+    return Found(
+        Verdict.MISMATCH if wrong else Verdict.INCONCLUSIVE,
+        replace(_overridden(found.diagnosis, Override.NORMS_ONLY), norms=tuple(findings)),
+    )

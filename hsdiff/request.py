@@ -36,8 +36,14 @@ def _profile(engine: str) -> EngineInfo:
     return info
 
 
-def request_body(token_ids: Sequence[int], engine: str = "sglang", *, model: str | None = None,
-                 max_new_tokens: int = 1, hidden_states: bool = False) -> dict:
+def request_body(
+    token_ids: Sequence[int],
+    engine: str = "sglang",
+    *,
+    model: str | None = None,
+    max_new_tokens: int = 1,
+    hidden_states: bool = False,
+) -> dict:
     """The JSON body that makes ``engine`` run a prefill over exactly ``token_ids``; ``hidden_states``
     (SGLang): ask for them in the response's ``meta_info`` (``return_hidden_states``, io_struct.py
     ``GenerateReqInput``), read back by :mod:`hsdiff.readers.sglang_http`.
@@ -51,8 +57,11 @@ def request_body(token_ids: Sequence[int], engine: str = "sglang", *, model: str
         native: dict = {"input_ids": ids, "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": 0}}
         return {**native, "return_hidden_states": True} if hidden_states else native
     if hidden_states:  # only the native generate request returns them (SGLang's meta_info)
-        raise InputError(f"only SGLang returns hidden states in its response, not {info.title}",
-                         hint="drop `hidden_states`, or use `engine=sglang`", options=("hidden_states", "engine"))
+        raise InputError(
+            f"only SGLang returns hidden states in its response, not {info.title}",
+            hint="drop `hidden_states`, or use `engine=sglang`",
+            options=("hidden_states", "engine"),
+        )
     body: dict = {"model": model} if model else {}
     body.update({"prompt": ids, "max_tokens": max_new_tokens, "temperature": 0})
     return body
@@ -71,9 +80,13 @@ def advice(engine: str, hidden_states: bool = False) -> str:
     """What to switch off so the replayed tokens are all recomputed (and so all captured)."""
     info = _profile(engine)
     if hidden_states and info.request == REQUEST_GENERATE:
-        return (f"POST it to http://HOST:PORT{info.endpoint} and save the response as a .json file for hsdiff compare; "
-                f"start the server with {info.cache_flag} --enable-return-aux-hidden-states --speculative-algorithm "
-                "EAGLE3 (and --return-aux-hidden-state-layer-ids IDS to choose the layers), so every prompt token is "
-                "recomputed and its aux hidden states returned")
-    return (f"POST it to http://HOST:PORT{info.endpoint}; start the server with {info.cache_flag}, or a cached "
-            "prefix is not recomputed and not captured")
+        return (
+            f"POST it to http://HOST:PORT{info.endpoint} and save the response as a .json file for hsdiff compare; "
+            f"start the server with {info.cache_flag} --enable-return-aux-hidden-states --speculative-algorithm "
+            "EAGLE3 (and --return-aux-hidden-state-layer-ids IDS to choose the layers), so every prompt token is "
+            "recomputed and its aux hidden states returned"
+        )
+    return (
+        f"POST it to http://HOST:PORT{info.endpoint}; start the server with {info.cache_flag}, or a cached "
+        "prefix is not recomputed and not captured"
+    )

@@ -48,9 +48,12 @@ def load_sample(path: str | os.PathLike, sample: str | None = None) -> Sample:
         if c.token_ids and c.group is not None:
             groups.setdefault(c.group, tuple(c.token_ids))
     if not groups:
-        raise InputError("holds no token ids", path=p,
-                         hint="give a sample that stores input_ids (SpecForge .ckpt, ModelOpt .pt, safetensors) or "
-                         'a JSON file {"input_ids": [...]}')
+        raise InputError(
+            "holds no token ids",
+            path=p,
+            hint="give a sample that stores input_ids (SpecForge .ckpt, ModelOpt .pt, safetensors) or "
+            'a JSON file {"input_ids": [...]}',
+        )
     if sample is not None:
         hits = [g for g in groups if g == sample or g.split(":")[0] == sample or g.endswith(sample)]
         if not hits:
@@ -59,14 +62,24 @@ def load_sample(path: str | os.PathLike, sample: str | None = None) -> Sample:
     elif len(groups) == 1:
         name = next(iter(groups))
     else:
-        raise InputError(f"holds {len(groups)} samples", path=p,
-                         hint=f"pick one with `sample` (one of: {', '.join(sorted(groups)[:10])})", options=("sample",))
+        raise InputError(
+            f"holds {len(groups)} samples",
+            path=p,
+            hint=f"pick one with `sample` (one of: {', '.join(sorted(groups)[:10])})",
+            options=("sample",),
+        )
     return Sample(name, groups[name], str(p))
 
 
 def _from_json(p: Path) -> Sample:
-    obj = read_json(p, what="file", error=InputError, missing="no such file or directory",
-                    missing_hint="give a training sample file or dump directory", bad_hint=None)
+    obj = read_json(
+        p,
+        what="file",
+        error=InputError,
+        missing="no such file or directory",
+        missing_hint="give a training sample file or dump directory",
+        bad_hint=None,
+    )
     ids = obj
     if isinstance(obj, dict):
         ids = next((obj[k] for k in _ID_KEYS if k in obj), None)

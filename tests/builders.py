@@ -68,12 +68,15 @@ def _deep_states(i: int, depth: int) -> dict[str, torch.Tensor]:
         for run, model in zip(("fp32", "bf16"), deep_model(depth)):
             got: list[torch.Tensor] = []  # B=depth before the final norm (HF's last entry is after it)
             handle = model.model.layers[-1].register_forward_hook(
-                lambda m, a, o, got=got: got.append(o[0] if isinstance(o, tuple) else o))
+                lambda m, a, o, got=got: got.append(o[0] if isinstance(o, tuple) else o)
+            )
             try:
                 hs = model(input_ids=ids[None], output_hidden_states=True, use_cache=False).hidden_states
             finally:
                 handle.remove()
-            out[run] = torch.stack([h[0] for h in hs[:depth]] + [got[-1][0]]).contiguous()  # the last of the shared module's runs
+            out[run] = torch.stack(
+                [h[0] for h in hs[:depth]] + [got[-1][0]]
+            ).contiguous()  # the last of the shared module's runs
     return out
 
 
@@ -83,8 +86,9 @@ def concat(i: int, boundaries: Sequence[int], run: str = "fp32", depth: int = L)
     return torch.cat([s[b] for b in boundaries], dim=-1)
 
 
-def specforge(root: Path, samples: Sequence[int], boundaries: Sequence[int], *, gz: bool = False,
-              depth: int = L) -> Path:
+def specforge(
+    root: Path, samples: Sequence[int], boundaries: Sequence[int], *, gz: bool = False, depth: int = L
+) -> Path:
     """SpecForge offline layout: ``rows_0-2000/data_{i}.ckpt`` with aux concat [1, T, k*H]."""
     d = root / "rows_0-2000"
     d.mkdir(parents=True, exist_ok=True)
@@ -121,8 +125,11 @@ def specforge_dflash(root: Path, samples: Sequence[int], boundaries: Sequence[in
     d.mkdir(parents=True, exist_ok=True)
     for i in samples:
         s = states(i)
-        obj = {"input_ids": s["input_ids"].clone(), "loss_mask": torch.ones_like(s["input_ids"]),
-               "hidden_states": concat(i, boundaries).unsqueeze(0).clone()}
+        obj = {
+            "input_ids": s["input_ids"].clone(),
+            "loss_mask": torch.ones_like(s["input_ids"]),
+            "hidden_states": concat(i, boundaries).unsqueeze(0).clone(),
+        }
         _save_record(obj, d / f"data_{i}.ckpt", gz)
     return root
 
@@ -135,9 +142,12 @@ def specforge_dspark(root: Path) -> Path:
     d.mkdir(parents=True, exist_ok=True)
     for i, name in enumerate(("example-0", "example-1")):
         real = torch.load(REAL / "modelopt" / f"{name}.pt", weights_only=True)
-        obj = {"input_ids": real["input_ids"], "loss_mask": torch.ones_like(real["input_ids"]),
-               "hidden_states": real["aux_hidden_states"].unsqueeze(0).clone(),
-               "target_last_hidden_states": real["hidden_states"].unsqueeze(0).clone()}
+        obj = {
+            "input_ids": real["input_ids"],
+            "loss_mask": torch.ones_like(real["input_ids"]),
+            "hidden_states": real["aux_hidden_states"].unsqueeze(0).clone(),
+            "target_last_hidden_states": real["hidden_states"].unsqueeze(0).clone(),
+        }
         _save_record(obj, d / f"data_{i}.ckpt", False)
     return root
 
@@ -168,25 +178,33 @@ def sglang_dump(
     for r in range(ranks):
         base = {"step": 0, "rank": r, "recompute_status": "disabled", "world_rank": r, "world_size": ranks}
         if with_ids:
-            torch.save({"value": ids.clone(), "meta": {**base, "dump_index": 0, "name": "input_ids"}},
-                       exp / f"step=0___rank={r}___dump_index=0___name=input_ids___recompute_status=disabled.pt")
+            torch.save(
+                {"value": ids.clone(), "meta": {**base, "dump_index": 0, "name": "input_ids"}},
+                exp / f"step=0___rank={r}___dump_index=0___name=input_ids___recompute_status=disabled.pt",
+            )
         if concat_slots:
             v = concat(sample, boundaries, "bf16", depth)[sl].clone()
-            torch.save({"value": v, "meta": {**base, "dump_index": 1, "name": "aux_hidden_states"}},
-                       exp / f"step=0___rank={r}___dump_index=1___name=aux_hidden_states___recompute_status=disabled.pt")
+            torch.save(
+                {"value": v, "meta": {**base, "dump_index": 1, "name": "aux_hidden_states"}},
+                exp / f"step=0___rank={r}___dump_index=1___name=aux_hidden_states___recompute_status=disabled.pt",
+            )
         else:
             for j, b in enumerate(boundaries):
                 v = s["bf16"][b][sl].clone()
                 tag = f"___layer_id={b + tag_shift}" if tag_layers else f"___slot={j}"
                 meta = {**base, "dump_index": j + 1, "name": "eagle3_aux"}
                 meta.update({"layer_id": b + tag_shift} if tag_layers else {"slot": j})
-                torch.save({"value": v, "meta": meta},
-                           exp / f"step=0___rank={r}___dump_index={j + 1}___name=eagle3_aux___recompute_status=disabled{tag}.pt")
+                torch.save(
+                    {"value": v, "meta": meta},
+                    exp
+                    / f"step=0___rank={r}___dump_index={j + 1}___name=eagle3_aux___recompute_status=disabled{tag}.pt",
+                )
     return root
 
 
-def sglang_hook_dump(root: Path, sample: int, *, ranks: int = 1, layers: Sequence[int] | None = None,
-                     passes: int = 1) -> Path:
+def sglang_hook_dump(
+    root: Path, sample: int, *, ranks: int = 1, layers: Sequence[int] | None = None, passes: int = 1
+) -> Path:
     """SGLang's forward-hook dump (``--debug-tensor-dump-output-folder``) of one prefill of ``sample`` (bf16):
     ``TP{r}_PP0_Rank{r}_pid{pid}/Pass{N:05d}.pt`` holding ``{module name: output}`` as
     ``tensor_dump_forward_hook.py`` saves it: ``model.embed_tokens`` (B0), every
@@ -213,8 +231,9 @@ def sglang_hook_dump(root: Path, sample: int, *, ranks: int = 1, layers: Sequenc
                 record["logits_processor"] = torch.zeros(1, 8)
             record["model.embed_tokens"] = hs[0].clone()
             for i in keep:
-                record[f"model.layers.{i}.input_layernorm"] = (normed(hs[0]).clone() if i == 0
-                                                               else [normed(hs[i]).clone(), hs[i].clone()])
+                record[f"model.layers.{i}.input_layernorm"] = (
+                    normed(hs[0]).clone() if i == 0 else [normed(hs[i]).clone(), hs[i].clone()]
+                )
             record["model.norm"] = [normed(hs[L]).clone(), hs[L].clone()]
             record["model.forward_batch_info.input_ids"] = ids.clone()
             record["model.forward_batch_info.seq_lens"] = torch.tensor([len(ids)])
@@ -251,8 +270,15 @@ def trtllm_debug_dump(root: Path, sample: int, *, ranks: int = 1) -> Path:
     return root
 
 
-def vllm_file(root: Path, sample: int, boundaries: Sequence[int], *, prompt: int | None = None,
-              include_output_tokens: bool = False, lock: bool = False) -> Path:
+def vllm_file(
+    root: Path,
+    sample: int,
+    boundaries: Sequence[int],
+    *,
+    prompt: int | None = None,
+    include_output_tokens: bool = False,
+    lock: bool = False,
+) -> Path:
     """vLLM extract_hidden_states connector file: hidden_states [T, k, H], token_ids [T]. ``prompt``: the
     first tokens are the prompt, the rest were generated; the file then covers the prompt, or with
     ``include_output_tokens`` every token but the last. ``lock``: the empty ``.lock`` beside it."""
@@ -267,8 +293,9 @@ def vllm_file(root: Path, sample: int, boundaries: Sequence[int], *, prompt: int
     return root
 
 
-def speculators_dir(root: Path, samples: Sequence[int], ids: Sequence[int], *, provenance: bool = True,
-                    vllm_version: str = "0.33.0") -> Path:
+def speculators_dir(
+    root: Path, samples: Sequence[int], ids: Sequence[int], *, provenance: bool = True, vllm_version: str = "0.33.0"
+) -> Path:
     """speculators offline data as ``scripts/data_generation_offline.py`` leaves it: the vLLM connector's
     file moved to ``hs_{i}.safetensors`` (``hidden_states`` [T, k, H] at ``sorted(set(ids))``, vLLM B-indices,
     ``token_ids``), and, with ``provenance``, the ``vllm_command.txt`` that ``launch_vllm.py`` writes."""
@@ -282,20 +309,42 @@ def speculators_dir(root: Path, samples: Sequence[int], ids: Sequence[int], *, p
         hs = torch.stack([s["fp32"][b] for b in layers], dim=1).contiguous()
         save_file({"hidden_states": hs, "token_ids": s["input_ids"].clone()}, str(root / f"hs_{i}.safetensors"))
     if provenance:
-        spec = {"method": "extract_hidden_states", "num_speculative_tokens": 1,
-                "draft_model_config": {"hf_config": {"eagle_aux_hidden_state_layer_ids": list(ids)}}}
-        kv = {"kv_connector": "ExampleHiddenStatesConnector", "kv_role": "kv_producer",
-              "kv_connector_extra_config": {"shared_storage_path": "/tmp/hidden_states"}}
-        cmd = ["python", "-m", "vllm.entrypoints.cli.main", "serve", "HuggingFaceTB/SmolLM2-135M-Instruct",
-               "--speculative_config", json.dumps(spec), "--kv_transfer_config", json.dumps(kv), "--port", "8000"]
-        head = ["# Timestamp: 2026-08-18T12:00:00+00:00", "# Python: python", "# Git SHA: unknown",
-                f"# vllm: {vllm_version}"]
+        spec = {
+            "method": "extract_hidden_states",
+            "num_speculative_tokens": 1,
+            "draft_model_config": {"hf_config": {"eagle_aux_hidden_state_layer_ids": list(ids)}},
+        }
+        kv = {
+            "kv_connector": "ExampleHiddenStatesConnector",
+            "kv_role": "kv_producer",
+            "kv_connector_extra_config": {"shared_storage_path": "/tmp/hidden_states"},
+        }
+        cmd = [
+            "python",
+            "-m",
+            "vllm.entrypoints.cli.main",
+            "serve",
+            "HuggingFaceTB/SmolLM2-135M-Instruct",
+            "--speculative_config",
+            json.dumps(spec),
+            "--kv_transfer_config",
+            json.dumps(kv),
+            "--port",
+            "8000",
+        ]
+        head = [
+            "# Timestamp: 2026-08-18T12:00:00+00:00",
+            "# Python: python",
+            "# Git SHA: unknown",
+            f"# vllm: {vllm_version}",
+        ]
         (root / "vllm_command.txt").write_text("\n".join(head) + "\n" + shlex.join(cmd) + "\n")
     return root
 
 
-def vllm_online(root: Path, sample: int, boundaries: Sequence[int], *, prompt: int, compress: bool = True,
-                lora: str | None = None) -> Path:
+def vllm_online(
+    root: Path, sample: int, boundaries: Sequence[int], *, prompt: int, compress: bool = True, lora: str | None = None
+) -> Path:
     """vLLM's OnlineHiddenStatesConnector output for ``sample`` (bf16): the first ``prompt`` tokens the prompt,
     the rest generated. ``{base|lora}/{req}.safetensors`` holds the prefill, ``{req}_decode.safetensors``
     the decoded tokens fed back (every generated token but the last), each ``hidden_states`` [T, k, H]
@@ -322,8 +371,12 @@ def modelopt_file(root: Path, sample: int, boundaries: Sequence[int]) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     s = states(sample)
     torch.save(
-        {"input_ids": s["input_ids"].clone(), "hidden_states": s["fp32"][L].clone(),
-         "aux_hidden_states": concat(sample, boundaries).clone(), "conversation_id": f"conv-{sample}"},
+        {
+            "input_ids": s["input_ids"].clone(),
+            "hidden_states": s["fp32"][L].clone(),
+            "aux_hidden_states": concat(sample, boundaries).clone(),
+            "conversation_id": f"conv-{sample}",
+        },
         root / f"conv-{sample}.pt",
     )
     return root
@@ -335,9 +388,13 @@ def modelopt_vllm_file(root: Path, sample: int, boundaries: Sequence[int], *, pr
     adds the ``hidden_states_prenorm`` key its trainer reads."""
     root.mkdir(parents=True, exist_ok=True)
     s = states(sample)
-    obj: dict = {"input_ids": s["input_ids"].clone(), "hidden_states": s["fp32"][L].clone(),
-                 "aux_hidden_states": concat(sample, boundaries).clone(),
-                 "loss_mask": torch.ones_like(s["input_ids"]), "conversation_id": f"conv-{sample}"}
+    obj: dict = {
+        "input_ids": s["input_ids"].clone(),
+        "hidden_states": s["fp32"][L].clone(),
+        "aux_hidden_states": concat(sample, boundaries).clone(),
+        "loss_mask": torch.ones_like(s["input_ids"]),
+        "conversation_id": f"conv-{sample}",
+    }
     if prenorm_flag is not None:
         obj["hidden_states_prenorm"] = prenorm_flag
     torch.save(obj, root / f"conv-{sample}.pt")
@@ -353,8 +410,12 @@ def modelopt_trtllm_file(root: Path, *, minus_one: bool, old_key: bool = False) 
     real = torch.load(REAL / "modelopt" / "example-0.pt", weights_only=True)
     final = real["hidden_states"]
     aux = torch.cat([real["aux_hidden_states"], final], dim=-1) if minus_one else real["aux_hidden_states"]
-    record = {"id": 1, "input_ids": real["input_ids"], "hidden_state": final,
-              "hidden_state_features" if old_key else "aux_hidden_states": aux.clone()}
+    record = {
+        "id": 1,
+        "input_ids": real["input_ids"],
+        "hidden_state": final,
+        "hidden_state_features" if old_key else "aux_hidden_states": aux.clone(),
+    }
     record.pop("id")
     record["conversation_id"] = "example-0"
     record["hidden_states"] = record.pop("hidden_state")
@@ -374,8 +435,14 @@ def trtllm_file(root: Path, *, minus_one: bool = False, old_key: bool = False, p
         real = torch.load(REAL / "modelopt" / f"{name}.pt", weights_only=True)
         final = real["hidden_states"]
         aux = torch.cat([real["aux_hidden_states"], final], dim=-1) if minus_one else real["aux_hidden_states"]
-        records.append({"id": it, "input_ids": real["input_ids"], "hidden_state": final.clone(),
-                        "hidden_state_features" if old_key else "aux_hidden_states": aux.clone()})
+        records.append(
+            {
+                "id": it,
+                "input_ids": real["input_ids"],
+                "hidden_state": final.clone(),
+                "hidden_state_features" if old_key else "aux_hidden_states": aux.clone(),
+            }
+        )
     root.mkdir(parents=True, exist_ok=True)
     torch.save(records, root / f"{prefix}_2.pt")
     return root
@@ -395,9 +462,13 @@ def deepspec_cache(root: Path, *, max_shard_bytes: int = 1 << 20, version: int =
     for sid, name in enumerate(("example-0", "example-1")):
         real = torch.load(REAL / "modelopt" / f"{name}.pt", weights_only=True)
         t = len(real["input_ids"])
-        parts = [real["input_ids"].to(torch.int32).numpy().tobytes(), bytes([1]) * t, bytes([1]) * t,
-                 real["aux_hidden_states"].to(torch.bfloat16).view(torch.uint16).numpy().tobytes(),
-                 real["hidden_states"].to(torch.bfloat16).view(torch.uint16).numpy().tobytes()]
+        parts = [
+            real["input_ids"].to(torch.int32).numpy().tobytes(),
+            bytes([1]) * t,
+            bytes([1]) * t,
+            real["aux_hidden_states"].to(torch.bfloat16).view(torch.uint16).numpy().tobytes(),
+            real["hidden_states"].to(torch.bfloat16).view(torch.uint16).numpy().tobytes(),
+        ]
         if shard is None or size + sum(map(len, parts)) > max_shard_bytes:
             shards.append({"shard_id": len(shards), "file_name": f"shard-{len(shards):05d}.bin"})
             shard, size = root / shards[-1]["file_name"], 0
@@ -410,16 +481,26 @@ def deepspec_cache(root: Path, *, max_shard_bytes: int = 1 << 20, version: int =
                 size += len(part)
         records.append(struct.pack("<QIIQQQQQ", sid, len(shards) - 1, t, *offsets))
     (root / "samples.idx").write_bytes(b"".join(records))
-    manifest = {"version": version, "num_samples": len(records), "num_shards": len(shards),
-                "target_layer_ids": [1, 14, 26], "hidden_dtype": "bfloat16", "token_dtype": "int32",
-                "mask_dtype": "uint8", "index_record_size": 56, "hidden_size": H, "shards": shards,
-                "target_model_name_or_path": "HuggingFaceTB/SmolLM2-135M-Instruct"}
+    manifest = {
+        "version": version,
+        "num_samples": len(records),
+        "num_shards": len(shards),
+        "target_layer_ids": [1, 14, 26],
+        "hidden_dtype": "bfloat16",
+        "token_dtype": "int32",
+        "mask_dtype": "uint8",
+        "index_record_size": 56,
+        "hidden_size": H,
+        "shards": shards,
+        "target_model_name_or_path": "HuggingFaceTB/SmolLM2-135M-Instruct",
+    }
     (root / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True))
     return root
 
 
-def verl_feature_store(root: Path, *, layout: str = "eagle3_aux_plus_last", per_shard: int = 1,
-                       window: int = 0) -> Path:
+def verl_feature_store(
+    root: Path, *, layout: str = "eagle3_aux_plus_last", per_shard: int = 1, window: int = 0
+) -> Path:
     """verl-SpeCo's feature store for the two real ModelOpt dumps (real SmolLM2 states: outputs of layers 1,
     14, 26 and the final state after the norm), as ``TorchShardFeatureStore`` writes the samples of
     ``ci/standalone_feature_store_smoke.py``: ``smoke_{N:06d}.pt`` = ``{"samples": [...], "metadata":
@@ -428,39 +509,68 @@ def verl_feature_store(root: Path, *, layout: str = "eagle3_aux_plus_last", per_
     import json
 
     root.mkdir(parents=True, exist_ok=True)
-    store = {"schema_version": 1, "format": "torch_shard", "created_by": "verl_speco", "created_at": 0.0,
-             "algorithm": "EAGLE3", "target_model_path": "HuggingFaceTB/SmolLM2-135M-Instruct",
-             "source": "ci_standalone_feature_store_smoke"}
+    store = {
+        "schema_version": 1,
+        "format": "torch_shard",
+        "created_by": "verl_speco",
+        "created_at": 0.0,
+        "algorithm": "EAGLE3",
+        "target_model_path": "HuggingFaceTB/SmolLM2-135M-Instruct",
+        "source": "ci_standalone_feature_store_smoke",
+    }
     samples = []
     for name in ("example-0", "example-1"):
         real = torch.load(REAL / "modelopt" / f"{name}.pt", weights_only=True)
         blocks = [real["aux_hidden_states"]] + ([real["hidden_states"]] if layout.endswith("_plus_last") else [])
         t = len(real["input_ids"])
-        samples.append({
-            "schema_version": 1, "algorithm": "EAGLE3", "input_ids": real["input_ids"].clone(),
-            "loss_mask": torch.ones(t, dtype=torch.float32),
-            "hidden_states": torch.cat(blocks, dim=-1)[window:].to(torch.bfloat16).contiguous(),
-            "metadata": {"source": "ci_standalone_feature_store_smoke", "global_step": 0,
-                         "target_model_path": store["target_model_path"], "hidden_states_layout": layout,
-                         "target_layer_ids": [1, 14, 26], "use_logits": False, "sequence_length": t,
-                         "loss_tokens": t, "full_sequence_length": t, "feature_start": 0, "feature_end": t},
-            "position_ids": torch.arange(1, t + 1, dtype=torch.long),
-        })
+        samples.append(
+            {
+                "schema_version": 1,
+                "algorithm": "EAGLE3",
+                "input_ids": real["input_ids"].clone(),
+                "loss_mask": torch.ones(t, dtype=torch.float32),
+                "hidden_states": torch.cat(blocks, dim=-1)[window:].to(torch.bfloat16).contiguous(),
+                "metadata": {
+                    "source": "ci_standalone_feature_store_smoke",
+                    "global_step": 0,
+                    "target_model_path": store["target_model_path"],
+                    "hidden_states_layout": layout,
+                    "target_layer_ids": [1, 14, 26],
+                    "use_logits": False,
+                    "sequence_length": t,
+                    "loss_tokens": t,
+                    "full_sequence_length": t,
+                    "feature_start": 0,
+                    "feature_end": t,
+                },
+                "position_ids": torch.arange(1, t + 1, dtype=torch.long),
+            }
+        )
     lines = []
     for n in range(0, len(samples), per_shard):
-        chunk = samples[n:n + per_shard]
+        chunk = samples[n : n + per_shard]
         name = f"smoke_{n // per_shard:06d}.pt"
         torch.save({"samples": chunk, "metadata": dict(store)}, root / name)
-        lines.append(json.dumps({"path": name, "num_samples": len(chunk),
-                                 "num_tokens": int(sum(int(x["loss_mask"].sum()) for x in chunk)),
-                                 "min_global_step": 0, "max_global_step": 0}, sort_keys=True))
+        lines.append(
+            json.dumps(
+                {
+                    "path": name,
+                    "num_samples": len(chunk),
+                    "num_tokens": int(sum(int(x["loss_mask"].sum()) for x in chunk)),
+                    "min_global_step": 0,
+                    "max_global_step": 0,
+                },
+                sort_keys=True,
+            )
+        )
     (root / "manifest.jsonl").write_text("\n".join(lines) + "\n")
     (root / "metadata.json").write_text(json.dumps(store, indent=2, sort_keys=True))
     return root
 
 
-def sglang_response(path: Path, sample: int, boundaries: Sequence[int], *, prompt: int | None = None,
-                    generated: int = 1) -> Path:
+def sglang_response(
+    path: Path, sample: int, boundaries: Sequence[int], *, prompt: int | None = None, generated: int = 1
+) -> Path:
     """What SGLang's ``/generate`` returns for ``sample`` (bf16) with ``"return_hidden_states": true`` on a
     server run with ``--enable-return-aux-hidden-states``: the first ``prompt`` tokens are the prompt,
     the next ``generated`` were generated; ``meta_info.hidden_states`` holds the prefill's aux rows as
@@ -472,21 +582,43 @@ def sglang_response(path: Path, sample: int, boundaries: Sequence[int], *, promp
     p = prompt if prompt is not None else len(ids) - generated
     rows = concat(sample, boundaries, "bf16").float()
     hidden = [rows[:p].tolist()] + [rows[t].tolist() for t in range(p, p + generated - 1)]
-    body = {"text": "", "output_ids": ids[p:p + generated],
-            "meta_info": {"id": f"req-{sample}", "finish_reason": {"type": "length", "length": generated},
-                          "prompt_tokens": p, "completion_tokens": generated, "cached_tokens": 0,
-                          "e2e_latency": 0.05, "hidden_states": hidden}}
+    body = {
+        "text": "",
+        "output_ids": ids[p : p + generated],
+        "meta_info": {
+            "id": f"req-{sample}",
+            "finish_reason": {"type": "length", "length": generated},
+            "prompt_tokens": p,
+            "completion_tokens": generated,
+            "cached_tokens": 0,
+            "e2e_latency": 0.05,
+            "hidden_states": hidden,
+        },
+    }
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(body))
     return path
 
 
-def draft_config(path: Path, ids: Sequence[int], *, nested: bool = True, top: Sequence[int] | None = None,
-                 target_hidden: int = H, fc_in: int | None = None) -> Path:
+def draft_config(
+    path: Path,
+    ids: Sequence[int],
+    *,
+    nested: bool = True,
+    top: Sequence[int] | None = None,
+    target_hidden: int = H,
+    fc_in: int | None = None,
+) -> Path:
     import json
 
-    cfg: dict = {"architectures": ["LlamaForCausalLMEagle3"], "hidden_size": H, "num_hidden_layers": 1,
-                 "target_hidden_size": target_hidden, "vocab_size": 49152, "draft_vocab_size": 32000}
+    cfg: dict = {
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "hidden_size": H,
+        "num_hidden_layers": 1,
+        "target_hidden_size": target_hidden,
+        "vocab_size": 49152,
+        "draft_vocab_size": 32000,
+    }
     if nested:
         cfg["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": list(ids), "use_aux_hidden_state": True}
     if top is not None:

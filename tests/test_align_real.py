@@ -128,8 +128,9 @@ def test_concatenated_capture_off_by_one_is_a_mismatch_that_says_which_way(tmp_p
 
 def test_sink_token_only_is_ambiguous_not_a_guess(tmp_path, train):
     # token 0 (the attention sink) of every middle layer looks alike
-    infer = B.sglang_dump(tmp_path / "infer", 1, list(range(10, 20)), concat_slots=False, tag_layers=True,
-                          tokens=slice(0, 1))
+    infer = B.sglang_dump(
+        tmp_path / "infer", 1, list(range(10, 20)), concat_slots=False, tag_layers=True, tokens=slice(0, 1)
+    )
     r = compare(train, infer)
     assert r.slots[1].status == "ambiguous" and r.slots[1].boundary_index is None
     assert r.recommended.ids[1] is None

@@ -61,8 +61,12 @@ def test_generation_is_deterministic_and_cached(pair):
 
 def test_naive_baseline_finds_the_training_layers(pair):
     _, p = pair
-    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "naive.py"), str(p.train), str(p.infer)],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "naive.py"), str(p.train), str(p.infer)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert [s["boundary"] for s in json.loads(out.stdout)["slots"]] == list(gen.TRAIN_B)
 
 

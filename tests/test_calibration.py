@@ -38,7 +38,9 @@ def _show(items: list[Outcome]) -> str:
 
 def test_no_wrong_id_at_high_confidence(outcomes):
     bad = [o for o in outcomes if any(a.outcome == "wrong" and a.confidence >= CONFIDENT for a in o.slots)]
-    assert not bad, "wrong ids at confidence >= 0.9 (replay: python benchmarks/calibrate.py --n 1 -v --seed N)\n" + _show(bad)
+    assert not bad, (
+        "wrong ids at confidence >= 0.9 (replay: python benchmarks/calibrate.py --n 1 -v --seed N)\n" + _show(bad)
+    )
 
 
 def test_no_internal_errors(outcomes):
@@ -49,4 +51,3 @@ def test_no_internal_errors(outcomes):
 def test_no_pass_on_a_wrong_deployment(outcomes):
     bad = [o for o in outcomes if o.exit_code == 0 and o.should_pass is False]
     assert not bad, _show(bad)
-

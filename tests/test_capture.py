@@ -31,14 +31,23 @@ def run(*args: str):
 
 # --------------------------------------------------------------------------- a small real Llama
 
+
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     """A 6-layer Llama with random weights saved as a Hugging Face model folder, and its fp32 model."""
     tf = pytest.importorskip("transformers")
     torch.manual_seed(0)
-    cfg = tf.LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=6,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
-                         initializer_range=0.2, tie_word_embeddings=False)
+    cfg = tf.LlamaConfig(
+        vocab_size=256,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=6,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        initializer_range=0.2,
+        tie_word_embeddings=False,
+    )
     model = tf.LlamaForCausalLM(cfg).eval()
     d = tmp_path_factory.mktemp("tiny-llama")
     model.save_pretrained(d)
@@ -105,17 +114,32 @@ def _specforge_from(model, root: Path, boundaries: list[int]) -> Path:
     stack = cap.stack()
     d = root / "rows_0-2000"
     d.mkdir(parents=True)
-    torch.save({"input_ids": IDS.clone(), "loss_mask": torch.ones_like(IDS),
-                "aux_hidden_state": torch.cat([stack[b] for b in boundaries], -1)[None].clone(),
-                "hidden_state": model.model.norm(stack[-1])[None].clone()}, d / "data_0.ckpt")
+    torch.save(
+        {
+            "input_ids": IDS.clone(),
+            "loss_mask": torch.ones_like(IDS),
+            "aux_hidden_state": torch.cat([stack[b] for b in boundaries], -1)[None].clone(),
+            "hidden_state": model.model.norm(stack[-1])[None].clone(),
+        },
+        d / "data_0.ckpt",
+    )
     return root
 
 
 def test_capture_cli_matches_a_training_dump(tiny, tmp_path):
     d, model = tiny
     train = _specforge_from(model, tmp_path / "train", [2, 3, 5])
-    r = run("capture", "--model", str(d), "--input", str(train / "rows_0-2000" / "data_0.ckpt"),
-            "--out", str(tmp_path / "ref"), "--dtype", "fp32")
+    r = run(
+        "capture",
+        "--model",
+        str(d),
+        "--input",
+        str(train / "rows_0-2000" / "data_0.ckpt"),
+        "--out",
+        str(tmp_path / "ref"),
+        "--dtype",
+        "fp32",
+    )
     assert r.exit_code == 0, r.output
     assert "B0..B6" in r.output and (tmp_path / "ref" / "data_0.safetensors").is_file()
     report = compare(train, tmp_path / "ref", hidden_size=64)
@@ -128,8 +152,9 @@ def test_capture_refuses_to_write_into_the_dump(tiny, tmp_path):
     d, model = tiny
     train = _specforge_from(model, tmp_path / "train", [2, 3, 5])
     before = sorted(p.name for p in train.rglob("*"))
-    r = run("capture", "--model", str(d), "--input", str(train / "rows_0-2000" / "data_0.ckpt"),
-            "--out", str(train / "ref"))
+    r = run(
+        "capture", "--model", str(d), "--input", str(train / "rows_0-2000" / "data_0.ckpt"), "--out", str(train / "ref")
+    )
     assert r.exit_code == 2 and "never into a dump" in r.output
     assert sorted(p.name for p in train.rglob("*")) == before
     r = run("capture", "--model", str(tmp_path), "--input", str(train), "--out", str(tmp_path / "x"))
@@ -139,7 +164,9 @@ def test_capture_refuses_to_write_into_the_dump(tiny, tmp_path):
 def test_docs_snippet_runs(tiny, tmp_path, monkeypatch):
     """The Python recipe in docs/capture.md, run as written."""
     text = (ROOT / "docs" / "capture.md").read_text()
-    block = re.search(r"<!-- tested: tests/test_capture.py::test_docs_snippet_runs -->\n```python\n(.*?)```", text, re.S)
+    block = re.search(
+        r"<!-- tested: tests/test_capture.py::test_docs_snippet_runs -->\n```python\n(.*?)```", text, re.S
+    )
     assert block, "docs/capture.md lost its tested snippet"
     monkeypatch.chdir(tmp_path)
     _, model = tiny
@@ -166,8 +193,17 @@ def smollm2_dir(tmp_path_factory):
 def test_smollm2_capture_matches_a_specforge_training_dump(smollm2_dir, tmp_path):
     train = B.specforge(tmp_path / "train", [0], [2, 15, 27])  # fp32 states of the real model
     out = tmp_path / "ref"
-    r = run("capture", "--model", str(smollm2_dir), "--input", str(train / "rows_0-2000" / "data_0.ckpt"),
-            "--out", str(out), "--dtype", "bf16")
+    r = run(
+        "capture",
+        "--model",
+        str(smollm2_dir),
+        "--input",
+        str(train / "rows_0-2000" / "data_0.ckpt"),
+        "--out",
+        str(out),
+        "--dtype",
+        "bf16",
+    )
     assert r.exit_code == 0, r.output
     report = compare(train, out)
     assert report.verdict == "ok", report.cause
@@ -182,6 +218,7 @@ def test_smollm2_capture_matches_a_specforge_training_dump(smollm2_dir, tmp_path
     got = hsdiff.load(out).captures
     stack = torch.stack([c.load().float() for c in got])
     assert stack.shape == (31, len(ref["input_ids"]), 576)
+
     def median_err(ref_stack: torch.Tensor) -> torch.Tensor:
         ref_stack = ref_stack.float()
         return ((stack - ref_stack).norm(dim=-1) / ref_stack.norm(dim=-1)).median(dim=-1).values
@@ -189,5 +226,13 @@ def test_smollm2_capture_matches_a_specforge_training_dump(smollm2_dir, tmp_path
     vs_fp32, vs_bf16 = median_err(ref["fp32"]), median_err(ref["bf16"])
     assert float(vs_fp32.max()) < 0.03  # bf16 noise against the fp32 run, growing with depth
     assert float(vs_bf16.max()) < 0.03
-    print(json.dumps({"rel_err_slots": errs, "runner_up": runners, "vs_fp32": [round(float(x), 4) for x in vs_fp32],
-                      "vs_bf16": [round(float(x), 4) for x in vs_bf16]}))
+    print(
+        json.dumps(
+            {
+                "rel_err_slots": errs,
+                "runner_up": runners,
+                "vs_fp32": [round(float(x), 4) for x in vs_fp32],
+                "vs_bf16": [round(float(x), 4) for x in vs_bf16],
+            }
+        )
+    )

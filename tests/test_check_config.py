@@ -141,7 +141,9 @@ def test_ids_in_the_key_the_vllm_v2_runner_ignores():
     assert checks("nested-only.json", "--engine", "vllm")[1]["ignored-key"]["status"] == "FAIL"  # V2 by default
     code, found = checks("nested-only.json", "--engine", "vllm", "--vllm-runner", "v1")
     assert code == 0 and found["ignored-key"]["status"] == "warn"  # read by V1, ignored by V2
-    assert found["ids-source"]["message"].startswith("vLLM 0.33 reads eagle_config.eagle_aux_hidden_state_layer_ids = [2, 30, 58]")
+    assert found["ids-source"]["message"].startswith(
+        "vLLM 0.33 reads eagle_config.eagle_aux_hidden_state_layer_ids = [2, 30, 58]"
+    )
 
 
 def test_deepseek_family_rule_does_not_shift_unless_the_first_id_is_1(tmp_path):
@@ -198,9 +200,18 @@ def test_library_api_names():
 def test_specforge_takes_exactly_three_ids(tmp_path):
     # SpecForge@a6b6b02 specforge/algorithms/model_providers.py:205-210: anything but three ids raises
     four = tmp_path / "config.json"
-    four.write_text(json.dumps({"architectures": ["LlamaForCausalLMEagle3"], "hidden_size": 576,
-                                "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 8, 15, 26]}}))
-    r = CliRunner().invoke(cli, ["check-config", str(four), "--engine", "specforge", "--num-layers", "30", "--json", "-"])
+    four.write_text(
+        json.dumps(
+            {
+                "architectures": ["LlamaForCausalLMEagle3"],
+                "hidden_size": 576,
+                "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 8, 15, 26]},
+            }
+        )
+    )
+    r = CliRunner().invoke(
+        cli, ["check-config", str(four), "--engine", "specforge", "--num-layers", "30", "--json", "-"]
+    )
     assert r.exit_code == 1
     found = {c["name"]: c for c in json.loads(r.output)["checks"]}
     assert found["ids-count"]["status"] == "FAIL" and "exactly three" in found["ids-count"]["message"]

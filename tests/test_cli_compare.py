@@ -72,7 +72,9 @@ def test_fixed_configuration_without_the_neighbours_is_open_and_says_what_to_dum
 
 
 def test_fixed_configuration_with_the_neighbours_dumped_exits_0():
-    r = run("compare", str(SEED / "train"), str(SEED / "infer-fixed-neighbours"), "--layer-ids", "2,30,58", "--json", "-")
+    r = run(
+        "compare", str(SEED / "train"), str(SEED / "infer-fixed-neighbours"), "--layer-ids", "2,30,58", "--json", "-"
+    )
     assert r.exit_code == 0, r.output
     doc = json.loads(r.output)
     assert doc["verdict"] == "ok"
@@ -81,8 +83,17 @@ def test_fixed_configuration_with_the_neighbours_dumped_exits_0():
 
 
 def test_vllm_engine_convention_on_the_seed_fix():
-    r = run("compare", str(SEED / "train"), str(SEED / "infer-fixed-neighbours"), "--engine", "vllm", "--layer-ids", "3,31,59",
-            "--json", "-")
+    r = run(
+        "compare",
+        str(SEED / "train"),
+        str(SEED / "infer-fixed-neighbours"),
+        "--engine",
+        "vllm",
+        "--layer-ids",
+        "3,31,59",
+        "--json",
+        "-",
+    )
     assert r.exit_code == 0
     doc = json.loads(r.output)
     assert doc["recommended"]["eagle_aux_hidden_state_layer_ids"] == [3, 31, 59]
@@ -103,9 +114,18 @@ def test_output_index_labels(tmp_path):
     [
         (["compare", "nope/", str(SEED / "infer-fixed")], "nope: no such file or directory"),
         (["compare", str(SEED / "train"), str(SEED / "infer-fixed"), "--layer-ids", "2,x"], "not a list of integers"),
-        (["compare", str(SEED / "train"), str(SEED / "infer-fixed"), "--hidden-size", "500"], "--hidden-size 500 cannot fit the data"),
-        (["compare", str(SEED / "train"), str(SEED / "infer-fixed"), "--model-config", "missing.json"], "no such config file"),
-        (["compare", str(SEED / "train"), str(SEED / "infer-fixed"), "--model-family", "mamba"], "unknown model family"),
+        (
+            ["compare", str(SEED / "train"), str(SEED / "infer-fixed"), "--hidden-size", "500"],
+            "--hidden-size 500 cannot fit the data",
+        ),
+        (
+            ["compare", str(SEED / "train"), str(SEED / "infer-fixed"), "--model-config", "missing.json"],
+            "no such config file",
+        ),
+        (
+            ["compare", str(SEED / "train"), str(SEED / "infer-fixed"), "--model-family", "mamba"],
+            "unknown model family",
+        ),
     ],
 )
 def test_bad_input_is_one_line_exit_2(args, needle):
@@ -131,13 +151,28 @@ def test_plot_is_written(tmp_path):
 def test_real_console_script_seed_story(tmp_path):
     """The installed `hsdiff` entry point, as a user runs it."""
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
-    p = subprocess.run([HSDIFF, "compare", str(SEED / "train"), str(SEED / "infer-wrong"), "--layer-ids=-1,2,30"],
-                       capture_output=True, text=True, env=env, timeout=300)
+    p = subprocess.run(
+        [HSDIFF, "compare", str(SEED / "train"), str(SEED / "infer-wrong"), "--layer-ids=-1,2,30"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert p.returncode == 1, p.stderr
     assert '"eagle_aux_hidden_state_layer_ids": [2, 30, 58]' in p.stdout
-    p = subprocess.run([HSDIFF, "compare", str(SEED / "train"), str(SEED / "infer-fixed-neighbours"), "--layer-ids=2,30,58"],
-                       capture_output=True, text=True, env=env, timeout=300)
+    p = subprocess.run(
+        [HSDIFF, "compare", str(SEED / "train"), str(SEED / "infer-fixed-neighbours"), "--layer-ids=2,30,58"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert p.returncode == 0, p.stderr
-    p = subprocess.run([HSDIFF, "compare", str(tmp_path / "missing"), str(SEED / "infer-fixed")],
-                       capture_output=True, text=True, env=env, timeout=300)
+    p = subprocess.run(
+        [HSDIFF, "compare", str(tmp_path / "missing"), str(SEED / "infer-fixed")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "Traceback" not in p.stderr

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hsdiff import conventions as conv
 from hsdiff.configs import read_ids
 from hsdiff.errors import InputError
+from hsdiff.rules import conventions as conv
 from hsdiff.rules.profile import FAMILIES, RULES, VERSIONS
 from hsdiff.rules.serving import max_capturable
 
@@ -29,7 +29,9 @@ def test_vllm_default_runner_is_v2_and_ignores_the_nested_key():
     assert src.boundaries == (2, 30, 58) and src.vllm_runner == "v2"
     # the V1 runner (only when forced) reads the nested key: vllm==0.33.0 gpu_model_runner.py:5190-5224
     v1 = read_ids(NESTED_ONLY, "vllm", num_layers=61, vllm_runner="v1")
-    assert not v1.fallback and v1.boundaries == (2, 30, 58) and v1.key == "eagle_config.eagle_aux_hidden_state_layer_ids"
+    assert (
+        not v1.fallback and v1.boundaries == (2, 30, 58) and v1.key == "eagle_config.eagle_aux_hidden_state_layer_ids"
+    )
 
 
 # -- 2. SpecForge captures through SGLang's own setter: SGLang's family rules apply -------------------
@@ -96,10 +98,22 @@ def test_deepseek_rule_from_sglang_0_5_13(version, expected):
 
 def test_gpt_oss_max_rule_from_sglang_0_5_17():
     # sglang==0.5.16 gpt_oss.py:1284-1296 (+1, loop :689-692 never captures B=L); 0.5.17 gpt_oss.py:1328-1343
-    assert conv.to_boundary([24, 30, 35], "sglang", num_layers=36, model_family="gpt-oss", version="0.5.16") == [25, 31, 36]
+    assert conv.to_boundary([24, 30, 35], "sglang", num_layers=36, model_family="gpt-oss", version="0.5.16") == [
+        25,
+        31,
+        36,
+    ]
     assert max_capturable("sglang", 36, "gpt-oss", "0.5.16") == 35
-    assert conv.to_boundary([24, 30, 36], "sglang", num_layers=36, model_family="gpt-oss", version="0.5.17") == [24, 30, 36]
-    assert conv.from_boundary([24, 30, 36], "sglang", num_layers=36, model_family="gpt-oss", version="0.5.16") == [23, 29, None]
+    assert conv.to_boundary([24, 30, 36], "sglang", num_layers=36, model_family="gpt-oss", version="0.5.17") == [
+        24,
+        30,
+        36,
+    ]
+    assert conv.from_boundary([24, 30, 36], "sglang", num_layers=36, model_family="gpt-oss", version="0.5.16") == [
+        23,
+        29,
+        None,
+    ]
 
 
 def test_engine_version_is_parsed_and_checked():
@@ -184,8 +198,12 @@ def test_every_row_cites_a_source_and_is_reachable(row):
 
 
 # -- the round trip ----------------------------------------------------------------------------------
-_COMBOS = [(e, f, v) for e in conv.ENGINES for f in (FAMILIES if e in ("sglang", "specforge", "vllm") else [None])
-           for v in VERSIONS[e]]
+_COMBOS = [
+    (e, f, v)
+    for e in conv.ENGINES
+    for f in (FAMILIES if e in ("sglang", "specforge", "vllm") else [None])
+    for v in VERSIONS[e]
+]
 
 
 def _usable(engine: str, family: str | None, version: str) -> bool:
@@ -266,8 +284,19 @@ def test_fix_config_for_speculators_writes_the_top_level_key(tmp_path):
 
 
 def test_ids_takes_an_engine_version_and_names_the_rules():
-    old = _cli("ids", "2,30,58", "--from", "sglang", "--to", "vllm", "--model-family", "kimi_k25",
-               "--engine-version", "sglang==0.5.12", "--explain")
+    old = _cli(
+        "ids",
+        "2,30,58",
+        "--from",
+        "sglang",
+        "--to",
+        "vllm",
+        "--model-family",
+        "kimi_k25",
+        "--engine-version",
+        "sglang==0.5.12",
+        "--explain",
+    )
     assert old.exit_code == 0 and old.stdout == "3,31,59\n"
     assert "SGLang ≤ 0.5.12, DeepSeek family (+1 always)" in old.stderr
     new = _cli("ids", "2,30,58", "--from", "sglang", "--to", "vllm", "--model-family", "kimi_k25", "--explain")
@@ -289,7 +318,9 @@ def test_check_config_reports_the_rule_and_version_it_applied():
     kimi = str(B.FIXTURES / "configs" / "targets" / "kimi-k25-61.json")
     cfg = str(B.FIXTURES / "configs" / "kimi-first-id.json")
     new = check_config(cfg, target_config=kimi)
-    assert new.ids is not None and new.ids.rule == "SGLang ≥ 0.5.13, DeepSeek rule" and new.ids.boundaries == (2, 30, 58)
+    assert (
+        new.ids is not None and new.ids.rule == "SGLang ≥ 0.5.13, DeepSeek rule" and new.ids.boundaries == (2, 30, 58)
+    )
     old = check_config(cfg, target_config=kimi, engine_version="sglang==0.5.12")
     assert old.ids is not None and old.ids.boundaries == (3, 31, 59) and old.to_dict()["engine_version"] == "0.5.12"
     assert {c.name for c in old.checks if not c.ok} == set()  # no family rule then

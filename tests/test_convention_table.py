@@ -13,7 +13,7 @@ DOC = B.ROOT / "docs" / "conventions.md"
 
 def test_docs_table_is_generated_from_the_rules():
     text = DOC.read_text(encoding="utf-8")
-    block = text[text.index(BEGIN):text.index(END) + len(END)]
+    block = text[text.index(BEGIN) : text.index(END) + len(END)]
     assert block == render_block(), "run: python -m hsdiff.report.conventions docs/conventions.md"
 
 

@@ -6,8 +6,8 @@ import itertools
 
 import pytest
 
-from hsdiff import conventions as conv
 from hsdiff.errors import InputError
+from hsdiff.rules import conventions as conv
 
 
 @pytest.mark.parametrize(

@@ -22,8 +22,11 @@ def _compare(c: deep.DeepCase, root: Path) -> hsdiff.Report:
     return hsdiff.compare(train, infer, layer_ids=c.layer_ids)
 
 
-@pytest.mark.parametrize("depth,train_b", [(d, b) for d in deep.SLOTS for b in deep.SLOTS[d]],
-                         ids=lambda v: str(v) if isinstance(v, int) else "B" + "-".join(map(str, v)))
+@pytest.mark.parametrize(
+    "depth,train_b",
+    [(d, b) for d in deep.SLOTS for b in deep.SLOTS[d]],
+    ids=lambda v: str(v) if isinstance(v, int) else "B" + "-".join(map(str, v)),
+)
 def test_off_by_one_never_passes_and_every_boundary_gives_the_training_ids(tmp_path, depth, train_b):
     wrong = []
     for i, c in enumerate(x for x in deep.cases(depth) if list(x.train_b) == list(train_b)):
@@ -69,8 +72,10 @@ def test_the_right_deployment_on_configured_captures_alone(tmp_path, label):
         assert "does not pass on them" in r.cause and "B99, B101, B109 and B111" in r.cause
         for s in r.slots:  # both figures: the error and the separation it was judged against
             assert s.separation is not None and not s.separation_measured and s.match is not None
-            assert f"B{s.boundary_index} at {hsdiff.model.pct(s.match.metrics.rel_err)}, its neighbours estimated " \
-                   f"{hsdiff.model.pct(s.separation)} away" in r.cause
+            assert (
+                f"B{s.boundary_index} at {hsdiff.model.pct(s.match.metrics.rel_err)}, its neighbours estimated "
+                f"{hsdiff.model.pct(s.separation)} away" in r.cause
+            )
 
 
 def test_a_deployment_one_layer_deep_with_training_labels_one_layer_deep_does_not_pass(tmp_path):

@@ -7,7 +7,17 @@ import importlib
 
 import pytest
 
-MODULES = ["hsdiff.arrays", "hsdiff.rules.conventions", "hsdiff.rules.serving", "hsdiff.decide", "hsdiff.align.separation", "hsdiff.configs", "hsdiff.ids", "hsdiff.request", "hsdiff.model.results"]
+MODULES = [
+    "hsdiff.arrays",
+    "hsdiff.rules.conventions",
+    "hsdiff.rules.serving",
+    "hsdiff.decide",
+    "hsdiff.align.separation",
+    "hsdiff.configs",
+    "hsdiff.ids",
+    "hsdiff.request",
+    "hsdiff.model.results",
+]
 
 
 @pytest.mark.parametrize("name", MODULES)
@@ -17,7 +27,7 @@ def test_docstring_examples(name: str) -> None:
 
 
 def test_trtllm_two_model_path_moves_the_final_state_last() -> None:
-    from hsdiff import conventions as conv
+    from hsdiff.rules import conventions as conv
 
     assert conv.to_boundary([-1, 2, 30], "trtllm", num_layers=61) == [62, 3, 31]
     assert conv.to_boundary([-1, 2, 30], "trtllm", num_layers=61, version="two-model") == [3, 31, 62]
@@ -31,8 +41,8 @@ def test_an_id_shifted_past_the_last_layer_is_out_of_range_not_the_final_state()
     # which only TensorRT-LLM's -1 and HF's index L name
     import pytest
 
-    from hsdiff import conventions as conv
     from hsdiff.errors import InputError
+    from hsdiff.rules import conventions as conv
 
     with pytest.raises(InputError, match="boundary 37, outside 0..36"):
         conv.to_boundary([24, 30, 36], "sglang", num_layers=36, model_family="gpt_oss", version="0.5.16")

@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from hsdiff import conventions as conv
 from hsdiff.cli import cli
 from hsdiff.configs import config_value, read_ids
 from hsdiff.errors import InputError
 from hsdiff.fix_config import fix_config
 from hsdiff.gate.checks import static_checks
 from hsdiff.ids import translate_ids
+from hsdiff.rules import conventions as conv
 from hsdiff.rules.serving import serve
 
 L = 30  # SmolLM2-135M's layers, as elsewhere in the tests
@@ -36,22 +36,38 @@ def _dflash(path: Path, *, arch: str = "DFlashDraftModel", layers: int = 5, **ke
 
 # --------------------------------------------------------------------------- the acceptance commands
 
+
 def test_qwen3_next_dflash_ids_from_specforge_to_sglang_are_the_engines_own() -> None:
     """SpecForge's DFlash ids are HF layer outputs (hidden_states[id + 1]); SGLang's Qwen3-Next DFlash setter adds 1
     and captures before that layer: the same output indices, written to dflash_config.target_layer_ids."""
-    r = _run("ids", "1,9,17,25,33", "--draft-kind", "dflash", "--from", "specforge", "--to", "sglang",
-             "--model-family", "qwen3_next", "--num-layers", "48")
+    r = _run(
+        "ids",
+        "1,9,17,25,33",
+        "--draft-kind",
+        "dflash",
+        "--from",
+        "specforge",
+        "--to",
+        "sglang",
+        "--model-family",
+        "qwen3_next",
+        "--num-layers",
+        "48",
+    )
     assert r.exit_code == 0, r.output
     assert r.stdout.strip() == "1,9,17,25,33"
     assert "Qwen3-Next" in r.stderr and "dflash_config.target_layer_ids" in r.stderr
 
 
-@pytest.mark.parametrize("runner_key,expect", [
-    ("dflash_config", [2, 10, 18, 26, 34]),  # + 1 (eagle3_utils.py:120-124)
-    ("dspark_target_layer_ids", [2, 10, 18, 26, 34]),  # + 1 (:125-135)
-    ("target_layer_ids", [2, 10, 18, 26, 34]),  # + 1 (:136-140)
-    ("eagle_aux_hidden_state_layer_ids", [1, 9, 17, 25, 33]),  # raw (:119)
-])
+@pytest.mark.parametrize(
+    "runner_key,expect",
+    [
+        ("dflash_config", [2, 10, 18, 26, 34]),  # + 1 (eagle3_utils.py:120-124)
+        ("dspark_target_layer_ids", [2, 10, 18, 26, 34]),  # + 1 (:125-135)
+        ("target_layer_ids", [2, 10, 18, 26, 34]),  # + 1 (:136-140)
+        ("eagle_aux_hidden_state_layer_ids", [1, 9, 17, 25, 33]),  # raw (:119)
+    ],
+)
 def test_vllm_v2_reads_each_dflash_key_with_its_own_meaning(tmp_path: Path, runner_key: str, expect: list[int]) -> None:
     ids = [1, 9, 17, 25, 33]
     keys = {"dflash_config": {"target_layer_ids": ids}} if runner_key == "dflash_config" else {runner_key: ids}
@@ -69,8 +85,11 @@ def test_vllm_adds_one_to_dflash_config_ids_whatever_the_draft_kind() -> None:
 
 
 def test_vllm_reads_the_top_level_eagle_key_before_dflash_config(tmp_path: Path) -> None:
-    cfg = json.loads(_dflash(tmp_path / "c.json", eagle_aux_hidden_state_layer_ids=[3, 11],
-                             dflash_config={"target_layer_ids": [1, 9]}).read_text())
+    cfg = json.loads(
+        _dflash(
+            tmp_path / "c.json", eagle_aux_hidden_state_layer_ids=[3, 11], dflash_config={"target_layer_ids": [1, 9]}
+        ).read_text()
+    )
     got = read_ids(cfg, "vllm", num_layers=36, kind="dflash")
     assert got.key == "eagle_aux_hidden_state_layer_ids" and list(got.boundaries) == [3, 11]
 
@@ -88,6 +107,7 @@ def test_vllm_dflash_rows_translate_like_the_engine() -> None:
 
 
 # --------------------------------------------------------------------------- SGLang's families
+
 
 def test_qwen3_next_id_past_the_last_layer_fails_at_startup_not_silently() -> None:
     s = serve([10, 48], "sglang", num_layers=48, model_family="qwen3_next", kind="dflash")
@@ -132,9 +152,18 @@ def test_sglang_dflash_default_is_evenly_spaced_over_the_draft_layers() -> None:
 
 # --------------------------------------------------------------------------- kinds
 
-@pytest.mark.parametrize("arch,kind", [("DFlashDraftModel", "dflash"), ("DFlash2DraftModel", "dflash2"),
-                                       ("Qwen3DSparkModel", "dspark"), ("DSparkMiniMaxDraftModel", "dspark"),
-                                       ("LlamaForCausalLMEagle3", "eagle3"), ("DeepseekV3MTP", "mtp")])
+
+@pytest.mark.parametrize(
+    "arch,kind",
+    [
+        ("DFlashDraftModel", "dflash"),
+        ("DFlash2DraftModel", "dflash2"),
+        ("Qwen3DSparkModel", "dspark"),
+        ("DSparkMiniMaxDraftModel", "dspark"),
+        ("LlamaForCausalLMEagle3", "eagle3"),
+        ("DeepseekV3MTP", "mtp"),
+    ],
+)
 def test_kind_is_detected_from_the_architectures(arch: str, kind: str) -> None:
     assert conv.kind_from_config({"architectures": [arch]}).key == kind
 
@@ -152,8 +181,12 @@ def test_an_engine_without_dflash_rows_is_refused() -> None:
 
 
 def test_eagle31_norms_are_reported(tmp_path: Path) -> None:
-    cfg = {"architectures": ["LlamaForCausalLMEagle3"], "fc_norm": True, "norm_output": True,
-           "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 14, 26]}}
+    cfg = {
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "fc_norm": True,
+        "norm_output": True,
+        "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 14, 26]},
+    }
     ids = read_ids(cfg, "sglang", num_layers=L)
     assert ids.kind == "eagle3.1" and list(ids.boundaries) == [2, 15, 27]
     found = {c.name: c for c in static_checks(cfg, ids, num_layers=L)}["draft-kind"]
@@ -162,12 +195,15 @@ def test_eagle31_norms_are_reported(tmp_path: Path) -> None:
 
 # --------------------------------------------------------------------------- silent fallbacks
 
+
 def test_a_key_only_another_engine_reads_is_an_error(tmp_path: Path) -> None:
     """vLLM's V1 runner reads no top-level target_layer_ids: it silently takes its EAGLE-3 default layers."""
     path = _dflash(tmp_path / "c.json", target_layer_ids=[1, 9, 17, 25, 33])
     t = tmp_path / "t.json"
     t.write_text(json.dumps({"model_type": "qwen3", "num_hidden_layers": 36, "hidden_size": 576}))
-    r = _run("check-config", str(path), "--engine", "vllm", "--vllm-runner", "v1", "--target-config", str(t), "--json", "-")
+    r = _run(
+        "check-config", str(path), "--engine", "vllm", "--vllm-runner", "v1", "--target-config", str(t), "--json", "-"
+    )
     assert r.exit_code == 1
     found = {c["name"]: c for c in json.loads(r.stdout)["checks"]}["silent-fallback"]
     assert not found["ok"] and "target_layer_ids" in found["message"] and "SGLang" in found["message"]
@@ -184,15 +220,24 @@ def test_fix_config_warns_when_a_key_read_first_shadows_the_written_one(tmp_path
 
 # --------------------------------------------------------------------------- the round trip
 
+
 def engine_reads(config: dict, engine: str, family: str, kind: str, runner: str = "v2") -> list[int]:
     """The boundaries the engine captures for a DFlash-family draft config, by this test's reading of the source:
     SGLang dflash_utils.py:656-660 / dspark_config.py:226-310 and its per-family setters; vLLM eagle3_utils.py:113-150
     (V2) and gpu_model_runner.py:5207-5222 (V1); SpecForge dflash.py:284-293."""
     plus = [("dflash_config", "target_layer_ids"), ("dspark_target_layer_ids",), ("target_layer_ids",)]
     if engine == "vllm":
-        order = ([("eagle_aux_hidden_state_layer_ids",)] + plus + [("dflash_config", "layer_ids"), ("eagle_config", "layer_ids")]
-                 if runner == "v2" else [("eagle_aux_hidden_state_layer_ids",), ("eagle_config", "eagle_aux_hidden_state_layer_ids"),
-                                         ("dflash_config", "target_layer_ids")])
+        order = (
+            [("eagle_aux_hidden_state_layer_ids",)]
+            + plus
+            + [("dflash_config", "layer_ids"), ("eagle_config", "layer_ids")]
+            if runner == "v2"
+            else [
+                ("eagle_aux_hidden_state_layer_ids",),
+                ("eagle_config", "eagle_aux_hidden_state_layer_ids"),
+                ("dflash_config", "target_layer_ids"),
+            ]
+        )
         key, ids = next((k, v) for k in order if (v := config_value(config, k)[1]))
         return sorted({i + (1 if key in plus else 0) for i in ids})
     order = plus[:1] if engine == "specforge" else ([plus[1]] if kind == "dspark" else []) + [plus[0], plus[2]]
@@ -206,8 +251,11 @@ def _top(engine: str, family: str) -> int:
     return L if engine == "vllm" or family == "after_layer" else L - 1
 
 
-_FAMILIES = {"sglang": ["llama", "qwen3_next", "after_layer", "muse_glimmer", "deepseek_v4", "deepseek"],
-             "vllm": ["llama", "deepseek"], "specforge": ["llama"]}
+_FAMILIES = {
+    "sglang": ["llama", "qwen3_next", "after_layer", "muse_glimmer", "deepseek_v4", "deepseek"],
+    "vllm": ["llama", "deepseek"],
+    "specforge": ["llama"],
+}
 _CASES = [(e, f, k) for e, fams in _FAMILIES.items() for f in fams for k in ("dflash", "dflash2", "dspark", "domino")]
 
 
@@ -217,8 +265,12 @@ def test_dflash_ids_round_trip_through_fix_config(engine: str, family: str, kind
     for bs in ([2, 8, 15, 22, 27], [max(low, 1), 10, _top(engine, family)]):
         ids = conv.from_boundary(bs, engine, num_layers=L, model_family=family, kind=kind)
         assert None not in ids, (bs, ids)
-        path = _dflash(tmp_path / f"{engine}-{family}-{kind}" / "config.json", arch={"dflash2": "DFlash2DraftModel",
-                       "dspark": "DSparkDraftModel", "domino": "DominoDraftModel"}.get(kind, "DFlashDraftModel"))
+        path = _dflash(
+            tmp_path / f"{engine}-{family}-{kind}" / "config.json",
+            arch={"dflash2": "DFlash2DraftModel", "dspark": "DSparkDraftModel", "domino": "DominoDraftModel"}.get(
+                kind, "DFlashDraftModel"
+            ),
+        )
         result = fix_config(path, [int(i) for i in ids if i is not None], engine=engine, model_family=family)
         assert result.written and not result.warnings, result.warnings
         config = json.loads(path.read_text())
@@ -227,8 +279,9 @@ def test_dflash_ids_round_trip_through_fix_config(engine: str, family: str, kind
             assert engine_reads(config, engine, family, kind, runner="v1") == bs
         assert list(read_ids(config, engine, num_layers=L, model_family=family).boundaries) == bs
         for other in _FAMILIES:  # the same layers written for every other engine, through `hsdiff ids`
-            t = translate_ids([int(i) for i in ids if i is not None], engine, other, num_layers=L,
-                              model_family=family, kind=kind)
+            t = translate_ids(
+                [int(i) for i in ids if i is not None], engine, other, num_layers=L, model_family=family, kind=kind
+            )
             fam = family if family in _FAMILIES[other] else "llama"
             if not t.complete or fam != family:
                 continue
@@ -239,6 +292,7 @@ def test_dflash_ids_round_trip_through_fix_config(engine: str, family: str, kind
 
 # --------------------------------------------------------------------------- trainers added with the kinds
 
+
 def test_deepspec_five_layer_eagle3_ids_are_output_indices_in_the_top_level_key(tmp_path: Path) -> None:
     """DeepSpec's Qwen3-8B EAGLE-3 recipe (config/eagle3/eagle3_qwen3_8b.py:14) captures layer outputs."""
     ids = [1, 9, 17, 25, 33]
@@ -247,7 +301,9 @@ def test_deepspec_five_layer_eagle3_ids_are_output_indices_in_the_top_level_key(
     path = _dflash(tmp_path / "c.json", arch="LlamaForCausalLMEagle3")
     assert fix_config(path, ids, engine="deepspec").key == "target_layer_ids"
     assert list(read_ids(json.loads(path.read_text()), "deepspec", num_layers=36).boundaries) == [2, 10, 18, 26, 34]
-    t = translate_ids([35], "deepspec", "vllm", num_layers=36)  # id L-1: refused by DeepSpec (base_evaluator.py:100-112)
+    t = translate_ids(
+        [35], "deepspec", "vllm", num_layers=36
+    )  # id L-1: refused by DeepSpec (base_evaluator.py:100-112)
     assert any("could not have captured" in w for w in t.warnings)
 
 

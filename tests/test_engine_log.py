@@ -44,10 +44,13 @@ def test_sglang_accept_len_lines(tmp_path):
     assert m.acceptance_length == pytest.approx((2.40 + 2.10 + 2.30) / 3)  # not the 'block accept len'
 
 
-@pytest.mark.parametrize("text, words", [
-    ("INFO starting server\nINFO ready\n", "no engine line found"),
-    ((LOGS / "vllm-0.32-cpu.log").read_text() + (LOGS / "sglang-decode.log").read_text(), "several engines"),
-])
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("INFO starting server\nINFO ready\n", "no engine line found"),
+        ((LOGS / "vllm-0.32-cpu.log").read_text() + (LOGS / "sglang-decode.log").read_text(), "several engines"),
+    ],
+)
 def test_a_log_without_evidence_is_a_user_error(tmp_path, text, words):
     p = tmp_path / "server.log"
     p.write_text(text)
@@ -60,27 +63,59 @@ def test_a_log_without_evidence_is_a_user_error(tmp_path, text, words):
 def test_compare_takes_the_ids_from_the_vllm_line(tmp_path):
     """The seed story on vLLM: the log says (0, 3, 31) — B[0, 3, 31], the embeddings in slot 0."""
     p = tmp_path / "vllm.log"
-    p.write_text("(EngineCore pid=7) INFO 12-02 07:46:35 [gpu_model_runner.py:5243] "
-                 "Using auxiliary layers from speculative config: (0, 3, 31)\n")
+    p.write_text(
+        "(EngineCore pid=7) INFO 12-02 07:46:35 [gpu_model_runner.py:5243] "
+        "Using auxiliary layers from speculative config: (0, 3, 31)\n"
+    )
     r = run("compare", SEED / "train", SEED / "infer-wrong", "--engine-log", p, "--model-config", TARGET, "--json", "-")
     assert r.exit_code == 1, r.output
     doc = json.loads(r.output)
     assert doc["configured"]["engine"] == "vllm" and doc["configured"]["boundary_indices"] == [0, 3, 31]
     assert doc["recommended"]["eagle_aux_hidden_state_layer_ids"] == [3, 31, 59]
     assert doc["engine_log"]["line"] == 1 and doc["measured_acceptance"] is None
-    same = run("compare", SEED / "train", SEED / "infer-wrong", "--engine-log", p, "--layer-ids", "0,3,31",
-               "--model-config", TARGET, "-q")
+    same = run(
+        "compare",
+        SEED / "train",
+        SEED / "infer-wrong",
+        "--engine-log",
+        p,
+        "--layer-ids",
+        "0,3,31",
+        "--model-config",
+        TARGET,
+        "-q",
+    )
     assert same.exit_code == 1
-    other = run("compare", SEED / "train", SEED / "infer-wrong", "--engine-log", p, "--layer-ids", "3,31,59",
-                "--model-config", TARGET)
+    other = run(
+        "compare",
+        SEED / "train",
+        SEED / "infer-wrong",
+        "--engine-log",
+        p,
+        "--layer-ids",
+        "3,31,59",
+        "--model-config",
+        TARGET,
+    )
     assert other.exit_code == 2 and "differ from the ids the engine logged" in other.output
     sglang = run("compare", SEED / "train", SEED / "infer-wrong", "--engine-log", p, "--engine", "sglang")
     assert sglang.exit_code == 2 and "--engine vllm" in sglang.output
 
 
 def test_gate_min_acceptance_judges_the_measured_value():
-    base = ["gate", SEED / "train", SEED / "infer-fixed-neighbours", "--draft-config", SEED / "draft-fixed" / "config.json",
-            "--target-config", TARGET, "--engine-log", LOGS / "sglang-decode.log", "--json", "-"]
+    base = [
+        "gate",
+        SEED / "train",
+        SEED / "infer-fixed-neighbours",
+        "--draft-config",
+        SEED / "draft-fixed" / "config.json",
+        "--target-config",
+        TARGET,
+        "--engine-log",
+        LOGS / "sglang-decode.log",
+        "--json",
+        "-",
+    ]
     ok = run(*base, "--min-acceptance", "2.2")
     assert ok.exit_code == 0, ok.output
     doc = json.loads(ok.output)
@@ -98,8 +133,19 @@ def test_gate_sees_vllm_falling_back_to_its_default(tmp_path):
     """vLLM #50170 from the log's side: the config's ids sit where the V2 runner never reads, and a log
     with acceptance lines but no aux-layer line shows the engine took its default; a log that names
     other ids than the config gives is of another config."""
-    base = ["gate", SEED / "train", SEED / "infer-fixed-neighbours", "--draft-config", SEED / "draft-fixed" / "config.json",
-            "--target-config", TARGET, "--engine", "vllm", "--json", "-"]
+    base = [
+        "gate",
+        SEED / "train",
+        SEED / "infer-fixed-neighbours",
+        "--draft-config",
+        SEED / "draft-fixed" / "config.json",
+        "--target-config",
+        TARGET,
+        "--engine",
+        "vllm",
+        "--json",
+        "-",
+    ]
     spec = "\n".join(line for line in (LOGS / "vllm-0.32-cpu.log").read_text().splitlines() if "auxiliary" not in line)
     default = tmp_path / "default.log"
     default.write_text(spec)
@@ -119,5 +165,9 @@ def test_the_json_follows_the_schemas(tmp_path):
 
     base = [SEED / "train", SEED / "infer-fixed-neighbours", "--engine-log", LOGS / "sglang-decode.log", "--json", "-"]
     validate(json.loads(run("compare", *base, "--layer-ids", "2,30,58").output), "report")
-    validate(json.loads(run("gate", *base, "--draft-config", SEED / "draft-fixed" / "config.json",
-                            "--target-config", TARGET).output), "gate")
+    validate(
+        json.loads(
+            run("gate", *base, "--draft-config", SEED / "draft-fixed" / "config.json", "--target-config", TARGET).output
+        ),
+        "gate",
+    )

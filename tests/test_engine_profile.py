@@ -8,7 +8,6 @@ import json
 
 import pytest
 
-from hsdiff import conventions as conv
 from hsdiff.configs import built_fc_width, read_config_ids, read_ids
 from hsdiff.engine_log import EngineLog, ids_check
 from hsdiff.errors import InputError
@@ -16,6 +15,7 @@ from hsdiff.fix_config import fix_config
 from hsdiff.gate.checks import static_checks
 from hsdiff.report._doc import nested_in
 from hsdiff.request import ENDPOINTS, advice, request_body
+from hsdiff.rules import conventions as conv
 from hsdiff.rules.profile import (
     CONFIG_KEYS,
     ENGINE_INFO,
@@ -125,7 +125,9 @@ def test_skips_empty_falls_through_to_the_next_key() -> None:
     cfg = {"eagle_aux_hidden_state_layer_ids": [], "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 14]}}
     assert read_config_ids(cfg, "vllm", vllm_runner="v1") == ([1, 14], conv.NESTED_KEY)
     assert read_config_ids({"eagle_config": {"eagle_aux_hidden_state_layer_ids": []}}, "sglang") == (
-        [], conv.NESTED_KEY)  # SGLang takes the empty list: it captures nothing
+        [],
+        conv.NESTED_KEY,
+    )  # SGLang takes the empty list: it captures nothing
 
 
 @pytest.mark.parametrize("engine", [k for k, e in ENGINE_INFO.items() if e.writes])
@@ -173,7 +175,9 @@ def test_key_check_variants() -> None:
     assert not ignored.ok and "which SGLang never reads" in ignored.message
     mo = read_ids({"eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 30, 58]}}, "modelopt", num_layers=61)
     generic = {c.name: c for c in static_checks(top_only, mo, num_layers=61)}["ignored-key"]
-    assert not generic.ok and "which NVIDIA ModelOpt never reads (it reads eagle_architecture_config." in generic.message
+    assert (
+        not generic.ok and "which NVIDIA ModelOpt never reads (it reads eagle_architecture_config." in generic.message
+    )
 
 
 # -- fc width, id count -------------------------------------------------------------------------------

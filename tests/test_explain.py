@@ -145,7 +145,15 @@ def test_slots_that_differ_are_named_with_the_reason_they_stand_against_the_conf
     results = [
         slot(0, 3, 3, Status.OK),
         slot(1, 15, 20, Status.MISMATCH, note="matched B15; configured B20", against="configured B20"),
-        slot(2, None, 27, Status.MISMATCH, matched=False, note="no capture; B27 differs by 9%", against="B27 differs by 9%"),
+        slot(
+            2,
+            None,
+            27,
+            Status.MISMATCH,
+            matched=False,
+            note="no capture; B27 differs by 9%",
+            against="B27 differs by 9%",
+        ),
     ]
     cause = words(
         results, Verdict.MISMATCH, Diagnosis(Finding.SLOTS_DIFFER, slots=(1, 2)), c, rec("sglang", (3, 15, None))

@@ -32,7 +32,9 @@ def wrong_copy(tmp_path):
 
 
 def gate(infer: str, draft, *extra: str):
-    return run("gate", str(SEED / "train"), str(SEED / infer), "--draft-config", str(draft), "--target-config", TARGET, *extra)
+    return run(
+        "gate", str(SEED / "train"), str(SEED / infer), "--draft-config", str(draft), "--target-config", TARGET, *extra
+    )
 
 
 def test_fix_from_the_gate_report_makes_the_gate_pass(tmp_path, wrong_copy):
@@ -96,8 +98,9 @@ def test_dry_run_writes_nothing(wrong_copy):
 
 
 def _report(tmp_path, **changes):
-    doc = json.loads(run("compare", str(SEED / "train"), str(SEED / "infer-wrong"), "--layer-ids=-1,2,30",
-                         "--json", "-").stdout)
+    doc = json.loads(
+        run("compare", str(SEED / "train"), str(SEED / "infer-wrong"), "--layer-ids=-1,2,30", "--json", "-").stdout
+    )
     doc.update(changes)
     path = tmp_path / "report.json"
     path.write_text(json.dumps(doc))
@@ -147,8 +150,16 @@ def test_deepseek_rule_writing_is_accepted(tmp_path, wrong_copy):
     assert r.exit_code == 2 and "not ascending" in r.output
 
 
-@pytest.mark.parametrize("args", [(), ("--layer-ids", "2,30,58", "--from-report", "x.json"), ("--layer-ids", "30,2,58"),
-                                  ("--from-report", "missing.json"), ("--layer-ids", "2,30,58", "--engine", "hf")])
+@pytest.mark.parametrize(
+    "args",
+    [
+        (),
+        ("--layer-ids", "2,30,58", "--from-report", "x.json"),
+        ("--layer-ids", "30,2,58"),
+        ("--from-report", "missing.json"),
+        ("--layer-ids", "2,30,58", "--engine", "hf"),
+    ],
+)
 def test_bad_input_exits_2(wrong_copy, args):
     before = wrong_copy.read_bytes()
     r = run("fix-config", str(wrong_copy), *args)
@@ -179,8 +190,19 @@ def kimi_reports(tmp_path_factory):
     out = {}
     for version, ids in (("0.5.12", "-1,2,30"), ("0.5.23", "0,3,31")):
         path, md = d / f"r-{version}.json", d / f"r-{version}.md"
-        r = run("compare", str(SEED / "train"), str(SEED / "infer-wrong"), f"--layer-ids={ids}", *KIMI,
-                "--engine-version", f"sglang=={version}", "--json", str(path), "--markdown", str(md))
+        r = run(
+            "compare",
+            str(SEED / "train"),
+            str(SEED / "infer-wrong"),
+            f"--layer-ids={ids}",
+            *KIMI,
+            "--engine-version",
+            f"sglang=={version}",
+            "--json",
+            str(path),
+            "--markdown",
+            str(md),
+        )
         assert r.exit_code == 1, r.output
         for text in (r.output, md.read_text()):  # the text and Markdown reports say it beside the ids
             assert f"(for SGLang {version}, rule: SGLang " in text and f"SGLang {version}, rule:" in text
@@ -197,7 +219,9 @@ def test_a_0_5_12_report_writes_what_sglang_0_5_12_needs(kimi_reports, wrong_cop
     rec = doc["recommended"]
     assert (rec["engine_version"], rec["eagle_aux_hidden_state_layer_ids"]) == ("0.5.12", [2, 30, 58])
     assert rec["by_engine"]["sglang"] == {"version": "0.5.12", "rule": rec["rule"], "ids": [2, 30, 58]}  # one answer
-    assert doc["settings"]["engine_version"] == "0.5.12" and doc["settings"]["engine_versions_given"] == ["sglang==0.5.12"]
+    assert doc["settings"]["engine_version"] == "0.5.12" and doc["settings"]["engine_versions_given"] == [
+        "sglang==0.5.12"
+    ]
     r = run("fix-config", str(wrong_copy), "--from-report", str(kimi_reports["0.5.12"]))
     assert r.exit_code == 0, r.output
     assert _written(wrong_copy) == [2, 30, 58]  # 0.5.12 adds 1 to every id: B[3, 31, 59], the training layers
@@ -217,7 +241,14 @@ def test_a_0_5_23_report_writes_what_sglang_0_5_23_needs(kimi_reports, wrong_cop
 
 def test_another_version_than_the_report_s_is_refused_unless_translated(kimi_reports, wrong_copy):
     before = wrong_copy.read_bytes()
-    args = ("fix-config", str(wrong_copy), "--from-report", str(kimi_reports["0.5.12"]), "--engine-version", "sglang==0.5.23")
+    args = (
+        "fix-config",
+        str(wrong_copy),
+        "--from-report",
+        str(kimi_reports["0.5.12"]),
+        "--engine-version",
+        "sglang==0.5.23",
+    )
     r = run(*args)
     assert r.exit_code == 2
     assert "made for SGLang 0.5.12" in r.output and "asks for SGLang 0.5.23" in r.output and "--translate" in r.output
@@ -268,23 +299,50 @@ def test_gate_check_config_and_ids_name_the_same_version(tmp_path, wrong_copy):
     assert (doc["settings"]["engine_version"], doc["settings"]["rule"]) == ("0.5.12", rule)
     assert doc["settings"] == doc["report"]["settings"]  # the gate's record is its comparison's
     assert doc["settings"]["model_family_source"] == "--model-family kimi_k25"
-    assert doc["settings"]["num_hidden_layers"] == 61 and doc["settings"]["num_hidden_layers_source"] == "the target config (--model-config)"
+    assert (
+        doc["settings"]["num_hidden_layers"] == 61
+        and doc["settings"]["num_hidden_layers_source"] == "the target config (--model-config)"
+    )
     assert f"(for SGLang 0.5.12, rule: {rule})" in r.output
     r = run("fix-config", str(wrong_copy), "--from-report", str(gate_json))
     assert r.exit_code == 0 and _written(wrong_copy) == [2, 30, 58], r.output
     check = tmp_path / "check.json"
-    r = run("check-config", str(wrong_copy), "--target-config", TARGET, *KIMI, "--engine-version", "sglang==0.5.12",
-            "--json", str(check))
+    r = run(
+        "check-config",
+        str(wrong_copy),
+        "--target-config",
+        TARGET,
+        *KIMI,
+        "--engine-version",
+        "sglang==0.5.12",
+        "--json",
+        str(check),
+    )
     assert r.exit_code == 0, r.output
-    assert json.loads(check.read_text())["settings"]["rule"] == rule and f"engine: SGLang 0.5.12, rule: {rule}" in r.output
-    r = run("ids", "2,30,58", "--from", "sglang", "--to", "vllm", *KIMI, "--engine-version", "sglang==0.5.12", "--explain")
+    assert (
+        json.loads(check.read_text())["settings"]["rule"] == rule and f"engine: SGLang 0.5.12, rule: {rule}" in r.output
+    )
+    r = run(
+        "ids", "2,30,58", "--from", "sglang", "--to", "vllm", *KIMI, "--engine-version", "sglang==0.5.12", "--explain"
+    )
     assert r.stdout.strip() == "3,31,59" and f"SGLang 0.5.12, rule: {rule} → vLLM 0.33" in r.stderr
 
 
 def test_a_version_of_another_engine_asks_for_that_engine(kimi_reports, wrong_copy):
-    args = ("fix-config", str(wrong_copy), "--from-report", str(kimi_reports["0.5.12"]), "--engine-version", "vllm==0.31")
+    args = (
+        "fix-config",
+        str(wrong_copy),
+        "--from-report",
+        str(kimi_reports["0.5.12"]),
+        "--engine-version",
+        "vllm==0.31",
+    )
     r = run(*args)
-    assert r.exit_code == 2 and "made for SGLang 0.5.12" in r.output and "--engine-version vllm==0.31 asks for vLLM 0.31" in r.output
+    assert (
+        r.exit_code == 2
+        and "made for SGLang 0.5.12" in r.output
+        and "--engine-version vllm==0.31 asks for vLLM 0.31" in r.output
+    )
     r = run(*args, "--translate")
     assert r.exit_code == 0, r.output
     assert json.loads(wrong_copy.read_text())["eagle_aux_hidden_state_layer_ids"] == [3, 31, 59]
@@ -297,7 +355,10 @@ def test_a_config_inside_a_dump_the_report_read_is_not_rewritten(tmp_path):
     train = tmp_path / "train"
     shutil.copytree(SEED / "train", train)
     report = tmp_path / "r.json"
-    assert run("compare", str(train), str(SEED / "infer-wrong"), "--layer-ids=-1,2,30", "--json", str(report)).exit_code == 1
+    assert (
+        run("compare", str(train), str(SEED / "infer-wrong"), "--layer-ids=-1,2,30", "--json", str(report)).exit_code
+        == 1
+    )
     before = {p: p.read_bytes() for p in train.rglob("*") if p.is_file()}
     r = run("fix-config", str(train / "config.json"), "--from-report", str(report))
     assert r.exit_code == 2 and "training dump the report read" in r.output and "Traceback" not in r.output

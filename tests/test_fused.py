@@ -65,8 +65,9 @@ def test_the_loop_is_built_where_a_compiler_is():
 
 @needs_loop
 @pytest.mark.parametrize("width", [1, 7, 16, 17, 576, 1000])
-@pytest.mark.parametrize("kinds", [("bfloat16", "bfloat16"), ("float32", "bfloat16"), ("bfloat16", "float32"),
-                                   ("float32", "float32")])
+@pytest.mark.parametrize(
+    "kinds", [("bfloat16", "bfloat16"), ("float32", "bfloat16"), ("bfloat16", "float32"), ("float32", "float32")]
+)
 def test_loop_matches_a_float64_reference_and_its_portable_twin(width, kinds):
     rng = np.random.default_rng(width)
     base = rng.standard_normal((9, width)).astype(np.float32) * np.float32(30)
@@ -160,11 +161,13 @@ def test_without_the_loop_compare_gives_the_same_answer(tmp_path, monkeypatch):
     """HSDIFF_NO_C=1: the numpy path, as on a machine without a C compiler (a process each)."""
     monkeypatch.setenv("HSDIFF_BENCH_CACHE", str(tmp_path))
     pair = gen.pair(gen.load_source(), 320, 576)
-    code = ("import sys; from hsdiff import compare; from hsdiff.comparison import scoring; "
-            "from hsdiff.largedump import backend; "
-            "scoring.SKETCH_ABOVE = 0; backend.WORTH = 0; r = compare(sys.argv[1], sys.argv[2], layer_ids='1,14,26'); "
-            "print(backend.BACKEND.loop, r.verdict, [s.boundary_index for s in r.slots], "
-            "[round(s.match.metrics.rel_err, 4) for s in r.slots])")
+    code = (
+        "import sys; from hsdiff import compare; from hsdiff.comparison import scoring; "
+        "from hsdiff.largedump import backend; "
+        "scoring.SKETCH_ABOVE = 0; backend.WORTH = 0; r = compare(sys.argv[1], sys.argv[2], layer_ids='1,14,26'); "
+        "print(backend.BACKEND.loop, r.verdict, [s.boundary_index for s in r.slots], "
+        "[round(s.match.metrics.rel_err, 4) for s in r.slots])"
+    )
     args = [sys.executable, "-c", code, str(pair.train), str(pair.infer)]
     off = subprocess.run(args, env=dict(os.environ, HSDIFF_NO_C="1"), capture_output=True, text=True, timeout=300)
     on = subprocess.run(args, capture_output=True, text=True, timeout=300)
@@ -187,8 +190,11 @@ def test_a_capture_sampled_against_slots_of_other_dtypes_gives_each_its_own_sket
     base = torch.from_numpy(rng.standard_normal((128, 64)).astype(np.float32) * 3)
     noise = torch.from_numpy(rng.standard_normal((128, 64)).astype(np.float32) * 0.01)
     caps = {}
-    for name, t in [("x", base.to(torch.bfloat16)), ("bf16", (base + noise).to(torch.bfloat16)),
-                    ("f16", (base + noise).to(torch.float16))]:
+    for name, t in [
+        ("x", base.to(torch.bfloat16)),
+        ("bf16", (base + noise).to(torch.bfloat16)),
+        ("f16", (base + noise).to(torch.float16)),
+    ]:
         save_file({"hidden_states.layer_2": t.contiguous()}, str(tmp_path / f"{name}.safetensors"))
         caps[name] = scan(tmp_path / f"{name}.safetensors", INFER).captures[0]
     x, a, b = caps["x"], TrainSlot.load(caps["bf16"]), TrainSlot.load(caps["f16"])

@@ -60,7 +60,8 @@ _WORD = st.text(alphabet=_ALNUM, min_size=1, max_size=8)
 # a key is an identifier; a value never holds the separator "___" and does not end in "_" (that would
 # make "____" ambiguous): words joined by single underscores, with the characters values carry
 _KEY = st.tuples(st.sampled_from("abcdefghijklmnopqrstuvwxyzXYZ"), st.lists(_WORD, max_size=2)).map(
-    lambda t: "_".join([t[0] + "x", *t[1]]))
+    lambda t: "_".join([t[0] + "x", *t[1]])
+)
 _VALUE = st.lists(st.text(alphabet=_ALNUM + ".=-", min_size=1, max_size=8), max_size=4).map("_".join)
 
 
@@ -76,7 +77,9 @@ def _filename(tags: dict[str, str]) -> str:
 @example("name=.pt")
 def test_parse_tags_never_raises(name: str) -> None:
     tags = parse_tags(name)
-    assert tags is None or (isinstance(tags, dict) and "name" in tags and all(isinstance(v, str) for v in tags.values()))
+    assert tags is None or (
+        isinstance(tags, dict) and "name" in tags and all(isinstance(v, str) for v in tags.values())
+    )
 
 
 @PROPS
@@ -101,8 +104,19 @@ def test_parse_tags_only_reads_pt_files(tags: dict[str, str], suffix: str) -> No
 
 # =========================================================================== properties: layer numbers
 
-_LAYER_FORMS = ["hidden_states.layer_{n}", "model.layers.{n}", "layers.{n}.output", "h{n}", "layer_id={n}",
-                "blk.{n}", "aux_{n}", "hidden_states[{n}]", "layer-{n}", "block{n}", "layer_idx:{n}"]
+_LAYER_FORMS = [
+    "hidden_states.layer_{n}",
+    "model.layers.{n}",
+    "layers.{n}.output",
+    "h{n}",
+    "layer_id={n}",
+    "blk.{n}",
+    "aux_{n}",
+    "hidden_states[{n}]",
+    "layer-{n}",
+    "block{n}",
+    "layer_idx:{n}",
+]
 
 
 @PROPS
@@ -115,8 +129,12 @@ def test_layer_from_name_never_raises(name: str) -> None:
 
 
 @PROPS
-@given(st.sampled_from(_LAYER_FORMS), st.integers(0, 10**6), st.sampled_from(["", "x.", "model.", "dump/"]),
-       st.sampled_from(["", ".pt", ".npy", ".weight"]))
+@given(
+    st.sampled_from(_LAYER_FORMS),
+    st.integers(0, 10**6),
+    st.sampled_from(["", "x.", "model.", "dump/"]),
+    st.sampled_from(["", ".pt", ".npy", ".weight"]),
+)
 def test_layer_from_name_reads_the_usual_forms(form: str, n: int, prefix: str, suffix: str) -> None:
     assert layer_from_name(prefix + form.format(n=n) + suffix) == n
 
@@ -137,10 +155,31 @@ def test_layer_from_name_refuses_absurd_numbers() -> None:
 
 needs_debuglog = pytest.mark.skipif(not HAS_DEBUGLOG, reason="hsdiff.readers.debuglog is not there yet")
 
-_LOG_ALPHABET = st.sampled_from(list("0123456789.-+eE[](), \n\t") + ["...", "nan", "inf", "tensor(", "array(",
-                                 "dtype=torch.bfloat16", "layer_id=3", "slot 1", "shape=torch.Size([4, 576])",
-                                 "[Dumper.Value] ", "step=0___rank=0___name=x___layer_id=2.pt ", "sample_value=",
-                                 "\x1b[31m", "\r", "\x00", "é", "\ufffd", "h[5, :8]", "first5=", "Prefill batch"])
+_LOG_ALPHABET = st.sampled_from(
+    list("0123456789.-+eE[](), \n\t")
+    + [
+        "...",
+        "nan",
+        "inf",
+        "tensor(",
+        "array(",
+        "dtype=torch.bfloat16",
+        "layer_id=3",
+        "slot 1",
+        "shape=torch.Size([4, 576])",
+        "[Dumper.Value] ",
+        "step=0___rank=0___name=x___layer_id=2.pt ",
+        "sample_value=",
+        "\x1b[31m",
+        "\r",
+        "\x00",
+        "é",
+        "\ufffd",
+        "h[5, :8]",
+        "first5=",
+        "Prefill batch",
+    ]
+)
 
 
 @needs_debuglog
@@ -162,8 +201,7 @@ def test_parse_values_never_raises(text: str) -> None:
 
 @needs_debuglog
 @PROPS
-@given(st.lists(st.floats(allow_nan=False, allow_infinity=False, width=32), min_size=1, max_size=12),
-       st.integers(1, 4))
+@given(st.lists(st.floats(allow_nan=False, allow_infinity=False, width=32), min_size=1, max_size=12), st.integers(1, 4))
 def test_parse_values_reads_back_printed_rows(values: list[float], rows: int) -> None:
     from hsdiff.readers.debuglog import parse_values
 
@@ -176,8 +214,13 @@ def test_parse_values_reads_back_printed_rows(values: list[float], rows: int) ->
 
 
 @needs_debuglog
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(st.binary(max_size=2000) | st.lists(_LOG_ALPHABET, max_size=200).map(lambda x: "".join(x).encode("utf-8", "replace")))
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
+@given(
+    st.binary(max_size=2000)
+    | st.lists(_LOG_ALPHABET, max_size=200).map(lambda x: "".join(x).encode("utf-8", "replace"))
+)
 def test_log_reader_on_arbitrary_bytes(tmp_path: Path, data: bytes) -> None:
     from hsdiff.readers import debuglog
 
@@ -218,9 +261,12 @@ class Stats:
 
 def _small_specforge(tokens: int = 8) -> dict:
     s = B.states(0)
-    return {"input_ids": s["input_ids"][:tokens].clone(), "loss_mask": torch.ones(tokens, dtype=torch.int64),
-            "aux_hidden_state": B.concat(0, (3, 15, 27))[:tokens].unsqueeze(0).clone(),
-            "hidden_state": s["fp32"][B.L][:tokens].unsqueeze(0).clone()}
+    return {
+        "input_ids": s["input_ids"][:tokens].clone(),
+        "loss_mask": torch.ones(tokens, dtype=torch.int64),
+        "aux_hidden_state": B.concat(0, (3, 15, 27))[:tokens].unsqueeze(0).clone(),
+        "hidden_state": s["fp32"][B.L][:tokens].unsqueeze(0).clone(),
+    }
 
 
 def _seeds() -> list[Seed]:
@@ -284,23 +330,25 @@ def _bytes_mutation(data: bytes, rng: random.Random) -> bytes:
         elif op == 1:
             b[i] = rng.choice(INTERESTING_8)
         elif op == 2:
-            del b[rng.randrange(n):]
+            del b[rng.randrange(n) :]
         elif op == 3:
             b[i:i] = rng.randbytes(rng.randint(1, 64))
         elif op == 4:
-            del b[i:i + rng.randint(1, 256)]
+            del b[i : i + rng.randint(1, 256)]
         elif op == 5:
             j = _pos(rng, n)
-            b[i:i] = b[j:j + rng.randint(1, 512)]
+            b[i:i] = b[j : j + rng.randint(1, 512)]
         elif op == 6:
             v = rng.choice(INTERESTING_INT)
             fmt = rng.choice(["<I", "<Q", ">I", "<i"])
             try:
-                b[i:i + struct.calcsize(fmt)] = struct.pack(fmt, v % (2 ** (8 * struct.calcsize(fmt))) if fmt != "<i" else -1)
+                b[i : i + struct.calcsize(fmt)] = struct.pack(
+                    fmt, v % (2 ** (8 * struct.calcsize(fmt))) if fmt != "<i" else -1
+                )
             except struct.error:
                 pass
         elif op == 7:
-            b[i:i + rng.randint(1, 64)] = b"\x00" * rng.randint(1, 64)
+            b[i : i + rng.randint(1, 64)] = b"\x00" * rng.randint(1, 64)
         else:
             b[i] = (b[i] + rng.choice([-1, 1])) % 256
     return bytes(b)
@@ -330,8 +378,8 @@ def _zip_mutation(data: bytes, rng: random.Random) -> bytes:
 def _st_mutation(data: bytes, rng: random.Random) -> bytes:
     """Edit the JSON header of a safetensors file: shapes, dtypes, offsets, metadata."""
     (n,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8:8 + n])
-    body = data[8 + n:]
+    header = json.loads(data[8 : 8 + n])
+    body = data[8 + n :]
     name = rng.choice([k for k in header if k != "__metadata__"])
     entry = header[name]
     field_ = rng.choice(["shape", "dtype", "data_offsets", "entry", "metadata", "name"])
@@ -357,16 +405,37 @@ def _st_mutation(data: bytes, rng: random.Random) -> bytes:
 def _npy_mutation(data: bytes, rng: random.Random) -> bytes:
     """Rewrite the dict literal of an npy header (descr, shape, fortran_order)."""
     hlen = struct.unpack("<H", data[8:10])[0]
-    header = data[10:10 + hlen].decode("latin1")
-    repl = rng.choice([
-        ("'descr': '<f4'", "'descr': " + rng.choice(["'>f4'", "'<f8'", "'|O'", "'<U3'", "'<c8'", "'V8'", "'<f16'", "'x'", "1"])),
-        ("'fortran_order': False", "'fortran_order': " + rng.choice(["True", "1", "'x'"])),
-        ("'shape': (8, 576)", "'shape': " + rng.choice(["(8, 577)", "(-1, 576)", "(10**12,)", "(2**62, 2**62)", "()", "(0, 576)",
-                                                        "(8,)", "(1, 8, 576)", "'x'", "((8,),)"])),
-    ])
+    header = data[10 : 10 + hlen].decode("latin1")
+    repl = rng.choice(
+        [
+            (
+                "'descr': '<f4'",
+                "'descr': " + rng.choice(["'>f4'", "'<f8'", "'|O'", "'<U3'", "'<c8'", "'V8'", "'<f16'", "'x'", "1"]),
+            ),
+            ("'fortran_order': False", "'fortran_order': " + rng.choice(["True", "1", "'x'"])),
+            (
+                "'shape': (8, 576)",
+                "'shape': "
+                + rng.choice(
+                    [
+                        "(8, 577)",
+                        "(-1, 576)",
+                        "(10**12,)",
+                        "(2**62, 2**62)",
+                        "()",
+                        "(0, 576)",
+                        "(8,)",
+                        "(1, 8, 576)",
+                        "'x'",
+                        "((8,),)",
+                    ]
+                ),
+            ),
+        ]
+    )
     header = header.replace(*repl)
     raw = header.encode("latin1")
-    out = data[:8] + struct.pack("<H", len(raw)) + raw + data[10 + hlen:]
+    out = data[:8] + struct.pack("<H", len(raw)) + raw + data[10 + hlen :]
     return _bytes_mutation(out, rng) if rng.random() < 0.2 else out
 
 
@@ -374,11 +443,33 @@ def _log_mutation(data: bytes, rng: random.Random) -> bytes:
     text = data.decode("utf-8", "replace")
     for _ in range(rng.randint(1, 8)):
         i = rng.randrange(len(text) + 1)
-        piece = rng.choice(["[", "]", "...", "nan", "inf", "-", "e+99999", ",", "\n", "tensor(", "\x1b[0m", "\r",
-                            "layer_id=", "slot 2", "[Dumper.Value] x.pt", "1" * rng.randint(1, 400), " " * 100,
-                            "shape=torch.Size([", "dtype=torch.float8_e4m3fn", "\x00", "\ud800".encode("utf-8", "surrogatepass").decode("utf-8", "replace")])
+        piece = rng.choice(
+            [
+                "[",
+                "]",
+                "...",
+                "nan",
+                "inf",
+                "-",
+                "e+99999",
+                ",",
+                "\n",
+                "tensor(",
+                "\x1b[0m",
+                "\r",
+                "layer_id=",
+                "slot 2",
+                "[Dumper.Value] x.pt",
+                "1" * rng.randint(1, 400),
+                " " * 100,
+                "shape=torch.Size([",
+                "dtype=torch.float8_e4m3fn",
+                "\x00",
+                "\ud800".encode("utf-8", "surrogatepass").decode("utf-8", "replace"),
+            ]
+        )
         if rng.random() < 0.3:
-            text = text[:i] + text[i + rng.randint(1, 50):]
+            text = text[:i] + text[i + rng.randint(1, 50) :]
         else:
             text = text[:i] + piece + text[i:]
     out = text.encode("utf-8", "replace")
@@ -397,7 +488,9 @@ def mutate(seed: Seed, rng: random.Random) -> bytes:
         return _log_mutation(seed.data, rng)
     if seed.kind == "gzip" and r < 0.4:
         inner = gzip.decompress(seed.data)
-        return gzip.compress(_zip_mutation(inner, rng) if rng.random() < 0.5 else _bytes_mutation(inner, rng), compresslevel=1)
+        return gzip.compress(
+            _zip_mutation(inner, rng) if rng.random() < 0.5 else _bytes_mutation(inner, rng), compresslevel=1
+        )
     return _bytes_mutation(seed.data, rng)
 
 
@@ -422,8 +515,15 @@ def _signature(e: BaseException) -> str:
     return f"{type(e).__name__} at {where}: {str(e)[:160]}"
 
 
-def run_fuzz(seeds: list[Seed], work: Path, crash_dir: Path, seconds: float, rng: random.Random,
-             target: Callable[[Path], object], stats: Stats) -> None:
+def run_fuzz(
+    seeds: list[Seed],
+    work: Path,
+    crash_dir: Path,
+    seconds: float,
+    rng: random.Random,
+    target: Callable[[Path], object],
+    stats: Stats,
+) -> None:
     deadline = time.monotonic() + seconds
     old = signal.signal(signal.SIGALRM, _on_alarm)
     try:
@@ -471,17 +571,27 @@ def _keep(crash_dir: Path, seed: Seed, data: bytes, what: str) -> str:
 
 
 def _report(stats: Stats, what: str, seconds: float, capsys) -> None:
-    line = (f"fuzz {what}: {stats.tried} inputs in {seconds:.0f} s ({stats.ok} read, {stats.errors} HsdiffError, "
-            f"{len(stats.crashes)} crash signatures, {len(stats.hangs)} hangs, {len(stats.memory)} MemoryError); "
-            f"by kind {dict(sorted(stats.by_kind.items()))}")
+    line = (
+        f"fuzz {what}: {stats.tried} inputs in {seconds:.0f} s ({stats.ok} read, {stats.errors} HsdiffError, "
+        f"{len(stats.crashes)} crash signatures, {len(stats.hangs)} hangs, {len(stats.memory)} MemoryError); "
+        f"by kind {dict(sorted(stats.by_kind.items()))}"
+    )
     with capsys.disabled():
         print("\n" + line)
     out = os.environ.get("HSDIFF_FUZZ_STATS")
     if out:
         doc = json.loads(Path(out).read_text()) if Path(out).exists() else {}
-        doc[what] = {"inputs": stats.tried, "read": stats.ok, "hsdiff_errors": stats.errors, "crashes": stats.crashes,
-                     "hangs": stats.hangs, "memory_errors": stats.memory, "by_kind": stats.by_kind, "seconds": seconds,
-                     "seed": FUZZ_SEED}
+        doc[what] = {
+            "inputs": stats.tried,
+            "read": stats.ok,
+            "hsdiff_errors": stats.errors,
+            "crashes": stats.crashes,
+            "hangs": stats.hangs,
+            "memory_errors": stats.memory,
+            "by_kind": stats.by_kind,
+            "seconds": seconds,
+            "seed": FUZZ_SEED,
+        }
         Path(out).write_text(json.dumps(doc, indent=2))
 
 
@@ -497,7 +607,9 @@ def test_mutation_fuzz_readers(tmp_path: Path, capsys) -> None:
     run_fuzz(_seeds(), tmp_path, _crash_dir(tmp_path), seconds, random.Random(FUZZ_SEED), _read_and_load, stats)
     _report(stats, "readers", seconds, capsys)
     assert stats.tried > 0
-    assert not stats.crashes and not stats.hangs and not stats.memory, "\n".join(stats.crashes + stats.hangs + stats.memory)
+    assert not stats.crashes and not stats.hangs and not stats.memory, "\n".join(
+        stats.crashes + stats.hangs + stats.memory
+    )
 
 
 @pytest.mark.skipif(FUZZ_SECONDS <= 0, reason="HSDIFF_FUZZ_SECONDS=0")
@@ -506,7 +618,9 @@ def test_mutation_fuzz_compare(tmp_path: Path, capsys) -> None:
     from hsdiff.comparison import compare
     from hsdiff.readers import scan
 
-    train = scan(B.specforge(tmp_path / "train", [0], (3, 15, 27)), "train")  # read once: the mutants are the other side
+    train = scan(
+        B.specforge(tmp_path / "train", [0], (3, 15, 27)), "train"
+    )  # read once: the mutants are the other side
     # the seeds made from sample 0 (same tokens as the training side); logs and the real peer dumps align by
     # value, about a second per compare, and are fuzzed through the readers above
     seeds = [s for s in _seeds() if s.kind != "log" and not s.name.startswith(("step=", "example-"))]
@@ -521,7 +635,9 @@ def test_mutation_fuzz_compare(tmp_path: Path, capsys) -> None:
     run_fuzz(seeds, work, _crash_dir(tmp_path), seconds, random.Random(FUZZ_SEED + 1), target, stats)
     _report(stats, "compare", seconds, capsys)
     assert stats.tried > 0
-    assert not stats.crashes and not stats.hangs and not stats.memory, "\n".join(stats.crashes + stats.hangs + stats.memory)
+    assert not stats.crashes and not stats.hangs and not stats.memory, "\n".join(
+        stats.crashes + stats.hangs + stats.memory
+    )
 
 
 def test_mutators_change_their_input() -> None:
@@ -572,11 +688,11 @@ def _zip_local_name_not_utf8() -> bytes:
     i = 0
     while True:
         i = data.find(b"PK\x03\x04", i)
-        n = struct.unpack("<H", data[i + 26:i + 28])[0]
-        if bytes(data[i + 30:i + 30 + n]).endswith(b"data.pkl"):
+        n = struct.unpack("<H", data[i + 26 : i + 28])[0]
+        if bytes(data[i + 30 : i + 30 + n]).endswith(b"data.pkl"):
             break
         i += 4
-    data[i + 6:i + 8] = struct.pack("<H", struct.unpack("<H", data[i + 6:i + 8])[0] | 0x800)
+    data[i + 6 : i + 8] = struct.pack("<H", struct.unpack("<H", data[i + 6 : i + 8])[0] | 0x800)
     data[i + 30] = 0xFF
     return bytes(data)
 
@@ -599,14 +715,19 @@ def _npz_flagged_encrypted() -> bytes:
 
 FOUND = {
     # torch.load raised TypeError: _rebuild_tensor_v2() takes from 6 to 7 positional arguments but 10 were given
-    "rebuild_tensor_wrong_arity": ("data_0.ckpt", lambda: _zip_with_pickle(
-        b"\x80\x02ctorch._utils\n_rebuild_tensor_v2\n(K\x01K\x02K\x03K\x04K\x05K\x06K\x07K\x08K\tK\ntR.")),
+    "rebuild_tensor_wrong_arity": (
+        "data_0.ckpt",
+        lambda: _zip_with_pickle(
+            b"\x80\x02ctorch._utils\n_rebuild_tensor_v2\n(K\x01K\x02K\x03K\x04K\x05K\x06K\x07K\x08K\tK\ntR."
+        ),
+    ),
     # TypeError: unhashable type: 'collections.OrderedDict' (a dict key built from an allowed global)
-    "unhashable_dict_key": ("data_0.ckpt", lambda: _zip_with_pickle(
-        b"\x80\x02}ccollections\nOrderedDict\n)RK\x01s.")),
+    "unhashable_dict_key": ("data_0.ckpt", lambda: _zip_with_pickle(b"\x80\x02}ccollections\nOrderedDict\n)RK\x01s.")),
     # TypeError: expected at most 1 argument, got 6
-    "ordereddict_six_args": ("data_0.ckpt", lambda: _zip_with_pickle(
-        b"\x80\x02ccollections\nOrderedDict\n(K\x01K\x02K\x03K\x04K\x05K\x06tR.")),
+    "ordereddict_six_args": (
+        "data_0.ckpt",
+        lambda: _zip_with_pickle(b"\x80\x02ccollections\nOrderedDict\n(K\x01K\x02K\x03K\x04K\x05K\x06tR."),
+    ),
     # AssertionError: storage key '...' not found in deserialized_objects (legacy format)
     "legacy_unknown_storage_key": ("data_0.ckpt", _legacy_with_unknown_storage_key),
     # NotImplementedError: zip file version 25.5 (from zipfile while sniffing)
@@ -636,7 +757,9 @@ def test_fuzz_regressions_are_format_errors(tmp_path: Path, case: str) -> None:
     assert name in str(e.value)
     train = B.specforge(tmp_path / "train", [0], (3, 15, 27))
     r = CliRunner().invoke(cli, ["compare", str(train), str(p), "--layer-ids", "2,14,26"])
-    assert r.exit_code == 2 and r.stderr.startswith("hsdiff: error:") and len(r.stderr.strip().splitlines()) == 1, r.output
+    assert r.exit_code == 2 and r.stderr.startswith("hsdiff: error:") and len(r.stderr.strip().splitlines()) == 1, (
+        r.output
+    )
 
 
 def test_fuzz_regression_huge_layer_number_in_a_key(tmp_path: Path) -> None:
@@ -650,7 +773,9 @@ def test_fuzz_regression_huge_layer_number_in_a_key(tmp_path: Path) -> None:
     tensors = {f"hidden_states.layer_{'7' * 5000}": s["bf16"][3].clone(), "input_ids": s["input_ids"].clone()}
     (tmp_path / "infer" / "caps.safetensors").write_bytes(st_save(tensors))
     train = B.specforge(tmp_path / "train", [0], (3, 15, 27))
-    r = CliRunner().invoke(cli, ["compare", str(train), str(tmp_path / "infer"), "--layer-ids", "2,14,26", "--json", "-"])
+    r = CliRunner().invoke(
+        cli, ["compare", str(train), str(tmp_path / "infer"), "--layer-ids", "2,14,26", "--json", "-"]
+    )
     assert r.exit_code in (0, 1), r.output
 
 
@@ -708,9 +833,9 @@ def test_fuzz_regression_damaged_npy_header_prints_no_warning(tmp_path: Path) ->
     np.save(buf, np.ones((2, 3), np.float32))
     data = buf.getvalue()
     hlen = struct.unpack("<H", data[8:10])[0]
-    header = data[10:10 + hlen].decode("latin1").replace("'descr': '<f4'", "'descr': '\\e<f4'").encode("latin1")
+    header = data[10 : 10 + hlen].decode("latin1").replace("'descr': '<f4'", "'descr': '\\e<f4'").encode("latin1")
     p = tmp_path / "h3.npy"
-    p.write_bytes(data[:8] + struct.pack("<H", len(header)) + header + data[10 + hlen:])
+    p.write_bytes(data[:8] + struct.pack("<H", len(header)) + header + data[10 + hlen :])
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         with pytest.raises(FormatError):

@@ -28,7 +28,9 @@ def run(*args: str):
 
 
 def gate(infer: str, draft: str | Path, *extra: str):
-    return run("gate", str(SEED / "train"), str(SEED / infer), "--draft-config", str(draft), "--target-config", TARGET, *extra)
+    return run(
+        "gate", str(SEED / "train"), str(SEED / infer), "--draft-config", str(draft), "--target-config", TARGET, *extra
+    )
 
 
 def _snapshot(*dirs: Path) -> dict[str, tuple[int, int]]:
@@ -48,7 +50,9 @@ def test_correctly_configured_seed_passes_with_a_clean_junit(tmp_path):
     root = ET.fromstring(junit.read_text())
     assert root.get("failures") == "0"
     cases = _cases(junit.read_text())
-    assert {"slot 0 (training B3)", "slot 1 (training B31)", "slot 2 (training B59)", "ids-source", "fc-width"} <= set(cases)
+    assert {"slot 0 (training B3)", "slot 1 (training B31)", "slot 2 (training B59)", "ids-source", "fc-width"} <= set(
+        cases
+    )
     assert all(c.find("failure") is None for c in cases.values())
 
 
@@ -86,8 +90,19 @@ def test_gate_json_records_where_the_ids_came_from(tmp_path):
     assert doc["report"]["recommended"]["eagle_aux_hidden_state_layer_ids"] == [2, 30, 58]
     assert doc["report"]["configured"]["source"].endswith("[eagle_config.eagle_aux_hidden_state_layer_ids]")
     assert [c["name"] for c in doc["checks"]] == [
-        "ids-source", "ignored-key", "ids-sorted", "ids-unique", "ids-in-range", "ids-capturable",
-        "ids-embeddings", "family-rule", "target-hidden-size", "fc-width", "ids-count", "draft-kind", "silent-fallback",
+        "ids-source",
+        "ignored-key",
+        "ids-sorted",
+        "ids-unique",
+        "ids-in-range",
+        "ids-capturable",
+        "ids-embeddings",
+        "family-rule",
+        "target-hidden-size",
+        "fc-width",
+        "ids-count",
+        "draft-kind",
+        "silent-fallback",
     ]
 
 
@@ -120,8 +135,10 @@ def seed_dump(root: Path, boundaries: list[int]) -> Path:
     base = {"step": 0, "rank": 0, "recompute_status": "disabled"}
     aux = torch.cat([states["bf16.boundaries"][b] for b in boundaries], dim=-1)
     for i, (name, value) in enumerate((("input_ids", states["input_ids"]), ("aux_hidden_states", aux))):
-        torch.save({"value": value.clone(), "meta": {**base, "dump_index": i, "name": name}},
-                   exp / f"step=0___rank=0___dump_index={i}___name={name}___recompute_status=disabled.pt")
+        torch.save(
+            {"value": value.clone(), "meta": {**base, "dump_index": i, "name": name}},
+            exp / f"step=0___rank=0___dump_index={i}___name={name}___recompute_status=disabled.pt",
+        )
     return root
 
 
@@ -132,8 +149,17 @@ def test_silent_fallback_is_said_and_then_compared(tmp_path):
     draft.write_text(json.dumps(cfg))
     # what the server really captured after falling back to SGLang's default B[2, L//2, L-3]
     infer = seed_dump(tmp_path / "fallback-dump", [2, 30, 58])
-    r = run("gate", str(SEED / "train"), str(infer), "--draft-config", str(draft), "--target-config", TARGET,
-            "--json", str(tmp_path / "g.json"))
+    r = run(
+        "gate",
+        str(SEED / "train"),
+        str(infer),
+        "--draft-config",
+        str(draft),
+        "--target-config",
+        TARGET,
+        "--json",
+        str(tmp_path / "g.json"),
+    )
     assert r.exit_code == 1, r.output
     doc = json.loads((tmp_path / "g.json").read_text())
     assert doc["ids"]["fallback"] is True and doc["ids"]["key"] is None
@@ -150,8 +176,18 @@ def test_vllm_reads_the_top_level_key(tmp_path):
     cfg["eagle_aux_hidden_state_layer_ids"] = [3, 31, 59]  # vLLM: boundary indices
     draft = tmp_path / "config.json"
     draft.write_text(json.dumps(cfg))
-    r = run("gate", str(SEED / "train"), str(SEED / "infer-fixed-neighbours"), "--draft-config", str(draft),
-            "--model-config", TARGET, "--engine", "vllm", "-q")
+    r = run(
+        "gate",
+        str(SEED / "train"),
+        str(SEED / "infer-fixed-neighbours"),
+        "--draft-config",
+        str(draft),
+        "--model-config",
+        TARGET,
+        "--engine",
+        "vllm",
+        "-q",
+    )
     assert r.exit_code == 0, r.output
     src = read_ids(cfg, "vllm", num_layers=61)
     assert src.key == "eagle_aux_hidden_state_layer_ids" and src.boundaries == (3, 31, 59)
@@ -171,8 +207,17 @@ def test_bad_input_exits_2_with_one_line(tmp_path):
     assert r.exit_code == 2
     lines = [line for line in r.output.splitlines() if line.strip()]
     assert len(lines) == 1 and "missing/config.json" in lines[0] and "no such config file" in lines[0]
-    r = run("gate", str(SEED / "train"), str(SEED / "infer-fixed-neighbours"), "--draft-config", str(SEED / "draft-fixed"),
-            "--target-config", TARGET, "--model-config", str(B.SMOLLM2 / "config.json"))
+    r = run(
+        "gate",
+        str(SEED / "train"),
+        str(SEED / "infer-fixed-neighbours"),
+        "--draft-config",
+        str(SEED / "draft-fixed"),
+        "--target-config",
+        TARGET,
+        "--model-config",
+        str(B.SMOLLM2 / "config.json"),
+    )
     assert r.exit_code == 2
 
 
@@ -190,7 +235,9 @@ def test_strict_fails_on_warnings():
 
 
 def test_library_result():
-    result = run_gate(SEED / "train", SEED / "infer-fixed-neighbours", SEED / "draft-fixed" / "config.json", target_config=TARGET)
+    result = run_gate(
+        SEED / "train", SEED / "infer-fixed-neighbours", SEED / "draft-fixed" / "config.json", target_config=TARGET
+    )
     assert result.verdict == "pass" and result.exit_code == 0 and result.report.verdict == "ok"
     assert result.ids.ids == (2, 30, 58) and result.ids.boundaries == (3, 31, 59)
     assert "pass" in repr(result)
@@ -200,17 +247,43 @@ def test_console_script_subprocess(tmp_path):
     junit = tmp_path / "gate.xml"
     env = {**os.environ, "COLUMNS": "120"}
     wrong = subprocess.run(
-        [HSDIFF, "gate", str(SEED / "train"), str(SEED / "infer-wrong"), "--draft-config",
-         str(SEED / "draft-wrong" / "config.json"), "--target-config", TARGET, "--junit", str(junit), "-q"],
-        capture_output=True, text=True, env=env, timeout=120,
+        [
+            HSDIFF,
+            "gate",
+            str(SEED / "train"),
+            str(SEED / "infer-wrong"),
+            "--draft-config",
+            str(SEED / "draft-wrong" / "config.json"),
+            "--target-config",
+            TARGET,
+            "--junit",
+            str(junit),
+            "-q",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
     )
     assert wrong.returncode == 1, wrong.stderr
     assert "gate: FAIL" in wrong.stdout
     assert _cases(junit.read_text())["slot 0 (training B3)"].find("failure") is not None
     fixed = subprocess.run(
-        [HSDIFF, "gate", str(SEED / "train"), str(SEED / "infer-fixed-neighbours"), "--draft-config",
-         str(SEED / "draft-fixed"), "--target-config", TARGET, "-q"],
-        capture_output=True, text=True, env=env, timeout=120,
+        [
+            HSDIFF,
+            "gate",
+            str(SEED / "train"),
+            str(SEED / "infer-fixed-neighbours"),
+            "--draft-config",
+            str(SEED / "draft-fixed"),
+            "--target-config",
+            TARGET,
+            "-q",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
     )
     assert fixed.returncode == 0, fixed.stdout + fixed.stderr
 
@@ -222,8 +295,19 @@ def test_vllm_gate_on_a_nested_only_config_reports_the_v2_default_and_fails(tmp_
     draft = SEED / "draft-fixed" / "config.json"
     assert "eagle_aux_hidden_state_layer_ids" not in json.loads(draft.read_text())  # nested only
     infer = seed_dump(tmp_path / "vllm-dump", [2, 30, 58])  # what vLLM really captured: its default
-    r = run("gate", str(SEED / "train"), str(infer), "--draft-config", str(draft), "--target-config", TARGET,
-            "--engine", "vllm", "--json", str(tmp_path / "g.json"))
+    r = run(
+        "gate",
+        str(SEED / "train"),
+        str(infer),
+        "--draft-config",
+        str(draft),
+        "--target-config",
+        TARGET,
+        "--engine",
+        "vllm",
+        "--json",
+        str(tmp_path / "g.json"),
+    )
     assert r.exit_code == 1, r.output
     doc = json.loads((tmp_path / "g.json").read_text())
     assert doc["ids"]["vllm_runner"] == "v2" and doc["ids"]["fallback"] is True

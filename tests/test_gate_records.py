@@ -9,8 +9,21 @@ import sys
 
 from hsdiff.gate.checks import CHECK_NAMES
 
-STABLE = ("ids-source", "ignored-key", "ids-sorted", "ids-unique", "ids-in-range", "ids-capturable",
-          "ids-embeddings", "family-rule", "target-hidden-size", "fc-width", "ids-count", "draft-kind", "silent-fallback")
+STABLE = (
+    "ids-source",
+    "ignored-key",
+    "ids-sorted",
+    "ids-unique",
+    "ids-in-range",
+    "ids-capturable",
+    "ids-embeddings",
+    "family-rule",
+    "target-hidden-size",
+    "fc-width",
+    "ids-count",
+    "draft-kind",
+    "silent-fallback",
+)
 
 
 def test_check_names_are_the_stable_junit_names():

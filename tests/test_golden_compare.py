@@ -38,8 +38,15 @@ def _load(name: str) -> dict:
     return json.loads((GOLDEN / f"{name}.json").read_text())
 
 
-def _perturb(doc: Any, delta: float, rng: random.Random, tolerance: float | None, at: str = "",
-             parent: dict | None = None, rule: Callable | None = None) -> Any:
+def _perturb(
+    doc: Any,
+    delta: float,
+    rng: random.Random,
+    tolerance: float | None,
+    at: str = "",
+    parent: dict | None = None,
+    rule: Callable | None = None,
+) -> Any:
     """``doc`` as another kernel could have written it: each metric moved by up to its computed noise
     (to either side), stored again; each non-matching score row read against another sample."""
     if isinstance(doc, float) and rule is not None:
@@ -47,9 +54,14 @@ def _perturb(doc: Any, delta: float, rng: random.Random, tolerance: float | None
         return noise.store(doc + rng.choice((-1, 1)) * rng.uniform(0.5, 1.0) * noise.computed)
     if isinstance(doc, dict):
         free = free_keys(at, doc, tolerance)
-        return {k: (f"{v}-other" if k in free and isinstance(v, str) else
-                    _perturb(v, delta, rng, tolerance, f"{at}.{k}", doc, RULES.get(k)))
-                for k, v in doc.items()}
+        return {
+            k: (
+                f"{v}-other"
+                if k in free and isinstance(v, str)
+                else _perturb(v, delta, rng, tolerance, f"{at}.{k}", doc, RULES.get(k))
+            )
+            for k, v in doc.items()
+        }
     if isinstance(doc, list):
         return [_perturb(v, delta, rng, tolerance, f"{at}[{i}]", parent, rule) for i, v in enumerate(doc)]
     return doc
@@ -75,8 +87,9 @@ def test_perturbing_touches_metrics_and_swaps_non_matching_samples() -> None:
     assert swapped and all(w_err > 0.1 for w_err in (g["rel_err"] for g in swapped))
     moved = [1 for g, w in zip(got["report"]["scores"], want["report"]["scores"]) if g["cosine"] != w["cosine"]]
     assert len(moved) > len(got["report"]["scores"]) // 4
-    assert [s["matched"]["sample"] for s in got["report"]["slots"]] == \
-        [s["matched"]["sample"] for s in want["report"]["slots"]]
+    assert [s["matched"]["sample"] for s in got["report"]["slots"]] == [
+        s["matched"]["sample"] for s in want["report"]["slots"]
+    ]
 
 
 def _report(doc: dict) -> dict:
@@ -162,8 +175,21 @@ def _edits() -> list[tuple[str, str, Callable[[dict], bool]]]:
 
     cases = []
     for case in ("seed-wrong", "smollm2-early", "real-modelopt-vs-dumper", "gate-seed-fixed"):
-        for fn in (verdict, exit_code, an_id, other_engine_id, status, evidence, matched_capture, matched_sample,
-                   cause_word, token_count, a_metric_far, a_cosine_near_one, a_warning):
+        for fn in (
+            verdict,
+            exit_code,
+            an_id,
+            other_engine_id,
+            status,
+            evidence,
+            matched_capture,
+            matched_sample,
+            cause_word,
+            token_count,
+            a_metric_far,
+            a_cosine_near_one,
+            a_warning,
+        ):
             cases.append((case, fn.__name__, fn))
     return cases
 
@@ -183,10 +209,12 @@ def test_a_cosine_is_judged_by_its_noise_not_its_size() -> None:
     want = {"x": {"cosine": 0.007698, "rel_err": 1.0}, "hidden_size": 576}
     assert differences({"x": {"cosine": 0.007692, "rel_err": 1.0}, "hidden_size": 576}, want) == []
     near_one = {"x": {"cosine": 0.9999, "norm_ratio": 1.0, "rel_err": 0.01}, "hidden_size": 576}
-    assert differences({"x": {"cosine": 0.99985, "norm_ratio": 1.0, "rel_err": 0.01}, "hidden_size": 576},
-                       near_one) == []
-    assert differences({"x": {"cosine": 0.9995, "norm_ratio": 1.0, "rel_err": 0.01}, "hidden_size": 576},
-                       near_one) != []
+    assert (
+        differences({"x": {"cosine": 0.99985, "norm_ratio": 1.0, "rel_err": 0.01}, "hidden_size": 576}, near_one) == []
+    )
+    assert (
+        differences({"x": {"cosine": 0.9995, "norm_ratio": 1.0, "rel_err": 0.01}, "hidden_size": 576}, near_one) != []
+    )
 
 
 def test_a_curve_value_may_move_by_its_last_digit() -> None:
@@ -204,14 +232,16 @@ def test_an_input_float_is_compared_exactly() -> None:
 def test_text_numbers_within_their_last_digit_pass_and_ids_do_not(name: str) -> None:
     text = (GOLDEN / f"{name}.txt").read_text()
     width = hidden_size(_load(name)) or H_UNKNOWN
-    bumped = re.sub(r"(?<![\w.])(\d+\.\d+)(?![\w.]\d|\d)",
-                    lambda m: f"{float(m.group(1)) + 10 ** -len(m.group(1).split('.')[1]):.{len(m.group(1).split('.')[1])}f}",
-                    text)
+    bumped = re.sub(
+        r"(?<![\w.])(\d+\.\d+)(?![\w.]\d|\d)",
+        lambda m: f"{float(m.group(1)) + 10 ** -len(m.group(1).split('.')[1]):.{len(m.group(1).split('.')[1])}f}",
+        text,
+    )
     assert bumped != text
     assert text_differences(bumped, text, width) == []
     ids = re.search(r"\[(\d+), ", text)
     assert ids is not None
-    changed = text[:ids.start(1)] + str(int(ids.group(1)) + 1) + text[ids.end(1):]
+    changed = text[: ids.start(1)] + str(int(ids.group(1)) + 1) + text[ids.end(1) :]
     assert text_differences(changed, text, width) != []
     word = text.replace("verdict:", "verdicts:", 1)
     assert text_differences(word, text, width) != []

@@ -7,9 +7,9 @@ import itertools
 import pytest
 from click.testing import CliRunner
 
-from hsdiff import conventions as conv
 from hsdiff.cli import cli
 from hsdiff.ids import translate_ids
+from hsdiff.rules import conventions as conv
 
 
 def ids(*args: str):
@@ -26,8 +26,19 @@ def test_sglang_to_vllm_on_the_seed_target():
 def test_the_answer_names_the_versions_it_assumed(version, want):
     """stdout stays one line of ids for scripts; stderr says which engine versions and rules they rest on
     (SGLang's DeepSeek-family rule changed at 0.5.13)."""
-    r = ids("2,30,58", "--from", "sglang", "--to", "vllm", "--num-layers", "61", "--model-family", "kimi_k25",
-            "--engine-version", f"sglang=={version}")
+    r = ids(
+        "2,30,58",
+        "--from",
+        "sglang",
+        "--to",
+        "vllm",
+        "--num-layers",
+        "61",
+        "--model-family",
+        "kimi_k25",
+        "--engine-version",
+        f"sglang=={version}",
+    )
     assert r.exit_code == 0, r.output
     assert r.stdout == want + "\n"
     assert f"SGLang {version}, rule:" in r.stderr and "vLLM 0.33" in r.stderr
@@ -50,11 +61,16 @@ def test_defaults_round_trip_between_every_pair(L, src, dst):
 @pytest.mark.parametrize("other", ["vllm", "trtllm", "hf"])
 def test_defaults_round_trip_under_sglang_family_rules(family, L, other):
     start = conv.default_ids("sglang", L, family)
-    there = ids(",".join(map(str, start)), "--from", "sglang", "--to", other, "--num-layers", str(L), "--model-family", family)
+    there = ids(
+        ",".join(map(str, start)), "--from", "sglang", "--to", other, "--num-layers", str(L), "--model-family", family
+    )
     assert there.exit_code == 0, there.output
-    assert there.stdout.strip() == ",".join(map(str, conv.default_boundaries(L) if other != "trtllm"
-                                                else [b - 1 for b in conv.default_boundaries(L)]))
-    back = ids(there.stdout.strip(), "--from", other, "--to", "sglang", "--num-layers", str(L), "--model-family", family)
+    assert there.stdout.strip() == ",".join(
+        map(str, conv.default_boundaries(L) if other != "trtllm" else [b - 1 for b in conv.default_boundaries(L)])
+    )
+    back = ids(
+        there.stdout.strip(), "--from", other, "--to", "sglang", "--num-layers", str(L), "--model-family", family
+    )
     assert back.stdout.strip() == ",".join(map(str, start))
 
 
@@ -77,8 +93,9 @@ def test_a_layer_the_target_engine_cannot_capture_exits_1():
 
 def test_deepseek_rule_writes_b1_after_another_id():
     # sglang==0.5.23 deepseek_v2.py:3470-3473 (+1 only when ids[0] == 1), :3176-3194 (captured in layer order)
-    r = ids("1,24,44", "--from", "vllm", "--to", "sglang", "--num-layers", "61", "--model-family", "deepseek",
-            "--explain")
+    r = ids(
+        "1,24,44", "--from", "vllm", "--to", "sglang", "--num-layers", "61", "--model-family", "deepseek", "--explain"
+    )
     assert r.exit_code == 0 and r.stdout.strip() == "24,1,44"
     assert "id 24 first" in r.stderr and "B[2, 25, 45]" in r.stderr  # why not the ascending list
     assert "vLLM id 1 → B1: output of layer 0 (input of layer 1) → SGLang id 1" in r.stderr
@@ -103,19 +120,35 @@ def test_an_order_the_target_engine_re_sorts_exits_1():
     assert "configuring ids [-1, 1, 29]" in r.stderr
 
 
-@pytest.mark.parametrize("args", [
-    ("2,x,58", "--from", "sglang", "--to", "vllm"),
-    ("2,30,58", "--from", "sglang", "--to", "nope"),
-    ("2,30,70", "--from", "sglang", "--to", "vllm", "--num-layers", "61"),
-    ("24,30,36", "--from", "sglang", "--to", "vllm", "--model-family", "gpt-oss"),  # needs --num-layers
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("2,x,58", "--from", "sglang", "--to", "vllm"),
+        ("2,30,58", "--from", "sglang", "--to", "nope"),
+        ("2,30,70", "--from", "sglang", "--to", "vllm", "--num-layers", "61"),
+        ("24,30,36", "--from", "sglang", "--to", "vllm", "--model-family", "gpt-oss"),  # needs --num-layers
+    ],
+)
 def test_bad_input_exits_2(args):
     assert ids(*args).exit_code == 2
 
 
 def test_two_versions_of_one_engine_are_refused_not_silently_the_last():
-    r = ids("2,30,58", "--from", "sglang", "--to", "sglang", "--model-family", "kimi_k25", "--num-layers", "61",
-            "--engine-version", "sglang==0.5.12", "--engine-version", "sglang==0.5.23")
+    r = ids(
+        "2,30,58",
+        "--from",
+        "sglang",
+        "--to",
+        "sglang",
+        "--model-family",
+        "kimi_k25",
+        "--num-layers",
+        "61",
+        "--engine-version",
+        "sglang==0.5.12",
+        "--engine-version",
+        "sglang==0.5.23",
+    )
     assert r.exit_code == 2 and "names sglang twice" in r.output and "Traceback" not in r.output
 
 

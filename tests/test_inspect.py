@@ -52,8 +52,10 @@ def test_specforge_folder_names_its_slots_and_their_labels():
     r = run("inspect", str(SEED / "train"))
     assert r.exit_code == 0, r.output
     info = inspect(SEED / "train")
-    assert info.summary[0] == ("SpecForge: 2 samples, 25–31 tokens; 3 slots × 576, labelled B[3, 31, 59] by config.json "
-                               "(ids [2, 30, 58], SpecForge convention)")
+    assert info.summary[0] == (
+        "SpecForge: 2 samples, 25–31 tokens; 3 slots × 576, labelled B[3, 31, 59] by config.json "
+        "(ids [2, 30, 58], SpecForge convention)"
+    )
     assert info.summary[0] in r.output
     assert info.hidden_size == 576
     caps = info.to_dict()["captures"]

@@ -57,9 +57,16 @@ def test_deep_library_failure_is_exit_3(monkeypatch, tmp_path: Path, debug: bool
     assert not out.exists(), "a report was written for a crashed run"
 
 
-@pytest.mark.parametrize("target", ["hsdiff.readers.sniff_container", "hsdiff.readers._collapse_ranks",
-                                    "hsdiff.comparison.shape.hidden_size", "hsdiff.decide.resolve",
-                                    "hsdiff.explain.explain"])
+@pytest.mark.parametrize(
+    "target",
+    [
+        "hsdiff.readers.sniff_container",
+        "hsdiff.readers._collapse_ranks",
+        "hsdiff.comparison.shape.hidden_size",
+        "hsdiff.decide.resolve",
+        "hsdiff.explain.explain",
+    ],
+)
 def test_failure_anywhere_in_compare_is_exit_3(monkeypatch, tmp_path: Path, target: str) -> None:
     module, _, name = target.rpartition(".")
     try:

@@ -23,8 +23,10 @@ CASES = [(30, (2, 15, 27)), (30, (5, 20)), (61, (2, 58)), (126, (3, 5))]
 def _dump(root, depth: int, boundaries, transform=None):
     s = B.states(1, depth)
     values = [s["bf16"][b] if transform is None else transform(s["bf16"][b]) for b in boundaries]
-    return dumper_records(root / "dump_20261202_000000_000001",
-                          [("input_ids", s["input_ids"], {}), ("aux_hidden_states", torch.cat(values, dim=-1), {})]).parent
+    return dumper_records(
+        root / "dump_20261202_000000_000001",
+        [("input_ids", s["input_ids"], {}), ("aux_hidden_states", torch.cat(values, dim=-1), {})],
+    ).parent
 
 
 #: (engine, where it captures against training, the engine whose reading of the ids names the training
@@ -34,14 +36,23 @@ def _dump(root, depth: int, boundaries, transform=None):
 WAYS = [("vllm", -1, "SGLang"), ("sglang", 1, "vLLM"), ("vllm", 1, None), ("sglang", -1, None)]
 
 
-@pytest.mark.parametrize("depth,train_b", CASES, ids=lambda v: str(v) if isinstance(v, int) else "B" + "-".join(map(str, v)))
-@pytest.mark.parametrize("engine,shift,other", WAYS, ids=["vllm-shallow", "sglang-deep", "vllm-deep-own", "sglang-shallow-own"])
+@pytest.mark.parametrize(
+    "depth,train_b", CASES, ids=lambda v: str(v) if isinstance(v, int) else "B" + "-".join(map(str, v))
+)
+@pytest.mark.parametrize(
+    "engine,shift,other", WAYS, ids=["vllm-shallow", "sglang-deep", "vllm-deep-own", "sglang-shallow-own"]
+)
 def test_one_layer_off_names_the_direction_and_infers_the_training_ids(tmp_path, depth, train_b, engine, shift, other):
     train = B.specforge(tmp_path / "train", [1], train_b, depth=depth)
     captured = [b + shift for b in train_b]
     below = 1 if engine == "sglang" else 0  # SGLang's id i captures B i+1, vLLM's B i
-    r = hsdiff.compare(train, _dump(tmp_path / "infer", depth, captured), engine=engine,
-                       layer_ids=[b - below for b in captured], num_layers=depth)
+    r = hsdiff.compare(
+        train,
+        _dump(tmp_path / "infer", depth, captured),
+        engine=engine,
+        layer_ids=[b - below for b in captured],
+        num_layers=depth,
+    )
     way = "shallower" if shift < 0 else "deeper"
     assert r.verdict == "mismatch" and r.exit_code == 1
     assert f"about one layer {way}" in r.cause, r.cause
@@ -73,16 +84,20 @@ def test_one_slot_alone_says_no_direction(tmp_path):
 def test_genuinely_different_tensors_keep_the_different_tensors_cause(tmp_path, what, engine, ids):
     train = B.specforge(tmp_path / "train", [1], (2, 15, 27))
     if what == "post-norm":  # the final RMSNorm applied to each captured state: a norm far from the stream's
+
         def transform(x):
             x = x.float()
             return (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5)).to(torch.bfloat16)
+
         infer = _dump(tmp_path / "infer", 30, (2, 15, 27), transform)
     else:  # another sample's states under this sample's token ids: the same template, another text
         other, s = B.states(2), B.states(1)
         T = s["input_ids"].shape[0]
         values = [torch.roll(other["bf16"][b][:T], shifts=7, dims=0) for b in (2, 15, 27)]
-        infer = dumper_records(tmp_path / "infer" / "dump_20261202_000000_000001",
-                               [("input_ids", s["input_ids"], {}), ("aux_hidden_states", torch.cat(values, -1), {})]).parent
+        infer = dumper_records(
+            tmp_path / "infer" / "dump_20261202_000000_000001",
+            [("input_ids", s["input_ids"], {}), ("aux_hidden_states", torch.cat(values, -1), {})],
+        ).parent
     r = hsdiff.compare(train, infer, engine=engine, layer_ids=ids, num_layers=30)
     assert r.verdict == "mismatch" and list(r.recommended.ids) == [None, None, None]
     assert all(s.evidence != "inferred" for s in r.slots)

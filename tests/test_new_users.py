@@ -68,8 +68,13 @@ def test_output_of_model_layers_n_in_a_log_line_is_boundary_n_plus_1(tmp_path):
     # the training side holds B 2, 15, 27: the outputs of layers 1, 14, 26 (SGLang ids [1, 14, 26])
     hs = B.states(0)["bf16"].float()
     log = tmp_path / "hook.log"
-    log.write_text("".join(f"[2026-11-30 01:15:02 TP0] forward hook: output of model.layers.{n} "
-                           f"hidden_states[1:9, :64]={_rows(hs[n + 1][1:9, :64])}\n" for n in (1, 14, 26)))
+    log.write_text(
+        "".join(
+            f"[2026-11-30 01:15:02 TP0] forward hook: output of model.layers.{n} "
+            f"hidden_states[1:9, :64]={_rows(hs[n + 1][1:9, :64])}\n"
+            for n in (1, 14, 26)
+        )
+    )
     report = hsdiff.compare(B.FIXTURES / "logs" / "smollm2-train", log, layer_ids=[1, 14, 26])
     assert [s.match.capture.boundary for s in report.slots] == [2, 15, 27]
     assert [s.boundary_index for s in report.slots] == [2, 15, 27]
@@ -89,10 +94,16 @@ def _dumper_ranks(root, parts):
     exp.mkdir(parents=True)
     for r, (sample, tokens) in enumerate(parts):
         meta = {"step": 0, "rank": r, "recompute_status": "disabled", "world_rank": r, "world_size": len(parts)}
-        for i, (name, value) in enumerate((("input_ids", B.states(sample)["input_ids"][tokens]),
-                                           ("aux_hidden_states", B.concat(sample, [2, 15, 27], "bf16")[tokens]))):
-            torch.save({"value": value.clone(), "meta": {**meta, "dump_index": i, "name": name}},
-                       exp / f"step=0___rank={r}___dump_index={i}___name={name}___recompute_status=disabled.pt")
+        for i, (name, value) in enumerate(
+            (
+                ("input_ids", B.states(sample)["input_ids"][tokens]),
+                ("aux_hidden_states", B.concat(sample, [2, 15, 27], "bf16")[tokens]),
+            )
+        ):
+            torch.save(
+                {"value": value.clone(), "meta": {**meta, "dump_index": i, "name": name}},
+                exp / f"step=0___rank={r}___dump_index={i}___name={name}___recompute_status=disabled.pt",
+            )
     return root
 
 
@@ -141,12 +152,18 @@ def _final_in_a_slot(tmp_path):
     aux = torch.cat([s["fp32.boundaries"][2], s["fp32.boundaries"][15], s["fp32.final"]], dim=-1)
     train = tmp_path / "train" / "rows_0-2000"
     train.mkdir(parents=True)
-    torch.save({"input_ids": s["input_ids"][None], "loss_mask": torch.ones_like(s["input_ids"])[None],
-                "aux_hidden_state": aux[None].clone(), "hidden_state": s["fp32.final"][None].clone()},
-               train / "data_0.ckpt")
+    torch.save(
+        {
+            "input_ids": s["input_ids"][None],
+            "loss_mask": torch.ones_like(s["input_ids"])[None],
+            "aux_hidden_state": aux[None].clone(),
+            "hidden_state": s["fp32.final"][None].clone(),
+        },
+        train / "data_0.ckpt",
+    )
     infer = tmp_path / "infer"
     infer.mkdir()
-    stack = torch.cat([s["bf16.boundaries"][:B.L], s["bf16.final"][None]]).contiguous()  # HF's tuple: [L] post-norm
+    stack = torch.cat([s["bf16.boundaries"][: B.L], s["bf16.final"][None]]).contiguous()  # HF's tuple: [L] post-norm
     save_file({"hidden_states": stack, "input_ids": s["input_ids"]}, str(infer / "hf.safetensors"))
     return tmp_path / "train", infer
 
@@ -178,7 +195,9 @@ def _norms_log(path, boundaries, tokens: int = 20):
     lines = [f"[2026-11-30 01:15:07 TP0] input_ids={B.states(0)['input_ids'][:tokens].tolist()}"]
     for j, b in enumerate(boundaries):
         norms = np.linalg.norm(hs[b][:tokens], axis=-1)
-        lines.append(f"[2026-11-30 01:15:07 TP0] eagle3 aux slot {j}: per-token norms=[{', '.join(f'{x:.4f}' for x in norms)}]")
+        lines.append(
+            f"[2026-11-30 01:15:07 TP0] eagle3 aux slot {j}: per-token norms=[{', '.join(f'{x:.4f}' for x in norms)}]"
+        )
     path.write_text("\n".join(lines) + "\n")
     return path
 

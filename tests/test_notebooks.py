@@ -43,9 +43,16 @@ def _run(nb, tmp_path: Path) -> tuple[str, int]:
         # can flush between them, splitting one line over two outputs (a front end shows them as one line)
         # iopub_timeout: a cell's last outputs may arrive seconds after its reply on a busy machine; the
         # default waits 4 s and then drops them with a warning
-        client = nbclient.NotebookClient(nb, timeout=600, kernel_name="python3", coalesce_streams=True,
-                                         iopub_timeout=120, raise_on_iopub_timeout=True, startup_timeout=300,
-                                         resources={"metadata": {"path": str(tmp_path)}})
+        client = nbclient.NotebookClient(
+            nb,
+            timeout=600,
+            kernel_name="python3",
+            coalesce_streams=True,
+            iopub_timeout=120,
+            raise_on_iopub_timeout=True,
+            startup_timeout=300,
+            resources={"metadata": {"path": str(tmp_path)}},
+        )
         client.execute()
     finally:
         os.environ.clear()

@@ -158,13 +158,22 @@ def test_many_training_files_under_a_low_open_file_limit(tmp_path):
     ids = torch.arange(12).unsqueeze(0)
     for i in range(80):
         aux = torch.from_numpy(rng.standard_normal((1, 12, 3 * 16)).astype(np.float32)).to(torch.bfloat16)
-        torch.save({"input_ids": ids + 100 * i, "aux_hidden_state": aux, "hidden_state": aux[..., :16],
-                    "loss_mask": torch.ones(1, 12)}, train / f"data_{i}.ckpt")
+        torch.save(
+            {
+                "input_ids": ids + 100 * i,
+                "aux_hidden_state": aux,
+                "hidden_state": aux[..., :16],
+                "loss_mask": torch.ones(1, 12),
+            },
+            train / f"data_{i}.ckpt",
+        )
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     if hard != resource.RLIM_INFINITY and hard < 256:
         pytest.skip("the hard open-file limit leaves no room")
-    code = ("import resource, sys; resource.setrlimit(resource.RLIMIT_NOFILE, (48, resource.getrlimit("
-            "resource.RLIMIT_NOFILE)[1])); from hsdiff.cli import main; main(sys.argv[1:])")
+    code = (
+        "import resource, sys; resource.setrlimit(resource.RLIMIT_NOFILE, (48, resource.getrlimit("
+        "resource.RLIMIT_NOFILE)[1])); from hsdiff.cli import main; main(sys.argv[1:])"
+    )
     r = subprocess.run([sys.executable, "-c", code, "inspect", str(train)], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert "Too many open files" not in r.stderr

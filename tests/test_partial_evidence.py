@@ -60,7 +60,9 @@ def write_log(tmp_path: Path, lines: list[str], name: str = "server.log") -> Pat
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_every_log_style_gives_the_right_ids_or_leaves_them_open(name):
     case = CASES[name]
-    r = CliRunner().invoke(cli, ["compare", str(B.FIXTURES / case["train"]), str(LOGS / name), *case["args"], "--json", "-"])
+    r = CliRunner().invoke(
+        cli, ["compare", str(B.FIXTURES / case["train"]), str(LOGS / name), *case["args"], "--json", "-"]
+    )
     doc = json.loads(r.output)
     assert r.exit_code == case["exit"], r.output
     assert doc["verdict"] == case["verdict"]
@@ -82,7 +84,9 @@ def test_seed_story_through_the_console_script():
     """The acceptance command: recommends [2, 30, 58], marks observed/consistent/inferred, notes the norms, exits 1."""
     p = subprocess.run(
         [HSDIFF, "compare", str(B.SEED / "train"), str(LOGS / "seed-first5.log"), "--layer-ids", "-1,2,30"],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert p.returncode == 1, p.stderr
     out = p.stdout
@@ -96,8 +100,9 @@ def test_seed_story_through_the_console_script():
 
 
 def test_seed_story_evidence_per_slot():
-    r = CliRunner().invoke(cli, ["compare", str(B.SEED / "train"), str(LOGS / "seed-first5.log"), "--layer-ids=-1,2,30",
-                                 "--json", "-"])
+    r = CliRunner().invoke(
+        cli, ["compare", str(B.SEED / "train"), str(LOGS / "seed-first5.log"), "--layer-ids=-1,2,30", "--json", "-"]
+    )
     doc = json.loads(r.output)
     s0, s1, s2 = doc["slots"]
     assert (s0["matched"]["line"], s0["matched"]["key"]) == (10, "[eagle3] aux_hidden_states[1] layer=3")
@@ -110,7 +115,9 @@ def test_seed_story_evidence_per_slot():
     norm_warnings = [w for w in doc["warnings"] if "printed norm" in w]
     assert len(norm_warnings) == 2 and all("smaller than the norm of every training token" in w for w in norm_warnings)
     lacked = doc["explanation"][-1]
-    assert lacked.startswith("What the log lacked: slot 1 matched within noise (1.4%) but not clearly enough to rule out")
+    assert lacked.startswith(
+        "What the log lacked: slot 1 matched within noise (1.4%) but not clearly enough to rule out"
+    )
     assert "slot 2 matched no printed capture (B59 was not in the log)" in lacked
 
 
@@ -126,15 +133,41 @@ def test_real_sglang_dumper_log_against_real_modelopt_dump():
 
 # ----------------------------------------------------------------------------- alignment of printed rows
 def test_prefill_that_skipped_the_first_token_aligns_at_offset_1():
-    doc = json.loads(CliRunner().invoke(cli, ["compare", str(LOGS / "smollm2-train"), str(LOGS / "smollm2-skip-first.log"),
-                                              "--layer-ids=1,14,26", "--json", "-"]).output)
+    doc = json.loads(
+        CliRunner()
+        .invoke(
+            cli,
+            [
+                "compare",
+                str(LOGS / "smollm2-train"),
+                str(LOGS / "smollm2-skip-first.log"),
+                "--layer-ids=1,14,26",
+                "--json",
+                "-",
+            ],
+        )
+        .output
+    )
     s0 = doc["slots"][0]
     assert s0["matched"]["sample"] == "data_1" and s0["matched"]["token_offset"] == 1
 
 
 def test_decode_steps_are_found_in_the_middle_of_the_sample():
-    doc = json.loads(CliRunner().invoke(cli, ["compare", str(LOGS / "smollm2-train"), str(LOGS / "smollm2-decode.log"),
-                                              "--layer-ids=1,14,26", "--json", "-"]).output)
+    doc = json.loads(
+        CliRunner()
+        .invoke(
+            cli,
+            [
+                "compare",
+                str(LOGS / "smollm2-train"),
+                str(LOGS / "smollm2-decode.log"),
+                "--layer-ids=1,14,26",
+                "--json",
+                "-",
+            ],
+        )
+        .output
+    )
     for s in doc["slots"]:
         assert s["matched"]["sample"] == "data_2" and s["matched"]["token_offset"] in (18, 19, 20)
         # eight printed values of a token cannot rule out a neighbouring layer: the labels answer
@@ -142,8 +175,22 @@ def test_decode_steps_are_found_in_the_middle_of_the_sample():
 
 
 def test_summarised_print_without_shape_finds_the_length():
-    doc = json.loads(CliRunner().invoke(cli, ["compare", str(LOGS / "smollm2-train"), str(LOGS / "smollm2-summarised.log"),
-                                              "--engine=vllm", "--layer-ids=2,15,27", "--json", "-"]).output)
+    doc = json.loads(
+        CliRunner()
+        .invoke(
+            cli,
+            [
+                "compare",
+                str(LOGS / "smollm2-train"),
+                str(LOGS / "smollm2-summarised.log"),
+                "--engine=vllm",
+                "--layer-ids=2,15,27",
+                "--json",
+                "-",
+            ],
+        )
+        .output
+    )
     assert "sit at tokens 0–2, 21–23 of sample data_0" in doc["explanation"][2]
 
 
@@ -166,7 +213,9 @@ def test_values_rounded_to_four_significant_digits_still_match(tmp_path):
     rounded = [f"aux_hidden_states[1] h[{t}, :16]=[" + ", ".join(g4(v) for v in h[t, :16]) + "]" for t in (3, 7, 11)]
     errs = []
     for lines, name in ((exact, "exact.log"), (rounded, "rounded.log")):
-        rep = compare(train_dump("logs/smollm2-train"), write_log(tmp_path, lines, name), Options(layer_ids=[1, 14, 26]))
+        rep = compare(
+            train_dump("logs/smollm2-train"), write_log(tmp_path, lines, name), Options(layer_ids=[1, 14, 26])
+        )
         s1 = rep.slots[1]
         assert s1.match is not None and s1.match.capture.slot == 1
         errs.append(s1.match.metrics.rel_err)
@@ -180,8 +229,11 @@ def test_confidence_grows_with_the_evidence(tmp_path):
     for n_tok, n_col in shapes:
         rows = h[1 : 1 + n_tok, :n_col]
         line = f"aux_hidden_states[0] layer=2 h[1:{1 + n_tok}, :{n_col}]=" + str([[float(v) for v in r] for r in rows])
-        rep = compare(train_dump("logs/smollm2-train"), write_log(tmp_path, [line], f"e{n_tok}x{n_col}.log"),
-                      Options(num_layers=B.L))
+        rep = compare(
+            train_dump("logs/smollm2-train"),
+            write_log(tmp_path, [line], f"e{n_tok}x{n_col}.log"),
+            Options(num_layers=B.L),
+        )
         s0 = rep.slots[0]
         assert s0.boundary_index == 2 and s0.match.metrics.values == n_tok * n_col
         confs.append(s0.confidence)
@@ -209,7 +261,9 @@ def test_printed_nan_cells_do_not_count():
     h = B.states(0)["bf16"][2].float()[3:6, :8].numpy().astype(float)
     holed = h.copy()
     holed[:, 4:] = np.nan
-    full = Capture("infer", Origin("a"), None, "bf16", None, observation=Observation(h[:, :4], (3, 4, 5), tuple(range(4))))
+    full = Capture(
+        "infer", Origin("a"), None, "bf16", None, observation=Observation(h[:, :4], (3, 4, 5), tuple(range(4)))
+    )
     part = Capture("infer", Origin("b"), None, "bf16", None, observation=Observation(holed, (3, 4, 5), tuple(range(8))))
     a, b = align.score(ts, full, 0), align.score(ts, part, 0)
     assert a.values == b.values == 12
@@ -227,8 +281,21 @@ def test_two_printed_tokens_cannot_hide_one_that_does_not_match():
 
 # ----------------------------------------------------------------------------- what cannot be concluded
 def test_sink_tokens_alone_never_decide():
-    doc = json.loads(CliRunner().invoke(cli, ["compare", str(LOGS / "smollm2-train"), str(LOGS / "smollm2-sinks.log"),
-                                              "--layer-ids=2,15,27", "--json", "-"]).output)
+    doc = json.loads(
+        CliRunner()
+        .invoke(
+            cli,
+            [
+                "compare",
+                str(LOGS / "smollm2-train"),
+                str(LOGS / "smollm2-sinks.log"),
+                "--layer-ids=2,15,27",
+                "--json",
+                "-",
+            ],
+        )
+        .output
+    )
     for s in doc["slots"][1:]:
         assert s["metrics"]["sink_only"] and s["evidence"] != "observed"
         assert "attention-sink" in s["note"] and "print ordinary tokens" in s["note"]
@@ -242,9 +309,11 @@ def test_sink_tokens_alone_never_decide():
 
 def test_sink_evidence_does_not_hide_ordinary_evidence_of_the_same_layer(tmp_path):
     h = B.states(1)["bf16"][15].float()
-    lines = ["aux_hidden_states[1] layer=15 first5=[" + ", ".join(g4(v) for v in h[0, :5]) + "]",
-             "Decode batch. #running-req: 1",
-             "aux_hidden_states[1] layer=15 h[9, :32]=[" + ", ".join(g4(v) for v in h[9, :32]) + "]"]
+    lines = [
+        "aux_hidden_states[1] layer=15 first5=[" + ", ".join(g4(v) for v in h[0, :5]) + "]",
+        "Decode batch. #running-req: 1",
+        "aux_hidden_states[1] layer=15 h[9, :32]=[" + ", ".join(g4(v) for v in h[9, :32]) + "]",
+    ]
     rep = compare(train_dump("logs/smollm2-train"), write_log(tmp_path, lines), Options(num_layers=B.L))
     s1 = rep.slots[1]
     assert s1.status == "identified" and s1.boundary_index == 15 and not s1.match.metrics.sink_only
@@ -266,7 +335,8 @@ def test_a_close_neighbour_is_never_identified_as_the_training_layer(tmp_path, n
     be read as B31, whatever the evidence size."""
     h = seed_states()[neighbour]
     line = f"aux_hidden_states[1] layer={neighbour} h[1:{1 + n_tok}, :{n_col}]=" + str(
-        [[float(g4(v)) for v in r] for r in h[1 : 1 + n_tok, :n_col]])
+        [[float(g4(v)) for v in r] for r in h[1 : 1 + n_tok, :n_col]]
+    )
     rep = compare(train_dump("seed/train"), write_log(tmp_path, [line]), Options())
     s1 = rep.slots[1]
     assert s1.boundary_index in (None, 31)  # open, or B31 inferred from the labels; never B30/B32
@@ -274,15 +344,30 @@ def test_a_close_neighbour_is_never_identified_as_the_training_layer(tmp_path, n
 
 
 def test_no_printed_capture_equal_to_training_is_a_mismatch_not_ok():
-    r = CliRunner().invoke(cli, ["compare", str(LOGS / "smollm2-train"), str(LOGS / "smollm2-no-match.log"), "--json", "-"])
+    r = CliRunner().invoke(
+        cli, ["compare", str(LOGS / "smollm2-train"), str(LOGS / "smollm2-no-match.log"), "--json", "-"]
+    )
     doc = json.loads(r.output)
     assert r.exit_code == 1 and doc["verdict"] == "mismatch"
     assert doc["cause"].startswith("No inference capture equals any training slot")
 
 
 def test_walkthrough_names_what_to_print_next_time():
-    doc = json.loads(CliRunner().invoke(cli, ["compare", str(B.SEED / "train"), str(LOGS / "seed-torch-print.log"),
-                                              "--layer-ids=-1,2,30", "--json", "-"]).output)
+    doc = json.loads(
+        CliRunner()
+        .invoke(
+            cli,
+            [
+                "compare",
+                str(B.SEED / "train"),
+                str(LOGS / "seed-torch-print.log"),
+                "--layer-ids=-1,2,30",
+                "--json",
+                "-",
+            ],
+        )
+        .output
+    )
     last = doc["explanation"][-1]
     assert "slot 1 matched within noise" in last and "h[1:5, :64]" in last
     assert "run with the recommended ids [2, 30, 58]" in last

@@ -27,9 +27,24 @@ PNG = b"\x89PNG\r\n\x1a\n"
 def seed(tmp_path_factory):
     """The seed story with the ids the server ran with: JSON report, pictures, Markdown, HTML."""
     d = tmp_path_factory.mktemp("seed")
-    r = CliRunner().invoke(cli, ["compare", str(SEED / "train"), str(SEED / "infer-wrong"), "--layer-ids=-1,2,30",
-                                 "--json", str(d / "report.json"), "--plot", str(d / "pictures"),
-                                 "--markdown", str(d / "report.md"), "--html", str(d / "report.html"), "-q"])
+    r = CliRunner().invoke(
+        cli,
+        [
+            "compare",
+            str(SEED / "train"),
+            str(SEED / "infer-wrong"),
+            "--layer-ids=-1,2,30",
+            "--json",
+            str(d / "report.json"),
+            "--plot",
+            str(d / "pictures"),
+            "--markdown",
+            str(d / "report.md"),
+            "--html",
+            str(d / "report.html"),
+            "-q",
+        ],
+    )
     assert r.exit_code == 1, r.output
     return d
 
@@ -47,8 +62,11 @@ def test_heatmap_marks_the_match_and_the_configured_capture_where_the_report_say
     fig = heatmap(doc)
     ax = fig.axes[0]
     rows, cols, _ = heatmap_grid(doc)
-    marks = {p.get_gid(): (round(p.get_x() + p.get_width() / 2), round(p.get_y() + p.get_height() / 2))
-             for p in ax.patches if p.get_gid()}
+    marks = {
+        p.get_gid(): (round(p.get_x() + p.get_width() / 2), round(p.get_y() + p.get_height() / 2))
+        for p in ax.patches
+        if p.get_gid()
+    }
     slots = {s["slot"]: s for s in doc["slots"]}
     matched = [s for s in slots.values() if s["matched"]]
     assert len(matched) == 2  # slots 0 and 1 are observed; slot 2 (B59) was never captured
@@ -89,14 +107,26 @@ def test_norm_trajectory_and_token_errors_draw_what_the_report_holds(seed):
     assert match[1]["sink_tokens"] == [0] and len(match[1]["error"]) == 25
     assert max(match[0]["error"]) < 0.05
     fig = token_errors(doc)
-    assert len(fig.axes) == 3 and "sink" in " ".join(t.get_text() for ax in fig.axes for t in ax.get_legend().get_texts())
+    assert len(fig.axes) == 3 and "sink" in " ".join(
+        t.get_text() for ax in fig.axes for t in ax.get_legend().get_texts()
+    )
     plt.close(fig)
 
 
 def test_plot_png_path_still_writes_one_picture(tmp_path):
     out = tmp_path / "errors.png"
-    r = CliRunner().invoke(cli, ["compare", str(SEED / "train"), str(SEED / "infer-fixed-neighbours"), "--layer-ids=2,30,58",
-                                 "--plot", str(out), "-q"])
+    r = CliRunner().invoke(
+        cli,
+        [
+            "compare",
+            str(SEED / "train"),
+            str(SEED / "infer-fixed-neighbours"),
+            "--layer-ids=2,30,58",
+            "--plot",
+            str(out),
+            "-q",
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert out.read_bytes().startswith(PNG)
     assert not (tmp_path / "heatmap.png").exists()
@@ -105,8 +135,18 @@ def test_plot_png_path_still_writes_one_picture(tmp_path):
 def test_plot_onto_an_existing_file_is_a_one_line_user_error(tmp_path):
     f = tmp_path / "notes.txt"
     f.write_text("mine")
-    r = CliRunner().invoke(cli, ["compare", str(SEED / "train"), str(SEED / "infer-fixed-neighbours"), "--layer-ids=2,30,58",
-                                 "--plot", str(f), "-q"])
+    r = CliRunner().invoke(
+        cli,
+        [
+            "compare",
+            str(SEED / "train"),
+            str(SEED / "infer-fixed-neighbours"),
+            "--layer-ids=2,30,58",
+            "--plot",
+            str(f),
+            "-q",
+        ],
+    )
     assert r.exit_code == 2
     assert "--plot wants a folder" in r.output and "Traceback" not in r.output
     assert f.read_text() == "mine"
@@ -152,11 +192,24 @@ def test_html_opens_in_headless_chromium(seed, tmp_path):
     profile = tempfile.mkdtemp(prefix="hsdiff-chromium-")
     try:
         proc = subprocess.run(
-            [_browser(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             f"--user-data-dir={profile}", "--window-size=1200,2400", f"--screenshot={shot}",
-             (seed / "report.html").as_uri()],
-            capture_output=True, text=True, timeout=120,
+            [
+                _browser(),
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                f"--user-data-dir={profile}",
+                "--window-size=1200,2400",
+                f"--screenshot={shot}",
+                (seed / "report.html").as_uri(),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
     finally:
         shutil.rmtree(profile, ignore_errors=True)

@@ -51,18 +51,48 @@ def _tiny_model(env: Env) -> str | None:
         from transformers import LlamaConfig, LlamaForCausalLM
 
         torch.manual_seed(0)
-        cfg = LlamaConfig(vocab_size=49152, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
-                          num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=256)
+        cfg = LlamaConfig(
+            vocab_size=49152,
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            max_position_embeddings=256,
+        )
         LlamaForCausalLM(cfg).save_pretrained(d)
     return str(d)
 
 
 def _compare(e: Env) -> list[Run]:
     runs: list[Run] = [
-        (["compare", e["seed/train"], e["seed/infer-wrong"], "--layer-ids=-1,2,30", "--json", e.o("c.json"),
-          "--plot", e.o("c.png")], (1,)),
-        (["compare", e["seed/train"], e["seed/infer-fixed-neighbours"], "--layer-ids", "2,30,58", "--json", "-",
-          "--model-config", e["seed/model/config.json"]], (0,)),
+        (
+            [
+                "compare",
+                e["seed/train"],
+                e["seed/infer-wrong"],
+                "--layer-ids=-1,2,30",
+                "--json",
+                e.o("c.json"),
+                "--plot",
+                e.o("c.png"),
+            ],
+            (1,),
+        ),
+        (
+            [
+                "compare",
+                e["seed/train"],
+                e["seed/infer-fixed-neighbours"],
+                "--layer-ids",
+                "2,30,58",
+                "--json",
+                "-",
+                "--model-config",
+                e["seed/model/config.json"],
+            ],
+            (0,),
+        ),
         (["compare", e["real/modelopt"], e["real/sglang-dumper"], "--json", "-"], (0, 1)),
         (["compare", e["corpus/train.gz"], e["seed/infer-fixed"], "--layer-ids", "2,30,58"], (0, 1)),
     ]
@@ -73,19 +103,64 @@ def _compare(e: Env) -> list[Run]:
 
 def _gate(e: Env) -> list[Run]:
     return [
-        (["gate", e["seed/train"], e["seed/infer-wrong"], "--draft-config", e["seed/draft-wrong/config.json"],
-          "--target-config", e["seed/model/config.json"], "--json", e.o("g.json"), "--junit", e.o("g.xml"),
-          "--markdown", e.o("g.md"), "--plot", e.o("g.png")], (1,)),
-        (["gate", e["seed/train"], e["seed/infer-fixed-neighbours"], "--draft-config", e["seed/draft-fixed"],
-          "--target-config", e["seed/model"], "--github"], (0,)),
+        (
+            [
+                "gate",
+                e["seed/train"],
+                e["seed/infer-wrong"],
+                "--draft-config",
+                e["seed/draft-wrong/config.json"],
+                "--target-config",
+                e["seed/model/config.json"],
+                "--json",
+                e.o("g.json"),
+                "--junit",
+                e.o("g.xml"),
+                "--markdown",
+                e.o("g.md"),
+                "--plot",
+                e.o("g.png"),
+            ],
+            (1,),
+        ),
+        (
+            [
+                "gate",
+                e["seed/train"],
+                e["seed/infer-fixed-neighbours"],
+                "--draft-config",
+                e["seed/draft-fixed"],
+                "--target-config",
+                e["seed/model"],
+                "--github",
+            ],
+            (0,),
+        ),
     ]
 
 
 def _check_config(e: Env) -> list[Run]:
     return [
-        (["check-config", e["seed/draft-wrong/config.json"], "--target-config", e["seed/model/config.json"],
-          "--json", e.o("cc.json"), "--junit", e.o("cc.xml"), "--markdown", e.o("cc.md"), "--github"], (0, 1)),
-        (["check-config", e["seed/draft-fixed"], "--engine", "vllm", "--vllm-runner", "v2", "--num-layers", "61"], (0, 1)),
+        (
+            [
+                "check-config",
+                e["seed/draft-wrong/config.json"],
+                "--target-config",
+                e["seed/model/config.json"],
+                "--json",
+                e.o("cc.json"),
+                "--junit",
+                e.o("cc.xml"),
+                "--markdown",
+                e.o("cc.md"),
+                "--github",
+            ],
+            (0, 1),
+        ),
+        (
+            ["check-config", e["seed/draft-fixed"], "--engine", "vllm", "--vllm-runner", "v2", "--num-layers", "61"],
+            (0, 1),
+        ),
     ]
 
 
@@ -98,15 +173,31 @@ def _fix_config(e: Env) -> list[Run]:
     # real write is checked by test_fix_config_writes_only_the_config_and_its_backup
     return [
         (["fix-config", e["seed/draft-wrong/config.json"], "--layer-ids", "2,30,58", "--dry-run"], (0,)),
-        (["fix-config", e["seed/draft-wrong/config.json"], "--from-report", e["corpus/report.json"], "--dry-run"], (0,)),
+        (
+            ["fix-config", e["seed/draft-wrong/config.json"], "--from-report", e["corpus/report.json"], "--dry-run"],
+            (0,),
+        ),
     ]
 
 
 def _request(e: Env) -> list[Run]:
     return [
         (["request", e["seed/train/rows_0-2000/data_1.ckpt"]], (0,)),
-        (["request", e["seed/train"], "--sample", "data_1", "--engine", "vllm", "--model", "m",
-          "--url", "http://localhost:8000"], (0,)),
+        (
+            [
+                "request",
+                e["seed/train"],
+                "--sample",
+                "data_1",
+                "--engine",
+                "vllm",
+                "--model",
+                "m",
+                "--url",
+                "http://localhost:8000",
+            ],
+            (0,),
+        ),
         (["request", e["real/modelopt/example-0.pt"], "--engine", "sglang"], (0,)),
     ]
 
@@ -114,10 +205,36 @@ def _request(e: Env) -> list[Run]:
 def _capture(e: Env) -> list[Run]:
     model = _tiny_model(e)
     if model is None:  # without the capture extra: a clean input error, still nothing written
-        return [(["capture", "--model", e["seed/model"], "--input", e["seed/train/rows_0-2000/data_1.ckpt"],
-                  "--out", e.o("ref")], (2,))]
-    return [(["capture", "--model", model, "--input", e["seed/train/rows_0-2000/data_1.ckpt"], "--out", e.o("ref"),
-              "--dtype", "fp32"], (0,))]
+        return [
+            (
+                [
+                    "capture",
+                    "--model",
+                    e["seed/model"],
+                    "--input",
+                    e["seed/train/rows_0-2000/data_1.ckpt"],
+                    "--out",
+                    e.o("ref"),
+                ],
+                (2,),
+            )
+        ]
+    return [
+        (
+            [
+                "capture",
+                "--model",
+                model,
+                "--input",
+                e["seed/train/rows_0-2000/data_1.ckpt"],
+                "--out",
+                e.o("ref"),
+                "--dtype",
+                "fp32",
+            ],
+            (0,),
+        )
+    ]
 
 
 def _audit(e: Env) -> list[Run]:
@@ -192,7 +309,9 @@ def snapshot(root: Path) -> dict[str, tuple]:
 def diff(before: dict[str, tuple], after: dict[str, tuple]) -> list[str]:
     changes = [f"created {k}" for k in sorted(after.keys() - before.keys())]
     changes += [f"removed {k}" for k in sorted(before.keys() - after.keys())]
-    changes += [f"changed {k}: {before[k]} -> {after[k]}" for k in sorted(before.keys() & after.keys()) if before[k] != after[k]]
+    changes += [
+        f"changed {k}: {before[k]} -> {after[k]}" for k in sorted(before.keys() & after.keys()) if before[k] != after[k]
+    ]
     return changes
 
 
@@ -209,10 +328,21 @@ def env(tmp_path_factory) -> Env:
     corpus = inputs / "corpus"
     (corpus / "train.gz" / "rows_0-2000").mkdir(parents=True)
     src = B.SEED / "train" / "rows_0-2000" / "data_1.ckpt"
-    (corpus / "train.gz" / "rows_0-2000" / "data_1.ckpt.gz").write_bytes(gzip.compress(src.read_bytes(), compresslevel=1))
+    (corpus / "train.gz" / "rows_0-2000" / "data_1.ckpt.gz").write_bytes(
+        gzip.compress(src.read_bytes(), compresslevel=1)
+    )
     shutil.copy(B.SEED / "train" / "config.json", corpus / "train.gz" / "config.json")
-    r = CliRunner().invoke(cli, ["compare", str(B.SEED / "train"), str(B.SEED / "infer-wrong"), "--layer-ids=-1,2,30",
-                                 "--json", str(corpus / "report.json")])
+    r = CliRunner().invoke(
+        cli,
+        [
+            "compare",
+            str(B.SEED / "train"),
+            str(B.SEED / "infer-wrong"),
+            "--layer-ids=-1,2,30",
+            "--json",
+            str(corpus / "report.json"),
+        ],
+    )
     assert r.exit_code == 1, r.output
     json.loads((corpus / "report.json").read_text())
     for name, build in _FORMATS.items():
@@ -271,8 +401,11 @@ def test_snapshot_sees_every_kind_of_change(tmp_path: Path) -> None:
         lambda: f.write_bytes(b"z"),
         lambda: f.unlink(),
         lambda: os.utime(f, ns=(0, 0)),
-        lambda: ((tmp_path / "d" / ".tmp").write_bytes(b""), (tmp_path / "d" / ".tmp").unlink(),
-                 os.utime(tmp_path / "d", ns=(1, 1))),
+        lambda: (
+            (tmp_path / "d" / ".tmp").write_bytes(b""),
+            (tmp_path / "d" / ".tmp").unlink(),
+            os.utime(tmp_path / "d", ns=(1, 1)),
+        ),
     ):
         shutil.rmtree(tmp_path / "d")
         (tmp_path / "d").mkdir()

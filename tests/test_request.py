@@ -58,11 +58,14 @@ def test_json_input_and_other_formats(tmp_path):
     assert ids == B.states(2)["input_ids"].tolist()
 
 
-@pytest.mark.parametrize("args", [
-    (str(B.SEED / "train"),),  # two samples: which one?
-    (str(B.SEED / "train"), "--sample", "data_9"),
-    ("/nonexistent/sample.ckpt",),
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        (str(B.SEED / "train"),),  # two samples: which one?
+        (str(B.SEED / "train"), "--sample", "data_9"),
+        ("/nonexistent/sample.ckpt",),
+    ],
+)
 def test_bad_input_exits_2(args):
     r = run(*args)
     assert r.exit_code == 2

@@ -88,8 +88,10 @@ def _write_log(path: Path, lines: int, prints: int) -> None:
         for i in range(lines):
             if i % every == every - 1:
                 s = (i // every) % 4
-                buf.append(f"aux_hidden_states[{s}][:2, :5] = tensor([[ 0.0295, -0.0114, -0.0170, -0.0179, -0.{s}183],\n"
-                           "        [ 0.0100,  0.0200,  0.0300,  0.0400,  0.0500]], dtype=torch.bfloat16)\n")
+                buf.append(
+                    f"aux_hidden_states[{s}][:2, :5] = tensor([[ 0.0295, -0.0114, -0.0170, -0.0179, -0.{s}183],\n"
+                    "        [ 0.0100,  0.0200,  0.0300,  0.0400,  0.0500]], dtype=torch.bfloat16)\n"
+                )
             else:
                 buf.append(noise[i % 3])
             if len(buf) >= 10000:
@@ -118,8 +120,14 @@ def measured(tmp_path_factory) -> dict[str, dict]:
     (d / "tasks.json").write_text(json.dumps(tasks))
     try:
         env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-        p = subprocess.run([sys.executable, "-m", "tests.badinput.resource_probe", str(d / "tasks.json")], cwd=ROOT,
-                           env=env, capture_output=True, text=True, timeout=600)
+        p = subprocess.run(
+            [sys.executable, "-m", "tests.badinput.resource_probe", str(d / "tasks.json")],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
     finally:
         for f in made:
             f.unlink(missing_ok=True)
@@ -146,7 +154,9 @@ def test_multi_gb_file_with_corrupt_header_costs_little_memory(measured: dict[st
     else:
         assert r["outcome"] == "error", r
         assert name in r["message"], r
-    assert r["growth"] < BOUND, f"{name}: memory rose by {r['growth'] / MIB:.0f} MiB ({r['how']}) reading {size / GIB:.2f} GiB"
+    assert r["growth"] < BOUND, (
+        f"{name}: memory rose by {r['growth'] / MIB:.0f} MiB ({r['how']}) reading {size / GIB:.2f} GiB"
+    )
     assert r["seconds"] < 20, r
 
 

@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 
 from hsdiff import compare, decide
-from hsdiff import conventions as conv
 from hsdiff.configs import config_value
 from hsdiff.errors import InputError
 from hsdiff.fix_config import fix_config, ids_from_report
+from hsdiff.rules import conventions as conv
 from hsdiff.rules.profile import (
     BOUNDARY,
     CONFIG_KEYS,
@@ -47,6 +47,7 @@ FAMILY_ENGINES = ("sglang", "specforge", "vllm")  # the engines whose reading de
 
 # --------------------------------------------------------------------------- the engine, as this test reads it
 
+
 def _row(engine: str, family: str, version: str) -> Rule:
     return conv.applied(engine, family if engine in FAMILY_ENGINES else None, version)
 
@@ -55,8 +56,9 @@ def _top(r: Rule) -> int:
     return L if r.captures_last else L - 1
 
 
-def engine_reads(config: dict | None, ids: list[int] | None, engine: str, version: str, family: str,
-                 runner: str = "v2") -> list[int]:
+def engine_reads(
+    config: dict | None, ids: list[int] | None, engine: str, version: str, family: str, runner: str = "v2"
+) -> list[int]:
     """The boundaries ``engine`` at ``version`` captures, slot by slot: the ids found in ``config`` at the
     first key the engine looks at (or ``ids`` for an engine that reads no draft config), shifted as the
     table row says, range-checked, in the engine's slot order."""
@@ -133,6 +135,7 @@ def _no_fsync(monkeypatch):
 
 # --------------------------------------------------------------------------- every row, through the library
 
+
 @pytest.mark.parametrize("engine,version,family", cases(), ids=lambda x: str(x))
 def test_recommended_ids_round_trip(engine: str, version: str, family: str, tmp_path: Path) -> None:
     r = _row(engine, family, version)
@@ -160,8 +163,9 @@ def test_recommended_ids_round_trip(engine: str, version: str, family: str, tmp_
 _CHECKED: set[tuple] = set()  # by_engine entries already round-tripped (most cases share the other engines')
 
 
-def _by_engine_round_trips(engine: str, version: str | None, ids: tuple[int | None, ...], trained: list[int],
-                           family: str, tmp: Path) -> None:
+def _by_engine_round_trips(
+    engine: str, version: str | None, ids: tuple[int | None, ...], trained: list[int], family: str, tmp: Path
+) -> None:
     """``by_engine[engine]`` reproduces the training slots on ``engine`` at the version it names, or holds a
     null exactly where that engine cannot serve them (and hsdiff says why)."""
     assert version is not None
@@ -188,6 +192,7 @@ def test_every_row_of_the_table_is_reached() -> None:
 
 
 # --------------------------------------------------------------------------- through compare, on dumps
+
 
 def compare_cases() -> list[tuple[str, str, str]]:
     """One version per row of the table that can capture (the row's first version), and its family."""
@@ -232,7 +237,11 @@ def test_compare_then_fix_config_round_trips(engine: str, version: str, family: 
     assert doc["recommended"]["engine_version"] == version
     if CONFIG_KEYS[engine if engine != "vllm" else "vllm-v2"]:
         found = ids_from_report(path)
-        assert (found.engine, found.version, list(found.ids)) == (engine, version, doc["recommended"]["eagle_aux_hidden_state_layer_ids"])
+        assert (found.engine, found.version, list(found.ids)) == (
+            engine,
+            version,
+            doc["recommended"]["eagle_aux_hidden_state_layer_ids"],
+        )
         config = written_config(tmp_path, engine, list(found.ids), version, family)
         assert engine_reads(config, None, engine, version, family) == bs
     else:

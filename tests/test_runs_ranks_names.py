@@ -55,8 +55,12 @@ def broken(x: torch.Tensor, level: float, rows: slice = slice(1, None)) -> torch
 def two_ranks(root: Path, values: tuple[torch.Tensor, torch.Tensor]) -> Path:
     """A TP2 dumper run of sample 1 whose ranks hold ``values``."""
     for rank, v in enumerate(values):
-        dumper_records(root / "dump_20261201_000000_000001",
-                       [("input_ids", B.states(1)["input_ids"], {}), ("aux_hidden_states", v, {})], rank=rank, ranks=2)
+        dumper_records(
+            root / "dump_20261201_000000_000001",
+            [("input_ids", B.states(1)["input_ids"], {}), ("aux_hidden_states", v, {})],
+            rank=rank,
+            ranks=2,
+        )
     return root
 
 
@@ -82,8 +86,9 @@ def test_disagreeing_ranks_fail_the_cli_gate(tmp_path, train):
 
     good = aux(1, TRAIN_B)
     infer = two_ranks(tmp_path / "infer", (broken(good, 0.4), good))  # the first rank is the broken one
-    res = CliRunner().invoke(cli, ["compare", str(train), str(infer), "--layer-ids", "1,14,26",
-                                    "--json", str(tmp_path / "r.json")])
+    res = CliRunner().invoke(
+        cli, ["compare", str(train), str(infer), "--layer-ids", "1,14,26", "--json", str(tmp_path / "r.json")]
+    )
     assert res.exit_code == 1, res.output
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["verdict"] == "mismatch" and re.search(r"(?i)ranks disagree: rank 1 .* rank 0", report["cause"])
@@ -94,8 +99,16 @@ def test_two_dumps_of_one_rank_are_not_two_ranks(tmp_path):
     exp = tmp_path / "dump_20261201_000000_000001"
     first, second = aux(1, TRAIN_B), aux(1, [3, 16, 28])
     for rank in (0, 1):
-        dumper_records(exp, [("input_ids", B.states(1)["input_ids"], {}), ("aux_hidden_states", first, {}),
-                             ("aux_hidden_states", second, {})], rank=rank, ranks=2)
+        dumper_records(
+            exp,
+            [
+                ("input_ids", B.states(1)["input_ids"], {}),
+                ("aux_hidden_states", first, {}),
+                ("aux_hidden_states", second, {}),
+            ],
+            rank=rank,
+            ranks=2,
+        )
     dump = scan(tmp_path, "infer")
     assert dump.rank_conflicts == () and not any("disagree" in w for w in dump.warnings)
     assert len(dump.captures) == 2 and all(c.rank is None for c in dump.captures)
@@ -125,8 +138,14 @@ def test_inspect_counts_dumper_runs_as_compare_does(tmp_path):
 def test_the_run_that_matches_is_reported_and_the_broken_one_named(tmp_path, train):
     ids1 = B.states(1)["input_ids"]
     # an earlier run with ids [1, 14, 26], then a later one restarted with [0, 14, 26] (slot 0 one layer short)
-    dumper_records(tmp_path / "dump_20261201_000000_000001", [("input_ids", ids1, {}), ("aux_hidden_states", aux(1, [2, 15, 27]), {})])
-    dumper_records(tmp_path / "dump_20261201_090000_000002", [("input_ids", ids1, {}), ("aux_hidden_states", aux(1, [1, 15, 27]), {})])
+    dumper_records(
+        tmp_path / "dump_20261201_000000_000001",
+        [("input_ids", ids1, {}), ("aux_hidden_states", aux(1, [2, 15, 27]), {})],
+    )
+    dumper_records(
+        tmp_path / "dump_20261201_090000_000002",
+        [("input_ids", ids1, {}), ("aux_hidden_states", aux(1, [1, 15, 27]), {})],
+    )
     r = hsdiff.compare(train, tmp_path, layer_ids=list(SGL))
     assert {Path(s.match.capture.origin.path).parent.name for s in r.slots} == {"dump_20261201_000000_000001"}
     assert r.recommended.ids == SGL  # the training config and the values agree on every slot
@@ -142,8 +161,12 @@ def test_a_run_labelled_only_by_the_configured_ids_is_not_trusted_when_runs_disa
     train = B.specforge(tmp_path / "train", [0, 1, 2], [3, 16, 28])
     ids1 = B.states(1)["input_ids"]
     infer = tmp_path / "infer"
-    dumper_records(infer / "dump_20261201_000000_000001", [("input_ids", ids1, {}), ("aux_hidden_states", aux(1, [2, 15, 27]), {})])
-    dumper_records(infer / "dump_20261201_090000_000002", [("input_ids", ids1, {}), ("aux_hidden_states", aux(1, [3, 16, 28]), {})])
+    dumper_records(
+        infer / "dump_20261201_000000_000001", [("input_ids", ids1, {}), ("aux_hidden_states", aux(1, [2, 15, 27]), {})]
+    )
+    dumper_records(
+        infer / "dump_20261201_090000_000002", [("input_ids", ids1, {}), ("aux_hidden_states", aux(1, [3, 16, 28]), {})]
+    )
     r = hsdiff.compare(train, infer, layer_ids=list(SGL))
     # the second run matches every slot under the first run's ids: B 2, 15, 27 would be wrong at confidence 1
     assert all(s.boundary_index in (None, b) for s, b in zip(r.slots, [3, 16, 28]))
@@ -154,8 +177,9 @@ def test_a_run_labelled_only_by_the_configured_ids_is_not_trusted_when_runs_disa
 def test_one_run_with_several_steps_is_one_run(tmp_path, train):
     exp = tmp_path / "dump_20261201_000000_000001"
     for step in (0, 1):
-        dumper_records(exp, [("input_ids", B.states(1)["input_ids"], {}), ("aux_hidden_states", aux(1, TRAIN_B), {})],
-                       step=step)
+        dumper_records(
+            exp, [("input_ids", B.states(1)["input_ids"], {}), ("aux_hidden_states", aux(1, TRAIN_B), {})], step=step
+        )
     r = hsdiff.compare(train, tmp_path, layer_ids=list(SGL))
     assert r.verdict == "ok" and r.recommended.ids == SGL
     assert not any("dumper runs" in w for w in r.warnings)
@@ -177,17 +201,24 @@ def test_output_names_are_one_boundary_deeper(tmp_path, train, kind):
     bs = sorted({b + d for b in TRAIN_B for d in (-1, 0, 1)})  # each slot's layer and its neighbours
     name = "model.layers.{i}.output"
     if kind == "dumper":
-        dumper_records(tmp_path / "dump", [("input_ids", B.states(1)["input_ids"], {})]
-                       + [(name.format(i=b - 1), noisy(1, b), {}) for b in bs])
+        dumper_records(
+            tmp_path / "dump",
+            [("input_ids", B.states(1)["input_ids"], {})] + [(name.format(i=b - 1), noisy(1, b), {}) for b in bs],
+        )
         infer = tmp_path
     elif kind == "safetensors":
         infer = tmp_path / "hooks.safetensors"
         save_file({name.format(i=b - 1): noisy(1, b).contiguous() for b in bs}, str(infer))
     else:
         infer = tmp_path / "server.log"
-        infer.write_text("\n".join(
-            f"[2026-12-01 00:00:05 TP0] {name.format(i=b - 1)} h[4:8, :8]="
-            + json.dumps([[round(float(v), 4) for v in row] for row in noisy(1, b)[4:8, :8]]) for b in bs) + "\n")
+        infer.write_text(
+            "\n".join(
+                f"[2026-12-01 00:00:05 TP0] {name.format(i=b - 1)} h[4:8, :8]="
+                + json.dumps([[round(float(v), 4) for v in row] for row in noisy(1, b)[4:8, :8]])
+                for b in bs
+            )
+            + "\n"
+        )
     r = hsdiff.compare(train, infer)
     assert [s.boundary_index for s in r.slots] == TRAIN_B
     assert r.recommended.ids == SGL and r.verdict == "ok" and r.exit_code == 0
@@ -196,8 +227,10 @@ def test_output_names_are_one_boundary_deeper(tmp_path, train, kind):
 
 def test_slot_numbers_in_dumper_names_are_not_layers(tmp_path, train):
     # aux_0, aux_1, aux_2: the draft's input slots, labelled by the configured ids in slot order
-    dumper_records(tmp_path / "dump", [("input_ids", B.states(1)["input_ids"], {})]
-                   + [(f"aux_{j}", noisy(1, b), {}) for j, b in enumerate(TRAIN_B)])
+    dumper_records(
+        tmp_path / "dump",
+        [("input_ids", B.states(1)["input_ids"], {})] + [(f"aux_{j}", noisy(1, b), {}) for j, b in enumerate(TRAIN_B)],
+    )
     r = hsdiff.compare(train, tmp_path, layer_ids=list(SGL))
     assert r.recommended.ids == SGL and r.verdict == "ok"
     assert all(s.match.capture.layer.source == "configured" for s in r.slots)

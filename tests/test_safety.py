@@ -26,8 +26,13 @@ from .badinput.make_corpus import BOUNDARIES, IDS, SAMPLE, Evil, evil_payloads, 
 
 PAYLOADS = ["os.system", "builtins.eval", "builtins.exec", "subprocess.call", "subprocess.Popen"]
 #: What the refusal names for each payload (protocol-2 pickles spell modules the Python 2 way).
-NAMED = {"os.system": "system", "builtins.eval": "eval", "builtins.exec": "exec", "subprocess.call": "call",
-         "subprocess.Popen": "popen"}
+NAMED = {
+    "os.system": "system",
+    "builtins.eval": "eval",
+    "builtins.exec": "exec",
+    "subprocess.call": "call",
+    "subprocess.Popen": "popen",
+}
 
 
 @pytest.fixture(scope="module")

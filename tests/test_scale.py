@@ -47,14 +47,22 @@ def _answer(report):
     out = []
     for s in report.slots:
         m = s.match
-        out.append((s.slot, s.status, s.boundary_index, round(s.confidence, 6),
-                    None if m is None else (m.capture.label(), m.sample, m.offset, m.metrics),
-                    None if s.runner_up is None else (s.runner_up.capture.label(), s.runner_up.metrics)))
+        out.append(
+            (
+                s.slot,
+                s.status,
+                s.boundary_index,
+                round(s.confidence, 6),
+                None if m is None else (m.capture.label(), m.sample, m.offset, m.metrics),
+                None if s.runner_up is None else (s.runner_up.capture.label(), s.runner_up.metrics),
+            )
+        )
     return report.verdict, report.cause, out, report.warnings
 
 
-@pytest.mark.parametrize("case, ids", [("pair", "1,14,26"), ("pair", "2,15,27"), ("window", "1,14,26"),
-                                       ("window-ids", None)])
+@pytest.mark.parametrize(
+    "case, ids", [("pair", "1,14,26"), ("pair", "2,15,27"), ("window", "1,14,26"), ("window-ids", None)]
+)
 def test_sample_then_verify_gives_the_full_answer(data, monkeypatch, case, ids):
     p = data[case]
     full, sketched = _both(monkeypatch, p.train, p.infer, **({"layer_ids": ids} if ids else {}))
@@ -87,7 +95,9 @@ def test_every_pair_in_one_walk_gives_the_full_answer(data, monkeypatch):
     monkeypatch.setattr(backend, "WORTH", 1 << 62)  # numpy's sums (the loop's: tests/test_fused.py)
     walked = compare(p.train, p.infer, layer_ids="1,14,26")
     assert _answer(walked) == _answer(full)
-    assert {(r.slot, r.capture): r.metrics for r in walked.scores} == {(r.slot, r.capture): r.metrics for r in full.scores}
+    assert {(r.slot, r.capture): r.metrics for r in walked.scores} == {
+        (r.slot, r.capture): r.metrics for r in full.scores
+    }
     assert walked.profiles["tokens"] == full.profiles["tokens"]
 
 
@@ -161,8 +171,22 @@ def test_compare_runs_without_importing_torch():
         "try:\n    cli.main(args=sys.argv[1:], prog_name='hsdiff')\nexcept SystemExit as e:\n    code = e.code\n"
         "print(code, 'torch' in sys.modules)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code, "compare", str(SEED / "train"), str(SEED / "infer-wrong"),
-                          "--layer-ids=-1,2,30", "-q"], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            code,
+            "compare",
+            str(SEED / "train"),
+            str(SEED / "infer-wrong"),
+            "--layer-ids=-1,2,30",
+            "-q",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
     assert out.stdout.split()[-2:] == ["1", "False"], out.stdout[-500:] + out.stderr[-2000:]
 
 

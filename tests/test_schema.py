@@ -44,18 +44,32 @@ def test_compare_reports_follow_the_schema(tmp_path, infer, ids):
 
 
 def test_a_debug_log_report_follows_the_schema(tmp_path):
-    doc = _json(tmp_path, "compare", str(SEED / "train"), str(B.FIXTURES / "logs" / "seed-first5.log"), "--layer-ids=-1,2,30")
+    doc = _json(
+        tmp_path, "compare", str(SEED / "train"), str(B.FIXTURES / "logs" / "seed-first5.log"), "--layer-ids=-1,2,30"
+    )
     validate(doc, "report")
 
 
 def test_gate_and_check_config_results_follow_the_schema(tmp_path):
-    gate = _json(tmp_path, "gate", str(SEED / "train"), str(SEED / "infer-wrong"),
-                 "--draft-config", str(SEED / "draft-wrong" / "config.json"),
-                 "--target-config", str(SEED / "model" / "config.json"))
+    gate = _json(
+        tmp_path,
+        "gate",
+        str(SEED / "train"),
+        str(SEED / "infer-wrong"),
+        "--draft-config",
+        str(SEED / "draft-wrong" / "config.json"),
+        "--target-config",
+        str(SEED / "model" / "config.json"),
+    )
     validate(gate, "gate")
     assert gate["report"] is not None
-    check = _json(tmp_path, "check-config", str(SEED / "draft-fixed" / "config.json"),
-                  "--target-config", str(SEED / "model" / "config.json"))
+    check = _json(
+        tmp_path,
+        "check-config",
+        str(SEED / "draft-fixed" / "config.json"),
+        "--target-config",
+        str(SEED / "model" / "config.json"),
+    )
     validate(check, "gate")
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hsdiff import conventions as conv
+from hsdiff.rules import conventions as conv
 from hsdiff.rules.serving import as_written, serve
 
 
@@ -54,8 +54,19 @@ def test_the_final_state_is_named_in_words_in_a_report():
 
     from . import builders as B
 
-    r = CliRunner().invoke(cli, ["compare", str(B.SEED / "train"), str(B.SEED / "infer-wrong"), "--engine", "trtllm",
-                                 "--layer-ids=-1,2,30", "--model-config", str(B.SEED / "model" / "config.json")])
+    r = CliRunner().invoke(
+        cli,
+        [
+            "compare",
+            str(B.SEED / "train"),
+            str(B.SEED / "infer-wrong"),
+            "--engine",
+            "trtllm",
+            "--layer-ids=-1,2,30",
+            "--model-config",
+            str(B.SEED / "model" / "config.json"),
+        ],
+    )
     assert r.exit_code == 1
     cause = r.output.split("cause:")[1].split("evidence:")[0]
     assert "B62" not in cause and "[the final post-norm state, B3, B31]" in cause

@@ -87,8 +87,10 @@ def test_a_minority_of_missing_tokens_does_not_break_a_match(tmp_path, train):
         x = B.states(1)["bf16"][b][rows].clone()
         x[-1] = B.states(1)["bf16"][b + 3][rows[-1]]
         cols.append(x)
-    dumper_records(tmp_path / "dump", [("input_ids", B.states(1)["input_ids"][rows], {}),
-                                       ("aux_hidden_states", torch.cat(cols, dim=-1), {})])
+    dumper_records(
+        tmp_path / "dump",
+        [("input_ids", B.states(1)["input_ids"][rows], {}), ("aux_hidden_states", torch.cat(cols, dim=-1), {})],
+    )
     r = hsdiff.compare(train, tmp_path, layer_ids=SGL)
     assert r.recommended.ids == tuple(SGL) and r.exit_code == 0
 
@@ -103,7 +105,9 @@ def test_a_large_minority_of_wrong_tokens_is_not_ok(tmp_path, train):
         x = s["bf16"][b].clone()
         x[14:] = s["bf16"][b + 1][14:]
         cols.append(x)
-    dumper_records(tmp_path / "dump", [("input_ids", s["input_ids"], {}), ("aux_hidden_states", torch.cat(cols, dim=-1), {})])
+    dumper_records(
+        tmp_path / "dump", [("input_ids", s["input_ids"], {}), ("aux_hidden_states", torch.cat(cols, dim=-1), {})]
+    )
     r = hsdiff.compare(train, tmp_path, layer_ids=SGL)
     found = [x["boundary_index"] for x in r.to_dict()["slots"]]
     # B27 at 2.8 % cannot rule out its neighbours (estimated 7.5 %) and only the configured ids name it
@@ -133,9 +137,13 @@ def test_four_slot_draft_served_with_two_ids_says_the_count(tmp_path):
 
 def test_printed_values_tagged_with_a_layer_are_one_layer_wide(tmp_path, train):
     # no config: the ids count slots of an untagged capture, never of printed rows labelled with a layer
-    lines = [f"[2026-12-01 00:00:05 TP0] aux_hidden_states[{j}] layer={b} shape=torch.Size([1, 576]) h[:, :16]="
-             + "[" + ", ".join(f"{float(v):.4g}" for v in B.states(1)["bf16"][b][5, :16]) + "]"
-             for j, b in enumerate(TRAIN_B)]
+    lines = [
+        f"[2026-12-01 00:00:05 TP0] aux_hidden_states[{j}] layer={b} shape=torch.Size([1, 576]) h[:, :16]="
+        + "["
+        + ", ".join(f"{float(v):.4g}" for v in B.states(1)["bf16"][b][5, :16])
+        + "]"
+        for j, b in enumerate(TRAIN_B)
+    ]
     log = tmp_path / "server.log"
     log.write_text("\n".join(lines) + "\n")
     r = hsdiff.compare(train, log, engine="vllm", layer_ids=[3, 16, 28])

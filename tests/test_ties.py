@@ -49,8 +49,9 @@ def test_rounding_noise_does_not_change_the_choice_or_the_order(errs: list[float
     if any(abs(a - b) <= 3e-6 * max(a, b) for a in edges for b in errs):
         return  # an error on the edge of a tie window: no rule can make that robust
     assert best_of(items, lambda x: x[1], _prefer)[0] == best_of(noisy, lambda x: x[1], _prefer)[0]
-    assert [x[0] for x in ranked(items, lambda x: x[1], _prefer)] == \
-        [x[0] for x in ranked(noisy, lambda x: x[1], _prefer)]
+    assert [x[0] for x in ranked(items, lambda x: x[1], _prefer)] == [
+        x[0] for x in ranked(noisy, lambda x: x[1], _prefer)
+    ]
 
 
 def test_ranked_starts_with_the_best_and_keeps_every_item() -> None:

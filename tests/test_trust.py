@@ -49,8 +49,9 @@ def train(tmp_path_factory) -> Path:
     return root
 
 
-def concat_dump(root: Path, sample: int, bs: list[int], *, kind: str = "bf16", level: float = 0.0,
-                tokens: slice = slice(None)) -> Path:
+def concat_dump(
+    root: Path, sample: int, bs: list[int], *, kind: str = "bf16", level: float = 0.0, tokens: slice = slice(None)
+) -> Path:
     ids = B.states(sample)["input_ids"][tokens]
     aux = torch.cat([noisy(sample, b, kind, level)[tokens] for b in bs], dim=-1)
     dumper_records(root / "dump_20261201_000000_000001", [("input_ids", ids, {}), ("aux_hidden_states", aux, {})])
@@ -79,10 +80,13 @@ def test_1_connector_without_token_ids_is_not_an_all_layer_stack(tmp_path, train
 
 
 # ------------------------------------------------------------------------- 2. a minority decides
-@pytest.mark.parametrize("rows", [
-    pytest.param([5, 6], id="two-ordinary"),
-    pytest.param([0, 5, 6], id="sink-and-two-ordinary"),
-])
+@pytest.mark.parametrize(
+    "rows",
+    [
+        pytest.param([5, 6], id="two-ordinary"),
+        pytest.param([0, 5, 6], id="sink-and-two-ordinary"),
+    ],
+)
 def test_2_one_match_one_miss_over_two_ordinary_tokens_is_not_a_match(tmp_path, train, rows):
     # two ordinary tokens (and maybe the sink); the last token's rows come from three layers deeper
     cols = []
@@ -143,8 +147,11 @@ def test_4a_training_labels_off_by_one_are_a_warning(tmp_path, every_layer):
 
 def test_4b_hook_output_labels_against_the_training_config(tmp_path, train):
     # hooks on the layer outputs: 'output of model.layers.i' prints B i+1
-    lines = [f"[2026-12-01 00:00:05 TP0] output of model.layers.{b - 1}: h[4:8, :8]="
-             + json.dumps([[round(float(v), 4) for v in row] for row in noisy(1, b)[4:8, :8]]) for b in TRAIN_B]
+    lines = [
+        f"[2026-12-01 00:00:05 TP0] output of model.layers.{b - 1}: h[4:8, :8]="
+        + json.dumps([[round(float(v), 4) for v in row] for row in noisy(1, b)[4:8, :8]])
+        for b in TRAIN_B
+    ]
     r = hsdiff.compare(train, log_file(tmp_path / "server.log", lines))
     if r.recommended.ids != SGL:  # labels read as boundaries: the contradiction must be said and fail
         assert r.exit_code == 1 and re.search(r"(?i)label", text(r)) and re.search(r"(?i)\b(1|one) layer", text(r))
@@ -173,7 +180,7 @@ def test_5_fc_permutation_reproduces_the_training_input(tmp_path, every_layer):
     order = [int(x) for x in re.search(r"per slot, to \(([\d, ]+)\)", r.cause).group(1).split(",")]
     w = load_file(str(B.FIXTURES / "draft-smollm2" / "model.safetensors"))["fc.weight"].float()
     h = B.H
-    permuted = torch.cat([w[:, j * h:(j + 1) * h] for j in order], dim=1)
+    permuted = torch.cat([w[:, j * h : (j + 1) * h] for j in order], dim=1)
     trained = B.concat(1, [27, 2, 15]) @ w.T  # what the draft saw in training
     served = B.concat(1, [2, 15, 27]) @ permuted.T  # what the engine feeds it, through the permuted fc
     assert torch.allclose(trained, served, rtol=1e-4, atol=1e-3)
@@ -219,10 +226,14 @@ def test_7_shared_prefix_is_evidence(tmp_path):
 def test_8_runs_in_one_dumper_directory_are_kept_apart(tmp_path, train):
     ids1, ids2 = B.states(1)["input_ids"], B.states(2)["input_ids"]
     # run 1 (sample 1) with ids [1, 14, 26]; run 2 (sample 2) after a restart with ids [2, 14, 27]
-    dumper_records(tmp_path / "dump_20261201_000000_000001",
-                   [("input_ids", ids1, {}), ("aux_hidden_states", torch.cat([noisy(1, b) for b in (2, 15, 27)], -1), {})])
-    dumper_records(tmp_path / "dump_20261201_010000_000002",
-                   [("input_ids", ids2, {}), ("aux_hidden_states", torch.cat([noisy(2, b) for b in (3, 15, 28)], -1), {})])
+    dumper_records(
+        tmp_path / "dump_20261201_000000_000001",
+        [("input_ids", ids1, {}), ("aux_hidden_states", torch.cat([noisy(1, b) for b in (2, 15, 27)], -1), {})],
+    )
+    dumper_records(
+        tmp_path / "dump_20261201_010000_000002",
+        [("input_ids", ids2, {}), ("aux_hidden_states", torch.cat([noisy(2, b) for b in (3, 15, 28)], -1), {})],
+    )
     r = hsdiff.compare(train, tmp_path, layer_ids=list(SGL))
     runs = {Path(f).parent.name for f in matched_files(r) if f}
     assert len(runs) == 1  # every slot from one run ...
@@ -232,8 +243,10 @@ def test_8_runs_in_one_dumper_directory_are_kept_apart(tmp_path, train):
 
 # ------------------------------------------------------------------------- 9. label-consistent answers
 def test_9a_sink_token_print_with_agreeing_labels_is_consistent(tmp_path, train):
-    lines = [f"[2026-12-01 00:00:05 TP0] aux_hidden_states[{j}] layer={b} h[0, :5]={flist(noisy(1, b)[0, :5])}"
-             for j, b in enumerate(TRAIN_B)]
+    lines = [
+        f"[2026-12-01 00:00:05 TP0] aux_hidden_states[{j}] layer={b} h[0, :5]={flist(noisy(1, b)[0, :5])}"
+        for j, b in enumerate(TRAIN_B)
+    ]
     r = hsdiff.compare(train, log_file(tmp_path / "server.log", lines), layer_ids=list(SGL))
     assert r.recommended.ids == SGL
     assert [s.evidence for s in r.slots] == ["consistent"] * 3
@@ -244,9 +257,11 @@ def test_9a_sink_token_print_with_agreeing_labels_is_consistent(tmp_path, train)
 def test_9b_thirty_six_values_at_three_percent_answer_with_training_labels_only(tmp_path):
     # 36 values at 3 % do not rule out a neighbour by themselves; the captures carry no labels, so the
     # configured ids name them, and the configuration under test is not evidence for itself
-    lines = [f"[2026-12-01 00:00:05 TP0] aux_hidden_states[{j}] h[6:10, :9]="
-             + json.dumps([[round(float(v), 4) for v in row] for row in noisy(1, b, "fp32", 0.03)[6:10, :9]])
-             for j, b in enumerate(TRAIN_B)]
+    lines = [
+        f"[2026-12-01 00:00:05 TP0] aux_hidden_states[{j}] h[6:10, :9]="
+        + json.dumps([[round(float(v), 4) for v in row] for row in noisy(1, b, "fp32", 0.03)[6:10, :9]])
+        for j, b in enumerate(TRAIN_B)
+    ]
     log = log_file(tmp_path / "server.log", lines)
     bare = B.specforge(tmp_path / "train", [0, 1, 2], TRAIN_B)
     r = hsdiff.compare(bare, log, layer_ids=list(SGL))
@@ -275,16 +290,23 @@ def test_10_layer_numbers_in_capture_names_are_labels(tmp_path, train, style):
     kind, pattern = NAMES[style]
     bs = range(0, 30)
     if kind == "dumper":
-        dumper_records(tmp_path / "dump", [("input_ids", B.states(1)["input_ids"], {})]
-                       + [(pattern.format(b=b), noisy(1, b), {}) for b in bs])
+        dumper_records(
+            tmp_path / "dump",
+            [("input_ids", B.states(1)["input_ids"], {})] + [(pattern.format(b=b), noisy(1, b), {}) for b in bs],
+        )
         infer = tmp_path
     elif kind == "safetensors":
         infer = tmp_path / "hooks.safetensors"
         save_file({pattern.format(b=b): noisy(1, b).contiguous() for b in bs}, str(infer))
     else:
-        infer = log_file(tmp_path / "server.log", [
-            f"[2026-12-01 00:00:05 TP0] {pattern.format(b=b)} h[4:8, :8]="
-            + json.dumps([[round(float(v), 4) for v in row] for row in noisy(1, b)[4:8, :8]]) for b in bs])
+        infer = log_file(
+            tmp_path / "server.log",
+            [
+                f"[2026-12-01 00:00:05 TP0] {pattern.format(b=b)} h[4:8, :8]="
+                + json.dumps([[round(float(v), 4) for v in row] for row in noisy(1, b)[4:8, :8]])
+                for b in bs
+            ],
+        )
     r = hsdiff.compare(train, infer)
     assert r.recommended.ids == SGL, style
     assert r.verdict == "ok" and r.exit_code == 0
@@ -301,10 +323,13 @@ def test_11_captured_neighbours_only_say_the_shift(tmp_path, train):
 
 
 # ------------------------------------------------------------------------- 12. no null after OK
-@pytest.mark.parametrize("kind,level", [
-    pytest.param("fp32", 0.04, id="gauss-4pct"),
-    pytest.param("fp8", 0.0, id="fp8-e4m3"),
-])
+@pytest.mark.parametrize(
+    "kind,level",
+    [
+        pytest.param("fp32", 0.04, id="gauss-4pct"),
+        pytest.param("fp8", 0.0, id="fp8-e4m3"),
+    ],
+)
 def test_12_verified_configuration_is_recommended(tmp_path, train, kind, level):
     infer = concat_dump(tmp_path, 1, TRAIN_B, kind=kind, level=level)
     r = hsdiff.compare(train, infer, layer_ids=list(SGL))
@@ -352,14 +377,21 @@ def test_13d_configured_last_boundary_is_named_not_its_neighbours(tmp_path, ever
     # the engine is configured with ids it reads as the training slots, one of which it cannot capture:
     # only that one is named as uncapturable
     train = B.specforge(tmp_path / "train", [0, 1, 2], [2, 15, 30])
-    r = hsdiff.compare(train, B.sglang_dump(tmp_path / "infer", 1, list(range(31)), concat_slots=False,
-                                            tag_layers=True), layer_ids=[1, 14, 29], engine="vllm",
-                       model_config=str(B.SMOLLM2 / "config.json"))
+    r = hsdiff.compare(
+        train,
+        B.sglang_dump(tmp_path / "infer", 1, list(range(31)), concat_slots=False, tag_layers=True),
+        layer_ids=[1, 14, 29],
+        engine="vllm",
+        model_config=str(B.SMOLLM2 / "config.json"),
+    )
     assert r.verdict == "mismatch"  # vLLM reads [1, 14, 29] as B[1, 14, 29]: a mismatch, but a servable one
     assert r.recommended.ids == (2, 15, 30) and "cannot" not in r.cause
-    r = hsdiff.compare(train, B.sglang_dump(tmp_path / "infer2", 1, list(range(31)), concat_slots=False,
-                                            tag_layers=True), layer_ids=[1, 14, 29],
-                       model_config=str(B.SMOLLM2 / "config.json"))
+    r = hsdiff.compare(
+        train,
+        B.sglang_dump(tmp_path / "infer2", 1, list(range(31)), concat_slots=False, tag_layers=True),
+        layer_ids=[1, 14, 29],
+        model_config=str(B.SMOLLM2 / "config.json"),
+    )
     assert r.recommended.ids == (1, 14, None)
     assert re.findall(r"cannot capture (B\d+)", r.cause) == ["B30"]
     assert re.search(r"vLLM \(id 30\)", r.cause)

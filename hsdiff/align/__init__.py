@@ -1,11 +1,11 @@
 """Matching by value: token alignment, per-token errors, attention-sink handling.
 
 The metric is the *per-token* relative error ``||x_t - y_t|| / ||y_t||``, summarised by its upper
-median over the compared tokens (a strict majority of the tokens lies at or below it). Real LLMs put massive activations on the first token (the attention
-sink): a whole-tensor error is dominated by that one token, whose value barely changes across
-middle layers, so whole-tensor errors cannot tell neighbouring layers apart. Sink tokens are
-therefore left out whenever ordinary tokens are available, and a comparison that saw only sink
-tokens is flagged ``sink_only``.
+median over the compared tokens (a strict majority of the tokens lies at or below it). Real LLMs put
+massive activations on the first token (the attention sink): a whole-tensor error is dominated by
+that one token, whose value barely changes across middle layers, so whole-tensor errors cannot tell
+neighbouring layers apart. Sink tokens are therefore left out whenever ordinary tokens are
+available, and a comparison that saw only sink tokens is flagged ``sink_only``.
 
 Measured on SmolLM2-135M (fp32 training side, bf16 inference side, ``fixtures/README.md``): the
 same boundary gives 0.5–7 % median error, adjacent boundaries 15–30 % on ordinary tokens, and on
@@ -49,8 +49,9 @@ _COLS_FOR_SEARCH = 64
 _EPS = 1e-12
 
 
-def _per_token(x: np.ndarray, y: np.ndarray, nx: np.ndarray | None = None, ny: np.ndarray | None = None
-               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _per_token(
+    x: np.ndarray, y: np.ndarray, nx: np.ndarray | None = None, ny: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     with np.errstate(all="ignore"):
         diff = row_norms(x - y)
         ny = row_norms(y) if ny is None else ny
@@ -188,7 +189,10 @@ def observation_tokens(train: TrainSlot, cap: Capture, offset: int) -> list[int 
 
 
 def best_alignment(
-    train: TrainSlot, infer: Capture, x: np.ndarray | Capture | None, offsets: Sequence[int] | None,
+    train: TrainSlot,
+    infer: Capture,
+    x: np.ndarray | Capture | None,
+    offsets: Sequence[int] | None,
     stats: RowStats | None = None,
 ) -> tuple[int, Metrics]:
     """The token offset with the smallest error (from ``offsets`` if the ids fixed them); ``x`` is
@@ -208,9 +212,14 @@ def search_offset(train: TrainSlot, x: np.ndarray | Capture, columns: dict | Non
     return _search_full(train, x, only_offset=True, columns=columns)[0]
 
 
-def _search_full(train: TrainSlot, x: np.ndarray | Capture, exhaustive: bool = False,
-                 stats: RowStats | None = None, only_offset: bool = False,
-                 columns: dict | None = None) -> tuple[int, Metrics]:
+def _search_full(
+    train: TrainSlot,
+    x: np.ndarray | Capture,
+    exhaustive: bool = False,
+    stats: RowStats | None = None,
+    only_offset: bool = False,
+    columns: dict | None = None,
+) -> tuple[int, Metrics]:
     """Token offset by value: nearest training rows of a few inference rows propose offsets, and
     each proposal is scored on a spread of columns of the whole overlap (``exhaustive`` tries every
     offset instead); the chosen one is then scored in full (not with ``only_offset``)."""
@@ -246,7 +255,9 @@ def _search_full(train: TrainSlot, x: np.ndarray | Capture, exhaustive: bool = F
             d = np.diagonal(dist, offset=o)
         else:
             with np.errstate(all="ignore"):
-                d = (np.linalg.norm(xs[i0:i1] - ys[i0 + o : i1 + o], axis=1) / ynorm[i0 + o : i1 + o]).astype(np.float32)
+                d = (np.linalg.norm(xs[i0:i1] - ys[i0 + o : i1 + o], axis=1) / ynorm[i0 + o : i1 + o]).astype(
+                    np.float32
+                )
         s = train.sinks[i0 + o : i1 + o]
         use = d[~s] if bool((~s).any()) else d
         use = use[np.isfinite(use)]
@@ -322,7 +333,9 @@ def _search_observation(train: TrainSlot, cap: Capture) -> tuple[int, Metrics]:
     if obs.rows_known and lo <= 0 < hi:
         # positions were printed: prefer the alignment that keeps them unless another is clearly better
         z = -lo
-        if bool(sink_only[z] == sink_only[best]) and float(med[z]) <= max(float(med[best]) * 1.05, float(med[best]) + 1e-4):
+        if bool(sink_only[z] == sink_only[best]) and float(med[z]) <= max(
+            float(med[best]) * 1.05, float(med[best]) + 1e-4
+        ):
             choice = z
     o = int(offsets[choice])
     return o, _metrics_at(train, oe, idx, [p + o for p in resolved])
@@ -398,7 +411,9 @@ def _place_unknown_end(
         placements = [(o, [o + rows[i] for i in head]) for o in offsets.tolist()]
     if not placements:
         return fail
-    med, sink_only, _ = _placement_scores(train, oe, head + tail, np.asarray([t for _, t in placements], dtype=np.int64))
+    med, sink_only, _ = _placement_scores(
+        train, oe, head + tail, np.asarray([t for _, t in placements], dtype=np.int64)
+    )
     key = np.where(sink_only, med * SINK_PENALTY, med)
     m = float(key.min())
     if not math.isfinite(m):

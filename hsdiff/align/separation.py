@@ -21,10 +21,31 @@ from dataclasses import dataclass
 
 from ..model import Candidate, Direction, Metrics, pct
 
-__all__ = ["DEPTH_SPAN", "DEFAULT_DEPTH", "SIDE_SPREAD", "BEST_OF_NEIGHBOURS", "BEST_MIN_TOKENS", "BEST_REF_TOKENS", "NOISE_FLOOR_RATIO",
-           "MISS_NORM_MARGIN", "MISS_MIN_COSINE", "MISS_MAX_ERR", "MISS_MAX_RATIO", "MISS_MIN_SLOTS", "Separation", "neighbour_separation",
-           "separation_at", "best_of_neighbours", "best_fraction", "clears_noise_floor", "slot_direction", "miss_direction",
-           "one_layer_floor", "one_layer_apart", "what_to_dump"]
+__all__ = [
+    "DEPTH_SPAN",
+    "DEFAULT_DEPTH",
+    "SIDE_SPREAD",
+    "BEST_OF_NEIGHBOURS",
+    "BEST_MIN_TOKENS",
+    "BEST_REF_TOKENS",
+    "NOISE_FLOOR_RATIO",
+    "MISS_NORM_MARGIN",
+    "MISS_MIN_COSINE",
+    "MISS_MAX_ERR",
+    "MISS_MAX_RATIO",
+    "MISS_MIN_SLOTS",
+    "Separation",
+    "neighbour_separation",
+    "separation_at",
+    "best_of_neighbours",
+    "best_fraction",
+    "clears_noise_floor",
+    "slot_direction",
+    "miss_direction",
+    "one_layer_floor",
+    "one_layer_apart",
+    "what_to_dump",
+]
 
 #: The smallest neighbour separation times the number of layers, measured on ordinary tokens: 5.6 on
 #: SmolLM2-135M (30 layers, 19 % at the closest pair), 2.25 on the 61-layer seed target (3.7 % at
@@ -109,9 +130,13 @@ def separation_at(b: int | None, others: Sequence[Candidate], num_layers: int | 
         return Separation(runner, "neighbours captured", True)
     if not sides:
         depth = num_layers or max([DEFAULT_DEPTH, *(x for x in (b, *(c.boundary for c in others)) if x is not None)])
-        return Separation(min(DEPTH_SPAN / depth, runner), f"the model depth ({depth} layers)" if num_layers else
-                          f"the model depth ({depth} layers assumed, the deepest plausible: pass --num-layers or "
-                          "--model-config)")
+        return Separation(
+            min(DEPTH_SPAN / depth, runner),
+            f"the model depth ({depth} layers)"
+            if num_layers
+            else f"the model depth ({depth} layers assumed, the deepest plausible: pass --num-layers or "
+            "--model-config)",
+        )
     values = [v for v, _, _ in sides.values()]
     basis = "; ".join(w for _, w, _ in sides.values())
     if any(s not in sides for s in needed):
@@ -129,8 +154,14 @@ def best_of_neighbours(top: Candidate, sep: Separation, runner: Candidate) -> bo
     """Whether ``top`` (a whole tensor, ordinary tokens) is clearly the best of its layer and both its
     captured neighbours: then it is the layer, however close the neighbours."""
     m = top.metrics
-    return (sep.measured and top.boundary is not None and not top.capture.is_partial and not m.sink_only
-            and m.tokens >= BEST_MIN_TOKENS and m.rel_err < best_fraction(m.tokens) * runner.metrics.rel_err)
+    return (
+        sep.measured
+        and top.boundary is not None
+        and not top.capture.is_partial
+        and not m.sink_only
+        and m.tokens >= BEST_MIN_TOKENS
+        and m.rel_err < best_fraction(m.tokens) * runner.metrics.rel_err
+    )
 
 
 def best_fraction(tokens: int) -> float:
@@ -172,8 +203,11 @@ def slot_direction(m: Metrics) -> int | None:
     """Which way one capture misses the slot it is weighed against (``m``: the pair's metrics on the
     same tokens): -1 shallower, +1 deeper, None when the pair is not neighbour-like (cosine, error,
     norm ratio), rests on sink tokens, or the norms are within :data:`MISS_NORM_MARGIN`."""
-    if m.sink_only or not (m.cosine >= MISS_MIN_COSINE and m.rel_err <= MISS_MAX_ERR
-                           and 1 / MISS_MAX_RATIO <= m.norm_ratio <= MISS_MAX_RATIO):
+    if m.sink_only or not (
+        m.cosine >= MISS_MIN_COSINE
+        and m.rel_err <= MISS_MAX_ERR
+        and 1 / MISS_MAX_RATIO <= m.norm_ratio <= MISS_MAX_RATIO
+    ):
         return None
     return -1 if m.norm_ratio < 1 - MISS_NORM_MARGIN else 1 if m.norm_ratio > 1 + MISS_NORM_MARGIN else None
 
@@ -208,4 +242,8 @@ def one_layer_apart(errors: Sequence[float], separations: Sequence[Separation]) 
 
 def what_to_dump(b: int | None, measured: bool) -> str:
     """What to dump to tell B{b} from its neighbours: more tokens when they were captured, else them."""
-    return "dump more tokens" if measured or b is None else f"dump the neighbouring layers B{max(b - 1, 0)} and B{b + 1} or more tokens"
+    return (
+        "dump more tokens"
+        if measured or b is None
+        else f"dump the neighbouring layers B{max(b - 1, 0)} and B{b + 1} or more tokens"
+    )

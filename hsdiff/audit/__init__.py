@@ -16,4 +16,14 @@ from __future__ import annotations
 from .report import KINDS, AuditReport, Group, Problem, render_text
 from .run import AuditOptions, audit, check_outside, default_checkpoint
 
-__all__ = ["audit", "AuditOptions", "AuditReport", "Group", "Problem", "KINDS", "render_text", "default_checkpoint", "check_outside"]
+__all__ = [
+    "audit",
+    "AuditOptions",
+    "AuditReport",
+    "Group",
+    "Problem",
+    "KINDS",
+    "render_text",
+    "default_checkpoint",
+    "check_outside",
+]

@@ -98,7 +98,11 @@ class FileSummary:
         d = asdict(self)
         for k in ("prefix_proj", "prefix_norms"):
             a = getattr(self, k)
-            d[k] = None if a is None else {"shape": list(a.shape), "b64": base64.b64encode(a.astype("<f4").tobytes()).decode()}
+            d[k] = (
+                None
+                if a is None
+                else {"shape": list(a.shape), "b64": base64.b64encode(a.astype("<f4").tobytes()).decode()}
+            )
         d["non_finite"] = [asdict(n) for n in self.non_finite]
         return d
 
@@ -107,7 +111,9 @@ class FileSummary:
         d = dict(d)
         for k in ("prefix_proj", "prefix_norms"):
             v = d.get(k)
-            d[k] = None if v is None else np.frombuffer(base64.b64decode(v["b64"]), dtype="<f4").reshape(v["shape"]).copy()
+            d[k] = (
+                None if v is None else np.frombuffer(base64.b64decode(v["b64"]), dtype="<f4").reshape(v["shape"]).copy()
+            )
         d["non_finite"] = tuple(NonFinite(**n) for n in d.get("non_finite") or ())
         d["prefix_ids"] = tuple(d.get("prefix_ids") or ())
         d["median_norms"] = tuple(d.get("median_norms") or ())
@@ -185,8 +191,12 @@ def _summarise_local(path: Path, job: Job, size: int) -> FileSummary:
     caps = list(dump.captures)
     samples = {c.group for c in caps}
     if len(samples) > 1:  # TensorRT-LLM's record lists, verl-SpeCo's shards: an audit's unit is one sample per file
-        raise HsdiffError(f"holds {len(samples)} samples (a {caps[0].origin.format} file packs several); hsdiff audit "
-                          "reads one sample per file", path=path, hint="compare or inspect it instead")
+        raise HsdiffError(
+            f"holds {len(samples)} samples (a {caps[0].origin.format} file packs several); hsdiff audit "
+            "reads one sample per file",
+            path=path,
+            hint="compare or inspect it instead",
+        )
     extras = _side_tensors(path)
     hidden, source = _hidden_size(job, caps, extras)
     slots = []
@@ -201,11 +211,19 @@ def _summarise_local(path: Path, job: Job, size: int) -> FileSummary:
     first = slots[0]
     ids = first.token_ids
     summary: dict[str, Any] = {
-        "file": job.name, "size": size, "format": first.origin.format, "dtype": dtype_name(tensors[0]),
-        "tokens": min(tokens) if len(tokens) == 1 else -1, "slots": len(slots),
-        "hidden_size": widths.pop() if len(widths) == 1 else -1, "hidden_size_source": source,
-        "ids_tokens": None if ids is None else len(ids), "mask_tokens": extras.get("mask_tokens"),
-        "ids_digest": None if ids is None else hashlib.blake2b(np.asarray(ids, dtype="<i8").tobytes(), digest_size=12).hexdigest(),
+        "file": job.name,
+        "size": size,
+        "format": first.origin.format,
+        "dtype": dtype_name(tensors[0]),
+        "tokens": min(tokens) if len(tokens) == 1 else -1,
+        "slots": len(slots),
+        "hidden_size": widths.pop() if len(widths) == 1 else -1,
+        "hidden_size_source": source,
+        "ids_tokens": None if ids is None else len(ids),
+        "mask_tokens": extras.get("mask_tokens"),
+        "ids_digest": None
+        if ids is None
+        else hashlib.blake2b(np.asarray(ids, dtype="<i8").tobytes(), digest_size=12).hexdigest(),
         "prefix_ids": () if ids is None else tuple(int(v) for v in ids[:PREFIX_TOKENS]),
     }
     digest = hashlib.blake2b(digest_size=12)
@@ -221,8 +239,13 @@ def _summarise_local(path: Path, job: Job, size: int) -> FileSummary:
         head = as_f32(t[:p])
         proj[:, s, :] = head @ _projection(int(t.shape[1]))
         pnorms[:, s] = norms[:p]
-    summary.update(values_digest=digest.hexdigest(), non_finite=tuple(bad), prefix_proj=proj, prefix_norms=pnorms,
-                   median_norms=tuple(medians))
+    summary.update(
+        values_digest=digest.hexdigest(),
+        non_finite=tuple(bad),
+        prefix_proj=proj,
+        prefix_norms=pnorms,
+        median_norms=tuple(medians),
+    )
     return FileSummary(**summary)
 
 
@@ -251,7 +274,9 @@ def _walk_slot(t: Any, slot: int, digest: Any) -> tuple[np.ndarray, list[NonFini
         nan_idx = np.concatenate(nan_rows) if nan_rows else np.zeros(0, dtype=np.int64)
         inf_idx = np.concatenate(inf_rows) if inf_rows else np.zeros(0, dtype=np.int64)
         rows = np.union1d(nan_idx, inf_idx)
-        out.append(NonFinite(slot, int(rows.min()), int(rows.max()), int(rows.size), int(nan_idx.size), int(inf_idx.size)))
+        out.append(
+            NonFinite(slot, int(rows.min()), int(rows.max()), int(rows.size), int(nan_idx.size), int(inf_idx.size))
+        )
     return norms, out
 
 
@@ -333,8 +358,23 @@ def list_files(root_url: str) -> tuple[list[tuple[str, str]], dict | None]:
     import re
 
     fs, root = _fs(root_url)
-    skip = {".json", ".jsonl", ".md", ".py", ".sh", ".yaml", ".yml", ".toml", ".cfg", ".lock", ".png", ".csv",
-            ".ipynb", ".txt", ".log"}
+    skip = {
+        ".json",
+        ".jsonl",
+        ".md",
+        ".py",
+        ".sh",
+        ".yaml",
+        ".yml",
+        ".toml",
+        ".cfg",
+        ".lock",
+        ".png",
+        ".csv",
+        ".ipynb",
+        ".txt",
+        ".log",
+    }
 
     def natural(name: str) -> tuple:
         return tuple((0, int(p), "") if p.isdecimal() else (1, 0, p) for p in re.split(r"(\d+)", name))
@@ -361,7 +401,7 @@ def list_files(root_url: str) -> tuple[list[tuple[str, str]], dict | None]:
         if fs.isfile(root):
             return [(root_url, root.rsplit("/", 1)[-1])], None
         for p in fs.find(root):
-            rel = p[len(root):].lstrip("/")
+            rel = p[len(root) :].lstrip("/")
             if any(part.startswith(".") for part in rel.split("/")):
                 continue
             if rel == "config.json":

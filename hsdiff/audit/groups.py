@@ -57,7 +57,9 @@ class Analysis:
     tolerance_source: str
 
 
-def analyse(summaries: Iterable[FileSummary], *, tolerance: float | None = None, config: dict | None = None) -> Analysis:
+def analyse(
+    summaries: Iterable[FileSummary], *, tolerance: float | None = None, config: dict | None = None
+) -> Analysis:
     """Problems (in file order), groups, the majority group's id and warnings; ``summaries`` is iterated three times.
 
     ``tolerance``: the largest median relative error on a shared prefix read as the same layer, for
@@ -76,8 +78,11 @@ def analyse(summaries: Iterable[FileSummary], *, tolerance: float | None = None,
         tol, source = (tolerance,) * slots, "given"
     else:
         tol, measured = P.calibrate((s for s in summaries if s.readable and _sig(s) == main and not _flagged(s)), slots)
-        source = f"measured: {P.SPREAD_FACTOR:g} x the spread of {measured} file(s) sharing a prefix" if measured else \
-            "no two files share a prefix: the least tolerance"
+        source = (
+            f"measured: {P.SPREAD_FACTOR:g} x the spread of {measured} file(s) sharing a prefix"
+            if measured
+            else "no two files share a prefix: the least tolerance"
+        )
     warnings: list[str] = []
     problems: list[tuple[int, Problem]] = []
     grouping = _Grouping(tol)
@@ -103,8 +108,10 @@ def analyse(summaries: Iterable[FileSummary], *, tolerance: float | None = None,
         if not bad:
             grouping.add(idx, s)
     if assumed:
-        warnings.append(f"{assumed} file(s) give no hidden size (no final hidden_state, no config.json): "
-                        "three EAGLE-3 slots were assumed; pass --hidden-size if that is wrong")
+        warnings.append(
+            f"{assumed} file(s) give no hidden size (no final hidden_state, no config.json): "
+            "three EAGLE-3 slots were assumed; pass --hidden-size if that is wrong"
+        )
     groups, outliers, majority = grouping.finish(config, warnings)
     problems += outliers
     problems.sort(key=lambda p: (p[0], p[1].kind))
@@ -124,7 +131,9 @@ def _sig_detail(s: FileSummary, main: tuple, n_main: int, n: int) -> str:
     if s.slots != main[0]:
         what.append(f"{s.slots} slot(s) (others: {main[0]})")
     if s.hidden_size != main[1]:
-        what.append("slots of unequal width" if s.hidden_size == -1 else f"hidden size {s.hidden_size} (others: {main[1]})")
+        what.append(
+            "slots of unequal width" if s.hidden_size == -1 else f"hidden size {s.hidden_size} (others: {main[1]})"
+        )
     if s.dtype != main[2]:
         what.append(f"dtype {s.dtype} (others: {main[2]})")
     return ", ".join(what) + f" — {n_main} of {n} readable files have {main[0]} x {main[1]} {main[2]}"
@@ -266,11 +275,15 @@ class _Grouping:
                 self.clusters[c].compared = True
                 cl.compared = True
 
-    def finish(self, config: dict | None, warnings: list[str]) -> tuple[list[Group], list[tuple[int, Problem]], str | None]:
+    def finish(
+        self, config: dict | None, warnings: list[str]
+    ) -> tuple[list[Group], list[tuple[int, Problem]], str | None]:
         if not self.names:
             return [], [], None
-        roots = sorted({self.find(c) for c in range(len(self.clusters))},
-                       key=lambda c: (-len(self.clusters[c].members), self.clusters[c].members[0]))  # [0]: its first file
+        roots = sorted(
+            {self.find(c) for c in range(len(self.clusters))},
+            key=lambda c: (-len(self.clusters[c].members), self.clusters[c].members[0]),
+        )  # [0]: its first file
         cl = self.clusters
         slots = self.sig[0]
         # groups told apart by value: compared with another group, or the largest when its files matched each other
@@ -290,8 +303,10 @@ class _Grouping:
         unplaced = [i for c in isolated for i in cl[c].members]
         if unplaced and linked:
             names = [self.names[i] for i in sorted(unplaced)]
-            warnings.append(f"{len(unplaced)} file(s) share no token prefix with the rest and their norm profile fits no "
-                            f"group, so their layers were not checked: {', '.join(names[:5])}" + (" ..." if len(names) > 5 else ""))
+            warnings.append(
+                f"{len(unplaced)} file(s) share no token prefix with the rest and their norm profile fits no "
+                f"group, so their layers were not checked: {', '.join(names[:5])}" + (" ..." if len(names) > 5 else "")
+            )
         if not linked:  # no two files share a prefix: nothing was compared by value, nothing is flagged
             warnings.append("no two files share a token prefix: their layer mappings could not be compared by value")
             everyone = _Cluster.union([cl[c] for c in roots], range(len(self.names)))
@@ -300,32 +315,71 @@ class _Grouping:
         sizes = [len(cl[c].members) for c in ranked]
         major = cl[ranked[0]]
         if len(sizes) > 1 and sizes[0] == sizes[1]:
-            warnings.append(f"no majority layer mapping: the two largest groups have {sizes[0]} files each; "
-                            "every group but the first is reported as outlying")
+            warnings.append(
+                f"no majority layer mapping: the two largest groups have {sizes[0]} files each; "
+                "every group but the first is reported as outlying"
+            )
         groups, problems = [], []
         for k, c in enumerate(ranked):
             name = _name(k)
             is_major = k == 0
-            relation = "" if is_major else _relation(cl[c].sample, major.sample, self.tol) if cl[c].sample and major.sample \
+            relation = (
+                ""
+                if is_major
+                else _relation(cl[c].sample, major.sample, self.tol)
+                if cl[c].sample and major.sample
                 else "other layers than the majority (no member kept for the relation: more groups than MAX_SAMPLED)"
-            groups.append(self._group(name, cl[c], is_major, evidence[c], relation, _claimed(config) if is_major else "", slots))
+            )
+            groups.append(
+                self._group(name, cl[c], is_major, evidence[c], relation, _claimed(config) if is_major else "", slots)
+            )
             if not is_major:
                 for i in sorted(cl[c].members):
-                    problems.append((self.order[i], Problem(
-                        self.names[i], "layer_mapping_outlier",
-                        f"holds other layers than the majority group A ({len(major.members)} files); "
-                        f"group {name} ({len(cl[c].members)} files): {relation}")))
+                    problems.append(
+                        (
+                            self.order[i],
+                            Problem(
+                                self.names[i],
+                                "layer_mapping_outlier",
+                                f"holds other layers than the majority group A ({len(major.members)} files); "
+                                f"group {name} ({len(cl[c].members)} files): {relation}",
+                            ),
+                        )
+                    )
         if unplaced:
             rest = _Cluster.union([cl[c] for c in isolated], sorted(unplaced))
-            groups.append(self._group("unplaced", rest, False, "none", "not compared: no token prefix shared with other "
-                                      "files and a norm profile that fits no group", "", slots))
+            groups.append(
+                self._group(
+                    "unplaced",
+                    rest,
+                    False,
+                    "none",
+                    "not compared: no token prefix shared with other files and a norm profile that fits no group",
+                    "",
+                    slots,
+                )
+            )
         return groups, problems, "A"
 
-    def _group(self, name: str, c: _Cluster, major: bool, evidence: str, relation: str, claimed: str, slots: int) -> Group:
+    def _group(
+        self, name: str, c: _Cluster, major: bool, evidence: str, relation: str, claimed: str, slots: int
+    ) -> Group:
         members = sorted(c.members)
         profile = tuple(float(v) for v in np.nanmedian(c.profile(slots), axis=0)) if len(c.norms) else ()
-        return Group(name, len(members), major, self.sig[0], self.sig[1], self.sig[2], profile,
-                     evidence, self.names[members[0]], relation, claimed, tuple(self.names[i] for i in members))
+        return Group(
+            name,
+            len(members),
+            major,
+            self.sig[0],
+            self.sig[1],
+            self.sig[2],
+            profile,
+            evidence,
+            self.names[members[0]],
+            relation,
+            claimed,
+            tuple(self.names[i] for i in members),
+        )
 
 
 def _name(k: int) -> str:
@@ -386,25 +440,36 @@ def _relation(group: Sequence[FileSummary], majority: Sequence[FileSummary], tol
             nr = r[a, a] if a < kmaj else float("nan")
             if a < kmaj and b == a:  # nearest to the majority's same slot: which way it misses, as compare decides
                 apart[a] = Metrics(float(same), float(c[a, a]), float(same), float(nr), tokens, 0)
-            parts.append(f"slot {a}: {same:.0%} from the majority's slot {a}, norm x{nr:.2f}, "
-                         f"cosine {np.nanmax(c[a]):.2f} at most with any majority slot")
+            parts.append(
+                f"slot {a}: {same:.0%} from the majority's slot {a}, norm x{nr:.2f}, "
+                f"cosine {np.nanmax(c[a]):.2f} at most with any majority slot"
+            )
     rest = [a for a in range(k) if a not in embed]
     shifts = {b - a for a, b in equal.items()}
     if rest and all(np.nanmax(c[a]) < P.OTHER_MODEL_COSINE for a in rest if not np.all(np.isnan(c[a]))):
-        head = ("another model: on the same tokens no slot points the way any majority slot does (cosine below "
-                f"{P.OTHER_MODEL_COSINE:g}), as the hidden states of another model of the same width (or of this one "
-                "in another basis) do; other layers of one model keep its direction")
+        head = (
+            "another model: on the same tokens no slot points the way any majority slot does (cosine below "
+            f"{P.OTHER_MODEL_COSINE:g}), as the hidden states of another model of the same width (or of this one "
+            "in another basis) do; other layers of one model keep its direction"
+        )
     elif equal and len(equal) + len(embed) == k and len(shifts) == 1 and shifts != {0}:
         d = shifts.pop()
         head = f"shifted by {abs(d)} slot(s): slot s holds the majority's slot s{d:+d}"
         if embed:
             head += f", slot(s) {', '.join(map(str, sorted(embed)))} the embeddings"
-    elif equal and apart and len(equal) + len(apart) + len(embed) == k and all(slot_direction(m) == -1 for m in apart.values()):
+    elif (
+        equal
+        and apart
+        and len(equal) + len(apart) + len(embed) == k
+        and all(slot_direction(m) == -1 for m in apart.values())
+    ):
         head = "shallower layers: " + ", ".join(f"slot {a} = majority slot {b}" for a, b in equal.items())
     elif len(apart) == k and (seen := miss_direction(list(apart.values()))) is not None:
-        head = (f"{seen.way} layers than the majority at every slot: {seen.norms} norms on the same tokens and nearest to "
-                f"the majority's same slot, as capture ids set one (or a few) layers {seen.way} give; the exact offset "
-                "needs the neighbouring layers")
+        head = (
+            f"{seen.way} layers than the majority at every slot: {seen.norms} norms on the same tokens and nearest to "
+            f"the majority's same slot, as capture ids set one (or a few) layers {seen.way} give; the exact offset "
+            "needs the neighbouring layers"
+        )
     else:
         head = "other layers than the majority"
     return f"{head} — on {tokens} shared-prefix token(s): " + "; ".join(parts)

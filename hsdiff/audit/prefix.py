@@ -54,8 +54,12 @@ _REPS = 8
 def lcp(a: FileSummary, b: FileSummary) -> int:
     """Tokens of the shared prefix both fingerprints cover."""
     n = 0
-    limit = min(len(a.prefix_ids), len(b.prefix_ids),
-                0 if a.prefix_proj is None else a.prefix_proj.shape[0], 0 if b.prefix_proj is None else b.prefix_proj.shape[0])
+    limit = min(
+        len(a.prefix_ids),
+        len(b.prefix_ids),
+        0 if a.prefix_proj is None else a.prefix_proj.shape[0],
+        0 if b.prefix_proj is None else b.prefix_proj.shape[0],
+    )
     while n < limit and a.prefix_ids[n] == b.prefix_ids[n]:
         n += 1
     return n
@@ -103,7 +107,9 @@ def same_slots(a: FileSummary, b: FileSummary, n: int) -> list[float] | None:
     rel = np.where(keep, rel, np.inf)
     rel.sort(axis=0)
     cols = np.arange(k)
-    return ((rel[(counts - 1) // 2, cols] + rel[counts // 2, cols]) / 2).astype(float).tolist()  # the median of kept tokens
+    return (
+        ((rel[(counts - 1) // 2, cols] + rel[counts // 2, cols]) / 2).astype(float).tolist()
+    )  # the median of kept tokens
 
 
 def _usable_all(s: FileSummary, n: int, k: int) -> np.ndarray:
@@ -115,7 +121,9 @@ def within(errs: Sequence[float], tol: Sequence[float]) -> bool:
     return all(e <= t for e, t in zip(errs, tol))
 
 
-def calibrate(files: Iterable[FileSummary], slots: int, limit: int = CALIBRATION_FILES) -> tuple[tuple[float, ...], int]:
+def calibrate(
+    files: Iterable[FileSummary], slots: int, limit: int = CALIBRATION_FILES
+) -> tuple[tuple[float, ...], int]:
     """(per-slot tolerance, files measured) from the spread of the run (module docstring)."""
     reps: dict[tuple, list[FileSummary]] = defaultdict(list)
     errs: list[list[float]] = []

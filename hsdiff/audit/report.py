@@ -48,10 +48,16 @@ class Group:
 
     def to_dict(self) -> dict:
         return {
-            "id": self.id, "files": self.files, "majority": self.majority, "slots": self.slots,
-            "hidden_size": self.hidden_size, "dtype": self.dtype,
+            "id": self.id,
+            "files": self.files,
+            "majority": self.majority,
+            "slots": self.slots,
+            "hidden_size": self.hidden_size,
+            "dtype": self.dtype,
             "median_norms": [round(v, 3) for v in self.median_norms],
-            "evidence": self.evidence, "example": self.example, "relation": self.relation or None,
+            "evidence": self.evidence,
+            "example": self.example,
+            "relation": self.relation or None,
             "claimed": self.claimed or None,
         }
 

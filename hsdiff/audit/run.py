@@ -84,8 +84,10 @@ def audit(dataset: str | os.PathLike, options: AuditOptions | None = None, **kwa
     total, finished = len(chosen), len(reuse)
     if opts.progress:
         opts.progress("audit", finished, total)
-    execution = {"mode": "in-process" if opts.workers == 0 else ("cluster" if opts.cluster else "local"),
-                 "files_read": len(todo)}
+    execution = {
+        "mode": "in-process" if opts.workers == 0 else ("cluster" if opts.cluster else "local"),
+        "files_read": len(todo),
+    }
     for batch in _execute(todo, opts, execution):
         store.append(batch)
         finished += len(batch)
@@ -93,10 +95,20 @@ def audit(dataset: str | os.PathLike, options: AuditOptions | None = None, **kwa
             opts.progress("audit", finished, total)
     found = analyse(store, tolerance=opts.tolerance, config=config)
     return AuditReport(
-        dataset=str(dataset), files_listed=len(listed), files_scanned=total, bytes_read=store.bytes,
-        groups=tuple(found.groups), problems=tuple(found.problems), majority=found.majority,
-        warnings=tuple(found.warnings), sample=opts.sample, files_resumed=len(reuse), checkpoint=str(checkpoint),
-        execution=execution, tolerance=found.tolerance, tolerance_source=found.tolerance_source,
+        dataset=str(dataset),
+        files_listed=len(listed),
+        files_scanned=total,
+        bytes_read=store.bytes,
+        groups=tuple(found.groups),
+        problems=tuple(found.problems),
+        majority=found.majority,
+        warnings=tuple(found.warnings),
+        sample=opts.sample,
+        files_resumed=len(reuse),
+        checkpoint=str(checkpoint),
+        execution=execution,
+        tolerance=found.tolerance,
+        tolerance_source=found.tolerance_source,
     )
 
 
@@ -109,7 +121,8 @@ def _refuse_datasets(url: str, listed: list[tuple[str, str]]) -> None:
         if entry is not None:
             raise InputError(
                 f"{entry} makes this {reader.TITLE}, whose samples are packed into shards; hsdiff audit reads "
-                "training data stored one sample per file", path=url,
+                "training data stored one sample per file",
+                path=url,
                 hint="compare or inspect it instead (hsdiff compare, hsdiff inspect read every sample)",
             )
 
@@ -136,13 +149,18 @@ def _check_options(url: str, opts: AuditOptions) -> None:
     if opts.workers is not None and opts.workers < 0:
         raise InputError(f"--workers {opts.workers}: give a number of processes (0 = this process, no Dask)")
     if opts.cluster and opts.workers is not None:
-        raise InputError("--workers applies to local processes; with --cluster the cluster's workers are used",
-                         hint="leave out one of the two")
+        raise InputError(
+            "--workers applies to local processes; with --cluster the cluster's workers are used",
+            hint="leave out one of the two",
+        )
     if opts.sample is not None and opts.sample < 1:
         raise InputError(f"--sample {opts.sample}: give a positive number of files")
     if url.startswith("memory://") and opts.workers != 0:
-        raise InputError("a memory:// filesystem exists only in this process", path=url,
-                         hint="use --workers 0, or a filesystem the workers can reach")
+        raise InputError(
+            "a memory:// filesystem exists only in this process",
+            path=url,
+            hint="use --workers 0, or a filesystem the workers can reach",
+        )
     if "://" not in url and not Path(url).exists():
         raise InputError("no such file or directory", path=url, hint="check the path")
 
@@ -181,8 +199,11 @@ def check_outside(dataset: str | os.PathLike, path: str | os.PathLike, what: str
         Path(path).resolve().relative_to(root.resolve())
     except ValueError:
         return
-    raise InputError(f"{what} would be written inside the dataset", path=path,
-                     hint="hsdiff never writes into a dump directory: write it elsewhere")
+    raise InputError(
+        f"{what} would be written inside the dataset",
+        path=path,
+        hint="hsdiff never writes into a dump directory: write it elsewhere",
+    )
 
 
 def _checkpointed(path: Path, url: str) -> dict[str, int]:
@@ -210,8 +231,11 @@ def _check_header(head: str, path: Path, url: str) -> None:
     if not isinstance(meta, dict) or meta.get("magic") != _CHECKPOINT_MAGIC:
         raise InputError("not an hsdiff audit checkpoint", path=path, hint="remove it or audit without --resume")
     if meta.get("dataset") != url:
-        raise InputError(f"this checkpoint belongs to another dataset ({meta.get('dataset')})", path=path,
-                         hint="audit without --resume to start anew")
+        raise InputError(
+            f"this checkpoint belongs to another dataset ({meta.get('dataset')})",
+            path=path,
+            hint="audit without --resume to start anew",
+        )
 
 
 class CheckpointStore:
@@ -284,18 +308,29 @@ def _execute_dask(jobs: list[Job], opts: AuditOptions, execution: dict) -> Itera
     try:
         from dask.distributed import Client, LocalCluster, as_completed
     except ImportError:
-        raise InputError("Dask distributed is not installed", hint="pip install 'hsdiff[audit]', or use --workers 0") from None
+        raise InputError(
+            "Dask distributed is not installed", hint="pip install 'hsdiff[audit]', or use --workers 0"
+        ) from None
     cluster = None
     if opts.cluster:
         try:
             client = Client(opts.cluster, timeout="30s")
         except (OSError, TimeoutError, ValueError) as e:
-            raise InputError(f"cannot reach the Dask scheduler ({e})", path=opts.cluster,
-                             hint="check the address (tcp://host:8786) and that dask-scheduler is running") from None
+            raise InputError(
+                f"cannot reach the Dask scheduler ({e})",
+                path=opts.cluster,
+                hint="check the address (tcp://host:8786) and that dask-scheduler is running",
+            ) from None
     else:
         n = opts.workers or max(1, min(4, os.cpu_count() or 1))
-        cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None, scheduler_port=0,
-                               silence_logs=logging.ERROR)
+        cluster = LocalCluster(
+            n_workers=n,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=None,
+            scheduler_port=0,
+            silence_logs=logging.ERROR,
+        )
         client = Client(cluster)
     try:
         workers = max(1, len(client.scheduler_info().get("workers", {})))

@@ -1,6 +1,7 @@
 """The ``hsdiff`` command line: a thin layer over the library, one module per command (``compare``,
-``gate``, ``check-config``, ``ids``, ``fix-config``, ``request``, ``capture``, ``audit``, ``inspect``), each registered on the
-group in :mod:`._group` when it is run; shared options in :mod:`._options` and :mod:`._ci`.
+``gate``, ``check-config``, ``ids``, ``fix-config``, ``request``, ``capture``, ``audit``,
+``inspect``), each registered on the group in :mod:`._group` when it is run; shared options in
+:mod:`._options` and :mod:`._ci`.
 
 Exit status (every command): 0 consistent, 1 mismatch or inconclusive, 2 bad input or usage
 (one line, no traceback), 3 an internal error (a bug in hsdiff; ``--debug`` shows the traceback).

@@ -16,24 +16,49 @@ F = Callable[..., Any]
 
 def ci_options(f: F) -> F:
     """``--junit``, ``--markdown``, ``--github``, ``--strict`` and ``--vllm-runner``."""
-    for d in reversed([
-        click.option("--vllm-runner", type=click.Choice(conv.VLLM_RUNNERS), default=conv.DEFAULT_RUNNER,
-                     show_default=True,
-                     help="vLLM model runner: v2 (the default in vLLM 0.29-0.33) reads only the top-level key; v1 "
-                     "(only when forced, VLLM_USE_V2_MODEL_RUNNER=0) reads the top-level key, then eagle_config's."),
-        click.option("--strict", is_flag=True, help="Fail on warnings too (silent fallback, ids the V2 runner ignores...)."),
-        click.option("--junit", "junit_path", type=click.Path(path_type=str), default=None,
-                     help="Write JUnit XML to PATH: one testcase per check and per slot."),
-        click.option("--markdown", "markdown_path", type=click.Path(path_type=str), default=None,
-                     help="Write a Markdown summary to PATH (e.g. $GITHUB_STEP_SUMMARY; '-' for stdout)."),
-        click.option("--github", is_flag=True, help="Print GitHub Actions ::error:: / ::warning:: annotations."),
-    ]):
+    for d in reversed(
+        [
+            click.option(
+                "--vllm-runner",
+                type=click.Choice(conv.VLLM_RUNNERS),
+                default=conv.DEFAULT_RUNNER,
+                show_default=True,
+                help="vLLM model runner: v2 (the default in vLLM 0.29-0.33) reads only the top-level key; v1 "
+                "(only when forced, VLLM_USE_V2_MODEL_RUNNER=0) reads the top-level key, then eagle_config's.",
+            ),
+            click.option(
+                "--strict", is_flag=True, help="Fail on warnings too (silent fallback, ids the V2 runner ignores...)."
+            ),
+            click.option(
+                "--junit",
+                "junit_path",
+                type=click.Path(path_type=str),
+                default=None,
+                help="Write JUnit XML to PATH: one testcase per check and per slot.",
+            ),
+            click.option(
+                "--markdown",
+                "markdown_path",
+                type=click.Path(path_type=str),
+                default=None,
+                help="Write a Markdown summary to PATH (e.g. $GITHUB_STEP_SUMMARY; '-' for stdout).",
+            ),
+            click.option("--github", is_flag=True, help="Print GitHub Actions ::error:: / ::warning:: annotations."),
+        ]
+    ):
         f = d(f)
     return f
 
 
-def emit(result: GateResult, *, json_path: str | None, junit_path: str | None, markdown_path: str | None,
-         github: bool, quiet: bool = False) -> None:
+def emit(
+    result: GateResult,
+    *,
+    json_path: str | None,
+    junit_path: str | None,
+    markdown_path: str | None,
+    github: bool,
+    quiet: bool = False,
+) -> None:
     """Write the requested outputs, print the text report (unless JSON goes to stdout), then exit."""
     from ..report.gate import render_gate_text
 

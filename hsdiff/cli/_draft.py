@@ -19,29 +19,68 @@ F = Callable[..., Any]
 
 def draft_options(f: F) -> F:
     """``--draft``, ``--target-model``, ``--num-steps``, ``--topk``, ``--num-draft-tokens``, ``--draft-dtype``."""
-    for d in reversed([
-        click.option("--draft", "draft_dir", type=click.Path(path_type=str), default=None,
-                     help="The deployed EAGLE-3 draft's folder (config.json + weights): predict its acceptance "
-                     "length on both sides' hidden states."),
-        click.option("--target-model", type=click.Path(path_type=str), default=None,
-                     help="The target model's folder: embeddings when the draft has none, lm_head for the greedy "
-                     "reference (default: the folder of --model-config / --target-config)."),
-        click.option("--num-steps", type=click.IntRange(min=1), default=5, show_default=True,
-                     help="Drafting steps per verification (SGLang --speculative-num-steps)."),
-        click.option("--topk", type=click.IntRange(min=1), default=1, show_default=True,
-                     help="Branching per step (SGLang --speculative-eagle-topk)."),
-        click.option("--num-draft-tokens", type=click.IntRange(min=2), default=None,
-                     help="Tokens per verification, the root included (SGLang --speculative-num-draft-tokens; "
-                     "default num-steps + 1 for top-k 1)."),
-        click.option("--draft-dtype", type=click.Choice(["fp32", "bf16"]), default="fp32", show_default=True,
-                     help="Precision of the draft's CPU forward."),
-        click.option("--acceptance-plot", type=click.Path(path_type=str), default=None,
-                     help="With --draft: save a PNG of the predicted acceptance length of every setting."),
-        click.option("--engine-log", type=click.Path(path_type=str), default=None, metavar="FILE",
-                     help="The engine's own log: vLLM's 'Using auxiliary layers from speculative config' line (the "
-                     "ids it chose) and its 'SpecDecoding metrics' lines, or SGLang's 'accept len' lines (the "
-                     "acceptance it measured)."),
-    ]):
+    for d in reversed(
+        [
+            click.option(
+                "--draft",
+                "draft_dir",
+                type=click.Path(path_type=str),
+                default=None,
+                help="The deployed EAGLE-3 draft's folder (config.json + weights): predict its acceptance "
+                "length on both sides' hidden states.",
+            ),
+            click.option(
+                "--target-model",
+                type=click.Path(path_type=str),
+                default=None,
+                help="The target model's folder: embeddings when the draft has none, lm_head for the greedy "
+                "reference (default: the folder of --model-config / --target-config).",
+            ),
+            click.option(
+                "--num-steps",
+                type=click.IntRange(min=1),
+                default=5,
+                show_default=True,
+                help="Drafting steps per verification (SGLang --speculative-num-steps).",
+            ),
+            click.option(
+                "--topk",
+                type=click.IntRange(min=1),
+                default=1,
+                show_default=True,
+                help="Branching per step (SGLang --speculative-eagle-topk).",
+            ),
+            click.option(
+                "--num-draft-tokens",
+                type=click.IntRange(min=2),
+                default=None,
+                help="Tokens per verification, the root included (SGLang --speculative-num-draft-tokens; "
+                "default num-steps + 1 for top-k 1).",
+            ),
+            click.option(
+                "--draft-dtype",
+                type=click.Choice(["fp32", "bf16"]),
+                default="fp32",
+                show_default=True,
+                help="Precision of the draft's CPU forward.",
+            ),
+            click.option(
+                "--acceptance-plot",
+                type=click.Path(path_type=str),
+                default=None,
+                help="With --draft: save a PNG of the predicted acceptance length of every setting.",
+            ),
+            click.option(
+                "--engine-log",
+                type=click.Path(path_type=str),
+                default=None,
+                metavar="FILE",
+                help="The engine's own log: vLLM's 'Using auxiliary layers from speculative config' line (the "
+                "ids it chose) and its 'SpecDecoding metrics' lines, or SGLang's 'accept len' lines (the "
+                "acceptance it measured).",
+            ),
+        ]
+    ):
         f = d(f)
     return f
 
@@ -57,8 +96,16 @@ def engine_log(kw: dict) -> EngineLog | None:
     return kw["engine_log"]
 
 
-def attach(record: Any, report: Any, train: str, infer: str, kw: dict, *, target_config: str | None = None,
-           minimum: float | None = None) -> tuple[Any, str | None]:
+def attach(
+    record: Any,
+    report: Any,
+    train: str,
+    infer: str,
+    kw: dict,
+    *,
+    target_config: str | None = None,
+    minimum: float | None = None,
+) -> tuple[Any, str | None]:
     """With ``--draft`` or ``--engine-log``: ``record`` (a report or gate result) carrying the prediction and
     the engine's measured acceptance, and their text; else unchanged."""
     plot = kw.pop("acceptance_plot", None)
@@ -97,11 +144,14 @@ def attach(record: Any, report: Any, train: str, infer: str, kw: dict, *, target
     return out, ("\n" + "\n".join(text)) if text else None
 
 
-def predict(report: Report | None, train: str, infer: str, kw: dict,
-            target_config: str | None = None) -> PredictedAcceptance | None:
+def predict(
+    report: Report | None, train: str, infer: str, kw: dict, target_config: str | None = None
+) -> PredictedAcceptance | None:
     """The prediction for ``--draft`` (None without it); pops the draft options from ``kw``."""
-    opts = {k: kw.pop(k, None) for k in ("draft_dir", "target_model", "num_steps", "topk", "num_draft_tokens",
-                                         "draft_dtype")}
+    opts = {
+        k: kw.pop(k, None)
+        for k in ("draft_dir", "target_model", "num_steps", "topk", "num_draft_tokens", "draft_dtype")
+    }
     if not opts["draft_dir"] or report is None:
         return None
     import torch
@@ -115,5 +165,12 @@ def predict(report: Report | None, train: str, infer: str, kw: dict,
         if target_config or kw.get("model_config"):
             target = str(folder) if any(folder.glob("*.safetensors")) or any(folder.glob("*.bin")) else None
     tree = Speculation(opts["num_steps"] or 5, opts["topk"] or 1, opts["num_draft_tokens"])
-    return predict_acceptance(train, infer, report, opts["draft_dir"], target=target, tree=tree,
-                              dtype=torch.bfloat16 if opts["draft_dtype"] == "bf16" else torch.float32)
+    return predict_acceptance(
+        train,
+        infer,
+        report,
+        opts["draft_dir"],
+        target=target,
+        tree=tree,
+        dtype=torch.bfloat16 if opts["draft_dtype"] == "bf16" else torch.float32,
+    )

@@ -14,14 +14,33 @@ from ..errors import HsdiffError
 
 EXIT_OK, EXIT_FAIL, EXIT_INPUT, EXIT_BUG = 0, 1, 2, 3
 #: OS errors that say something of the machine or the paths given (exit 2), not of hsdiff (exit 3)
-_ENVIRONMENT = {errno.EACCES, errno.EPERM, errno.ENOTDIR, errno.EISDIR, errno.EROFS, errno.ENOSPC, errno.EDQUOT,
-                errno.EMFILE, errno.ENFILE, errno.ENOENT, errno.ELOOP, errno.ENAMETOOLONG}
+_ENVIRONMENT = {
+    errno.EACCES,
+    errno.EPERM,
+    errno.ENOTDIR,
+    errno.EISDIR,
+    errno.EROFS,
+    errno.ENOSPC,
+    errno.EDQUOT,
+    errno.EMFILE,
+    errno.ENFILE,
+    errno.ENOENT,
+    errno.ELOOP,
+    errno.ENAMETOOLONG,
+}
 
 #: Each command and the module that registers it, imported when the command is run (or listed by
 #: ``--help``): ``hsdiff compare`` never loads what ``audit`` or ``capture`` need.
 COMMANDS = {
-    "compare": "compare", "gate": "gate", "check-config": "check_config", "ids": "ids", "fix-config": "fix_config",
-    "request": "request", "capture": "capture", "audit": "audit", "inspect": "inspect",
+    "compare": "compare",
+    "gate": "gate",
+    "check-config": "check_config",
+    "ids": "ids",
+    "fix-config": "fix_config",
+    "request": "request",
+    "capture": "capture",
+    "audit": "audit",
+    "inspect": "inspect",
 }
 
 
@@ -73,8 +92,11 @@ class _Group(click.Group):
             if e.errno not in _ENVIRONMENT:
                 raise
             # the machine, not hsdiff: a folder it may not write, a full disk, the open-file limit
-            hint = ("raise the limit (ulimit -n) or compare fewer files at once" if e.errno in (errno.EMFILE, errno.ENFILE)
-                    else "check the path, its permissions and free space")
+            hint = (
+                "raise the limit (ulimit -n) or compare fewer files at once"
+                if e.errno in (errno.EMFILE, errno.ENFILE)
+                else "check the path, its permissions and free space"
+            )
             where = f": {e.filename}" if e.filename else ""
             click.echo(f"hsdiff: error: {e.strerror}{where} — {hint}", err=True)
             ctx.exit(EXIT_INPUT)
@@ -88,7 +110,8 @@ class _Group(click.Group):
             click.echo(
                 f"hsdiff: internal error: {type(e).__name__}: {e}\n"
                 "This is a bug in hsdiff, not a verdict. Please report it with the command line"
-                + ("" if debug else " and the output of the same command with --debug") + ".",
+                + ("" if debug else " and the output of the same command with --debug")
+                + ".",
                 err=True,
             )
             ctx.exit(EXIT_BUG)
@@ -97,8 +120,11 @@ class _Group(click.Group):
 def _flags(ctx: click.Context) -> dict[str, str]:
     """The command line's name of each API parameter of the command run (``hidden_size`` -> ``--hidden-size``)."""
     command = ctx.command.commands.get(ctx.invoked_subcommand or "") if isinstance(ctx.command, click.Group) else None
-    return {p.name: max(p.opts, key=len) for p in (command.params if command else ())
-            if isinstance(p, click.Option) and p.name}
+    return {
+        p.name: max(p.opts, key=len)
+        for p in (command.params if command else ())
+        if isinstance(p, click.Option) and p.name
+    }
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})

@@ -26,18 +26,27 @@ def _stack(*decorators: Callable[[F], F]) -> Callable[[F], F]:
 
 
 engine_option = click.option(
-    "--engine", type=click.Choice(conv.ENGINES, case_sensitive=False), default="sglang", show_default=True,
+    "--engine",
+    type=click.Choice(conv.ENGINES, case_sensitive=False),
+    default="sglang",
+    show_default=True,
     help="The engine (or trainer) whose id convention --layer-ids uses and the recommendation is given in.",
 )
 engine_version_option = click.option(
-    "--engine-version", "engine_versions", multiple=True, metavar="NAME==VERSION",
+    "--engine-version",
+    "engine_versions",
+    multiple=True,
+    metavar="NAME==VERSION",
     help="The engine version whose counting rules apply, e.g. sglang==0.5.12 or vllm==0.33 (repeat for each engine "
     "involved). Default: the newest version hsdiff's convention table knows ("
-    + ", ".join(f"{k}=={conv.default_version(k)}" for k in ("sglang", "vllm", "specforge")) + ", ...).",
+    + ", ".join(f"{k}=={conv.default_version(k)}" for k in ("sglang", "vllm", "specforge"))
+    + ", ...).",
 )
 
 draft_kind_option = click.option(
-    "--draft-kind", type=click.Choice(list(conv.DRAFT_KINDS), case_sensitive=False), default=None,
+    "--draft-kind",
+    type=click.Choice(list(conv.DRAFT_KINDS), case_sensitive=False),
+    default=None,
     help="The kind of draft the ids feed, which selects the rows they are read with: "
     + "; ".join(f"{k.key} ({k.title})" for k in conv.DRAFT_KINDS.values())
     + ". Default: detected from a draft config's architectures where one is read, else eagle3. An MTP head "
@@ -54,7 +63,9 @@ def where_ids_are_read() -> str:
 
 
 family_option = click.option(
-    "--model-family", default=None, metavar="FAMILY",
+    "--model-family",
+    default=None,
+    metavar="FAMILY",
     help="The target's model family for SGLang's (and SpecForge's) family rules: llama (default), deepseek (also "
     "kimi_k25, glm4_moe_lite, glm_moe_dsa, mistral_large_3), deepseek-legacy, gpt-oss, minimax_m3, minimax_m3_vl, "
     "deepseek_v4, looped; or a model_type such as qwen3.",
@@ -81,34 +92,84 @@ dump_options = _stack(
     click.argument("infer", type=click.Path(exists=False, path_type=str)),
     family_option,
     engine_version_option,
-    click.option("--infer-index", type=click.Choice(["boundary", "output"]), default="boundary", show_default=True,
-                 help="How layer numbers found in inference dumps count: boundary = residual stream entering "
-                 "layer i (where SGLang and vLLM capture), output = output of layer i."),
-    click.option("--train-index", type=click.Choice(["boundary", "output"]), default="boundary", show_default=True,
-                 help="How layer numbers found in training dump keys or file names count."),
-    click.option("--hidden-size", type=click.IntRange(min=1), default=None, help="Target hidden size H (else taken from configs or shapes)."),
+    click.option(
+        "--infer-index",
+        type=click.Choice(["boundary", "output"]),
+        default="boundary",
+        show_default=True,
+        help="How layer numbers found in inference dumps count: boundary = residual stream entering "
+        "layer i (where SGLang and vLLM capture), output = output of layer i.",
+    ),
+    click.option(
+        "--train-index",
+        type=click.Choice(["boundary", "output"]),
+        default="boundary",
+        show_default=True,
+        help="How layer numbers found in training dump keys or file names count.",
+    ),
+    click.option(
+        "--hidden-size",
+        type=click.IntRange(min=1),
+        default=None,
+        help="Target hidden size H (else taken from configs or shapes).",
+    ),
     click.option("--num-layers", type=click.IntRange(min=1), default=None, help="Target num_hidden_layers L."),
-    click.option("--model-config", type=click.Path(path_type=str), default=None,
-                 help="The target model's config.json (gives H and L)."),
-    click.option("--train-layer-ids", default=None, metavar="IDS",
-                 help="The ids the training data was captured with (default: read from a config.json in TRAIN)."),
-    click.option("--train-engine", type=click.Choice(conv.ENGINES, case_sensitive=False), default="specforge",
-                 show_default=True, help="Convention of --train-layer-ids and of a draft config found in TRAIN."),
+    click.option(
+        "--model-config",
+        type=click.Path(path_type=str),
+        default=None,
+        help="The target model's config.json (gives H and L).",
+    ),
+    click.option(
+        "--train-layer-ids",
+        default=None,
+        metavar="IDS",
+        help="The ids the training data was captured with (default: read from a config.json in TRAIN).",
+    ),
+    click.option(
+        "--train-engine",
+        type=click.Choice(conv.ENGINES, case_sensitive=False),
+        default="specforge",
+        show_default=True,
+        help="Convention of --train-layer-ids and of a draft config found in TRAIN.",
+    ),
     click.option("--train-format", type=click.Choice(FORMATS), default=None, help="Force the training-side format."),
     click.option("--infer-format", type=click.Choice(FORMATS), default=None, help="Force the inference-side format."),
-    click.option("--log-pattern", default=None, metavar="REGEX", callback=_check_log_pattern,
-                 help="For a debug log in an unusual format: a regular expression with a named group 'values' "
-                 "(the printed numbers) and optionally slot, layer, token, col, norm, shape, dtype, name; "
-                 "each line it matches is one printed capture."),
-    click.option("--tolerance", type=click.FloatRange(min=0.0, max=1.0, min_open=True), default=NOISE_TOLERANCE, show_default=True,
-                 help="Largest median per-token relative error read as the same tensor."),
-    click.option("--json", "json_path", type=click.Path(path_type=str), default=None,
-                 help="Write the JSON report to PATH ('-' for stdout)."),
-    click.option("--plot", "plot_path", type=click.Path(path_type=str), default=None,
-                 help="Write the pictures into folder PATH (created if missing): heatmap.png, norms.png, tokens.png; "
-                 "a PATH ending in .png gets the heatmap alone."),
+    click.option(
+        "--log-pattern",
+        default=None,
+        metavar="REGEX",
+        callback=_check_log_pattern,
+        help="For a debug log in an unusual format: a regular expression with a named group 'values' "
+        "(the printed numbers) and optionally slot, layer, token, col, norm, shape, dtype, name; "
+        "each line it matches is one printed capture.",
+    ),
+    click.option(
+        "--tolerance",
+        type=click.FloatRange(min=0.0, max=1.0, min_open=True),
+        default=NOISE_TOLERANCE,
+        show_default=True,
+        help="Largest median per-token relative error read as the same tensor.",
+    ),
+    click.option(
+        "--json",
+        "json_path",
+        type=click.Path(path_type=str),
+        default=None,
+        help="Write the JSON report to PATH ('-' for stdout).",
+    ),
+    click.option(
+        "--plot",
+        "plot_path",
+        type=click.Path(path_type=str),
+        default=None,
+        help="Write the pictures into folder PATH (created if missing): heatmap.png, norms.png, tokens.png; "
+        "a PATH ending in .png gets the heatmap alone.",
+    ),
     click.option("-q", "--quiet", is_flag=True, help="Print the table, the verdict and the fix only."),
-    click.option("--progress/--no-progress", default=None, help="Progress on stderr (default: when stderr is a terminal)."),
+    click.option(
+        "--progress/--no-progress", default=None, help="Progress on stderr (default: when stderr is a terminal)."
+    ),
 )
 
 

@@ -42,8 +42,9 @@ def write_text(path: str, text: str) -> None:
             Path(tmp).unlink(missing_ok=True)
             raise
     except OSError as e:
-        raise InputError(f"cannot write the output ({e.strerror or e})", path=p,
-                         hint="check the folder's permissions and free space") from None
+        raise InputError(
+            f"cannot write the output ({e.strerror or e})", path=p, hint="check the folder's permissions and free space"
+        ) from None
 
 
 def _umask() -> int:
@@ -70,8 +71,11 @@ def write_plot(report: Report, path: str) -> list[Path]:
         p.write_bytes(png_bytes(heatmap(report), dpi=110))
         return [p]
     if p.exists() and not p.is_dir():
-        raise InputError("--plot wants a folder (for the three pictures) or a .png file name, and this is a file",
-                         path=p, hint="give a folder, or a name ending in .png for the heatmap alone")
+        raise InputError(
+            "--plot wants a folder (for the three pictures) or a .png file name, and this is a file",
+            path=p,
+            hint="give a folder, or a name ending in .png for the heatmap alone",
+        )
     if not p.parent.is_dir():
         raise InputError("the folder above this --plot folder does not exist", path=p, hint="create it first")
     return write_pictures(report, p)

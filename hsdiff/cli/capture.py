@@ -23,11 +23,20 @@ Needs the capture extra: pip install "hsdiff[capture]".
 
 
 @cli.command("capture", epilog=EPILOG)
-@click.option("--model", "model_dir", required=True, type=click.Path(path_type=str), help="A Hugging Face model folder.")
-@click.option("--input", "sample", required=True, type=click.Path(path_type=str),
-              help="A training sample (any dump file hsdiff reads, or JSON {\"input_ids\": [...]}).")
+@click.option(
+    "--model", "model_dir", required=True, type=click.Path(path_type=str), help="A Hugging Face model folder."
+)
+@click.option(
+    "--input",
+    "sample",
+    required=True,
+    type=click.Path(path_type=str),
+    help='A training sample (any dump file hsdiff reads, or JSON {"input_ids": [...]}).',
+)
 @click.option("--sample", "name", default=None, help="Which sample, when --input holds several.")
-@click.option("--out", "out_dir", required=True, type=click.Path(path_type=str), help="Folder for the capture (created).")
+@click.option(
+    "--out", "out_dir", required=True, type=click.Path(path_type=str), help="Folder for the capture (created)."
+)
 @click.option("--dtype", type=click.Choice(sorted(DTYPE_CHOICES)), default="bf16", show_default=True)
 @click.option("--device", default="cpu", show_default=True, help="torch device to run on.")
 def capture_cmd(model_dir, sample, name, out_dir, dtype, device) -> None:
@@ -43,4 +52,6 @@ def capture_cmd(model_dir, sample, name, out_dir, dtype, device) -> None:
     for w in result["warnings"]:
         click.echo(f"hsdiff: warning: {w}", err=True)
     hs = result["hidden_states"]
-    click.echo(f"wrote {path}: B0..B{hs.shape[0] - 1} × {hs.shape[1]} tokens × {hs.shape[2]} ({dtype}), sample {s.name}")
+    click.echo(
+        f"wrote {path}: B0..B{hs.shape[0] - 1} × {hs.shape[1]} tokens × {hs.shape[2]} ({dtype}), sample {s.name}"
+    )

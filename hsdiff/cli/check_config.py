@@ -26,18 +26,46 @@ Exit status: 0 no error-level finding (warnings too with --strict), 1 a finding,
 @family_option
 @engine_version_option
 @draft_kind_option
-@click.option("--target-config", default=None, type=click.Path(path_type=str),
-              help="The target model's config.json: num_hidden_layers, hidden_size and model_type.")
+@click.option(
+    "--target-config",
+    default=None,
+    type=click.Path(path_type=str),
+    help="The target model's config.json: num_hidden_layers, hidden_size and model_type.",
+)
 @click.option("--num-layers", type=click.IntRange(min=1), default=None, help="Target num_hidden_layers L.")
-@click.option("--json", "json_path", type=click.Path(path_type=str), default=None, help="Write JSON to PATH ('-' for stdout).")
+@click.option(
+    "--json", "json_path", type=click.Path(path_type=str), default=None, help="Write JSON to PATH ('-' for stdout)."
+)
 @click.option("-q", "--quiet", is_flag=True, help="Print only the checks that did not pass.")
 @ci_options
-def check_config_cmd(draft_config, engine, model_family, engine_versions, draft_kind, target_config, num_layers,
-                     json_path, quiet, vllm_runner, strict, junit_path, markdown_path, github) -> None:
+def check_config_cmd(
+    draft_config,
+    engine,
+    model_family,
+    engine_versions,
+    draft_kind,
+    target_config,
+    num_layers,
+    json_path,
+    quiet,
+    vllm_runner,
+    strict,
+    junit_path,
+    markdown_path,
+    github,
+) -> None:
     """Static checks of a draft config, no dumps needed: ids unsorted, duplicated, out of range or not
     capturable, the fc width, ids in a key the engine ignores, ids a model-family rule reads differently."""
-    result = check_config(draft_config, engine=engine, target_config=target_config, model_family=model_family,
-                          vllm_runner=vllm_runner, num_layers=num_layers, strict=strict,
-                          engine_version=conv.versions(engine_versions, [engine])[conv.rule(engine).key],
-                          engine_versions=engine_versions, draft_kind=draft_kind)
+    result = check_config(
+        draft_config,
+        engine=engine,
+        target_config=target_config,
+        model_family=model_family,
+        vllm_runner=vllm_runner,
+        num_layers=num_layers,
+        strict=strict,
+        engine_version=conv.versions(engine_versions, [engine])[conv.rule(engine).key],
+        engine_versions=engine_versions,
+        draft_kind=draft_kind,
+    )
     emit(result, json_path=json_path, junit_path=junit_path, markdown_path=markdown_path, github=github, quiet=quiet)

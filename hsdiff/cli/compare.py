@@ -28,15 +28,30 @@ Examples:
 @cli.command("compare", epilog=EPILOG)
 @dump_options
 @engine_option
-@click.option("--layer-ids", default=None, metavar="IDS",
-              help='The ids the inference run was configured with, in the --engine convention, e.g. "-1,2,30".')
-@click.option("--markdown", "markdown_path", type=click.Path(path_type=str), default=None,
-              help="Write the report as Markdown to PATH, to paste into an issue ('-' for stdout).")
-@click.option("--html", "html_path", type=click.Path(path_type=str), default=None,
-              help="Write one self-contained HTML page (pictures embedded) to PATH.")
+@click.option(
+    "--layer-ids",
+    default=None,
+    metavar="IDS",
+    help='The ids the inference run was configured with, in the --engine convention, e.g. "-1,2,30".',
+)
+@click.option(
+    "--markdown",
+    "markdown_path",
+    type=click.Path(path_type=str),
+    default=None,
+    help="Write the report as Markdown to PATH, to paste into an issue ('-' for stdout).",
+)
+@click.option(
+    "--html",
+    "html_path",
+    type=click.Path(path_type=str),
+    default=None,
+    help="Write one self-contained HTML page (pictures embedded) to PATH.",
+)
 @draft_options
-def compare_cmd(train, infer, layer_ids, engine, json_path, plot_path, markdown_path, html_path, quiet, progress,
-                **kw) -> None:
+def compare_cmd(
+    train, infer, layer_ids, engine, json_path, plot_path, markdown_path, html_path, quiet, progress, **kw
+) -> None:
     """Match training slots to inference captures by value and recommend the layer ids.
 
     TRAIN and INFER are files or directories (scanned recursively): SpecForge, ModelOpt, EAGLE,
@@ -61,7 +76,9 @@ def compare_cmd(train, infer, layer_ids, engine, json_path, plot_path, markdown_
     click.get_current_context().exit(report.exit_code)
 
 
-def options_from(kw: dict, *, engine: str, layer_ids: str | None, progress: bool | None, source: str = "--layer-ids") -> Options:
+def options_from(
+    kw: dict, *, engine: str, layer_ids: str | None, progress: bool | None, source: str = "--layer-ids"
+) -> Options:
     """Build :class:`Options` from the shared dump options."""
     engine = engine.lower()
     train_engine = (kw.get("train_engine") or "specforge").lower()
@@ -78,7 +95,9 @@ def options_from(kw: dict, *, engine: str, layer_ids: str | None, progress: bool
         hidden_size=kw.get("hidden_size"),
         num_layers=kw.get("num_layers"),
         model_config=kw.get("model_config"),
-        train_layer_ids=None if kw.get("train_layer_ids") is None else conv.parse_ids(kw["train_layer_ids"], what="--train-layer-ids"),
+        train_layer_ids=None
+        if kw.get("train_layer_ids") is None
+        else conv.parse_ids(kw["train_layer_ids"], what="--train-layer-ids"),
         train_engine=train_engine,
         train_format=kw.get("train_format"),
         infer_format=kw.get("infer_format"),

@@ -28,20 +28,33 @@ speculative config (hsdiff ids --to trtllm prints the values) instead.
 
 @cli.command("fix-config", epilog=EPILOG)
 @click.argument("draft_config", type=click.Path(path_type=str))
-@click.option("--from-report", "report", type=click.Path(path_type=str), default=None,
-              help="A JSON report of hsdiff gate/compare whose verdict was confident.")
+@click.option(
+    "--from-report",
+    "report",
+    type=click.Path(path_type=str),
+    default=None,
+    help="A JSON report of hsdiff gate/compare whose verdict was confident.",
+)
 @click.option("--layer-ids", default=None, metavar="IDS", help="The ids to write, in the --engine convention.")
-@click.option("--engine", type=click.Choice(conv.ENGINES, case_sensitive=False), default=None,
-              help="The engine whose key and convention to write (default: the report's engine, else sglang).")
+@click.option(
+    "--engine",
+    type=click.Choice(conv.ENGINES, case_sensitive=False),
+    default=None,
+    help="The engine whose key and convention to write (default: the report's engine, else sglang).",
+)
 @family_option
 @engine_version_option
 @draft_kind_option
-@click.option("--translate", is_flag=True,
-              help="With --from-report: write the report's layers for another --engine, --engine-version or "
-              "--model-family than the report's (otherwise refused).")
+@click.option(
+    "--translate",
+    is_flag=True,
+    help="With --from-report: write the report's layers for another --engine, --engine-version or "
+    "--model-family than the report's (otherwise refused).",
+)
 @click.option("--dry-run", is_flag=True, help="Print the diff, write nothing.")
-def fix_config_cmd(draft_config, report, layer_ids, engine, model_family, engine_versions, draft_kind, translate,
-                   dry_run) -> None:
+def fix_config_cmd(
+    draft_config, report, layer_ids, engine, model_family, engine_versions, draft_kind, translate, dry_run
+) -> None:
     """Write the layer ids where ENGINE reads them, atomically, keeping a backup; print the diff."""
     if (report is None) == (layer_ids is None):
         raise click.UsageError("give exactly one of --from-report REPORT.json or --layer-ids IDS")
@@ -49,20 +62,19 @@ def fix_config_cmd(draft_config, report, layer_ids, engine, model_family, engine
         raise click.UsageError("--translate goes with --from-report")
     if report is not None:
         draft_kind = draft_kind or "eagle3"  # a report's ids are EAGLE-3 ids
-        found = ids_from_report(report, engine, model_family=model_family, engine_versions=engine_versions,
-                                translate=translate)
-        ids, model_family, engine, version = list(found.ids), found.model_family, found.engine, found.version
-        dumps = found.dumps
-        for note in found.notes:
-            click.echo(f"hsdiff: note: {note}", err=True)
-        if found.translated_from is not None:
-            click.echo(f"translated the report's layers B{list(found.boundaries)} from "
-                       f"{found.translated_from.words()} to {found.at.words()}")
-    else:
-        ids, engine, dumps = conv.parse_ids(layer_ids), engine or "sglang", ()
-        version = conv.versions(engine_versions, [engine])[conv.rule(engine).key]
-    result = fix_config(draft_config, ids, engine=engine, dry_run=dry_run, model_family=model_family, version=version,
-                        dumps=dumps, kind=draft_kind)
+    ids, model_family, engine, version, dumps = _ids(
+        report, layer_ids, engine, model_family, engine_versions, translate
+    )
+    result = fix_config(
+        draft_config,
+        ids,
+        engine=engine,
+        dry_run=dry_run,
+        model_family=model_family,
+        version=version,
+        dumps=dumps,
+        kind=draft_kind,
+    )
     for w in result.warnings:
         click.echo(f"hsdiff: warning: {w}", err=True)
     what = f"{result.key} = {list(result.new)} for {conv.rule(result.engine).title} {result.version}"
@@ -70,5 +82,32 @@ def fix_config_cmd(draft_config, report, layer_ids, engine, model_family, engine
         click.echo(f"{result.path}: {what} already; nothing to do")
         return
     click.echo(result.diff, nl=False)
-    click.echo(f"wrote {result.path} ({what}); the original is kept in {result.backup}" if result.written
-               else f"dry run: nothing written ({what})")
+    click.echo(
+        f"wrote {result.path} ({what}); the original is kept in {result.backup}"
+        if result.written
+        else f"dry run: nothing written ({what})"
+    )
+
+
+def _ids(report, layer_ids, engine, model_family, engine_versions, translate):
+    """The ids to write, their model family, engine and version, and the dumps they came from."""
+    if report is None:
+        engine = engine or "sglang"
+        return (
+            conv.parse_ids(layer_ids),
+            model_family,
+            engine,
+            conv.versions(engine_versions, [engine])[conv.rule(engine).key],
+            (),
+        )
+    found = ids_from_report(
+        report, engine, model_family=model_family, engine_versions=engine_versions, translate=translate
+    )
+    for note in found.notes:
+        click.echo(f"hsdiff: note: {note}", err=True)
+    if found.translated_from is not None:
+        click.echo(
+            f"translated the report's layers B{list(found.boundaries)} from "
+            f"{found.translated_from.words()} to {found.at.words()}"
+        )
+    return list(found.ids), found.model_family, found.engine, found.version, found.dumps

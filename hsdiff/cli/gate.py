@@ -25,16 +25,45 @@ Exit status: 0 pass, 1 fail (a check failed or the layers differ), 2 bad input, 
 @cli.command("gate", epilog=EPILOG)
 @dump_options
 @engine_option
-@click.option("--draft-config", required=True, type=click.Path(path_type=str),
-              help="The draft model's config.json (or its folder): the ids are read from it as the engine reads them.")
-@click.option("--target-config", default=None, type=click.Path(path_type=str),
-              help="The target model's config.json (L, hidden size, model family); same as --model-config.")
+@click.option(
+    "--draft-config",
+    required=True,
+    type=click.Path(path_type=str),
+    help="The draft model's config.json (or its folder): the ids are read from it as the engine reads them.",
+)
+@click.option(
+    "--target-config",
+    default=None,
+    type=click.Path(path_type=str),
+    help="The target model's config.json (L, hidden size, model family); same as --model-config.",
+)
 @ci_options
 @draft_options
-@click.option("--min-acceptance", type=click.FloatRange(min=1.0), default=None, metavar="X",
-              help="With --draft: fail when the predicted acceptance length (tokens per verification step) is below X.")
-def gate_cmd(train, infer, engine, draft_config, target_config, vllm_runner, strict, json_path, plot_path, quiet,
-             progress, junit_path, markdown_path, github, min_acceptance, **kw) -> None:
+@click.option(
+    "--min-acceptance",
+    type=click.FloatRange(min=1.0),
+    default=None,
+    metavar="X",
+    help="With --draft: fail when the predicted acceptance length (tokens per verification step) is below X.",
+)
+def gate_cmd(
+    train,
+    infer,
+    engine,
+    draft_config,
+    target_config,
+    vllm_runner,
+    strict,
+    json_path,
+    plot_path,
+    quiet,
+    progress,
+    junit_path,
+    markdown_path,
+    github,
+    min_acceptance,
+    **kw,
+) -> None:
     """Pre-deployment gate: read the draft config's ids as ENGINE does, check it, compare TRAIN and INFER.
 
     Passes only when every error-level check passes and each training slot equals what the engine
@@ -43,8 +72,15 @@ def gate_cmd(train, infer, engine, draft_config, target_config, vllm_runner, str
     if target_config and kw.get("model_config") and target_config != kw["model_config"]:
         raise click.UsageError("--target-config and --model-config name different files; give one")
     opts = options_from(kw, engine=engine, layer_ids=None, progress=progress)
-    result = run_gate(train, infer, draft_config, opts, target_config=target_config or kw.get("model_config"),
-                      vllm_runner=vllm_runner, strict=strict)
+    result = run_gate(
+        train,
+        infer,
+        draft_config,
+        opts,
+        target_config=target_config or kw.get("model_config"),
+        vllm_runner=vllm_runner,
+        strict=strict,
+    )
     result, _ = attach(result, result.report, train, infer, kw, target_config=target_config, minimum=min_acceptance)
     if plot_path and result.report is not None:
         from ._output import write_plot

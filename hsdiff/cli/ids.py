@@ -30,7 +30,12 @@ _ENGINE = click.Choice(conv.ENGINES, case_sensitive=False)
 @click.argument("ids")
 @click.option("--from", "src", type=_ENGINE, required=True, help="The convention IDS are written in.")
 @click.option("--to", "dst", type=_ENGINE, required=True, help="The convention to print them in.")
-@click.option("--num-layers", type=click.IntRange(min=1), default=None, help="Target num_hidden_layers L (range checks, gpt-oss rule).")
+@click.option(
+    "--num-layers",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Target num_hidden_layers L (range checks, gpt-oss rule).",
+)
 @family_option
 @engine_version_option
 @draft_kind_option
@@ -39,8 +44,16 @@ def ids_cmd(ids, src, dst, num_layers, model_family, engine_versions, draft_kind
     """Print the same layers in another engine's convention, one comma-separated line (on stderr: the
     engine versions and rules it assumed)."""
     vs = conv.versions(engine_versions, [src, dst])
-    t = translate_ids(conv.parse_ids(ids, what="IDS"), src, dst, num_layers=num_layers, model_family=model_family,
-                      src_version=vs[conv.rule(src).key], dst_version=vs[conv.rule(dst).key], kind=draft_kind)
+    t = translate_ids(
+        conv.parse_ids(ids, what="IDS"),
+        src,
+        dst,
+        num_layers=num_layers,
+        model_family=model_family,
+        src_version=vs[conv.rule(src).key],
+        dst_version=vs[conv.rule(dst).key],
+        kind=draft_kind,
+    )
     for w in t.warnings:
         click.echo(f"hsdiff: warning: {w}", err=True)
     if explain:

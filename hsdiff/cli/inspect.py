@@ -19,10 +19,20 @@ Examples:
 @cli.command("inspect", epilog=EPILOG)
 @click.argument("path", type=click.Path(exists=False, path_type=str))
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default=None, help="Force a format for every file.")
-@click.option("--json", "json_path", type=click.Path(path_type=str), default=None,
-              help="Write the description as JSON to PATH ('-' for stdout).")
-@click.option("--sample-rows", type=click.IntRange(min=1), default=256, show_default=True,
-              help="Rows (tokens) read from each tensor for the norm and NaN/Inf statistics.")
+@click.option(
+    "--json",
+    "json_path",
+    type=click.Path(path_type=str),
+    default=None,
+    help="Write the description as JSON to PATH ('-' for stdout).",
+)
+@click.option(
+    "--sample-rows",
+    type=click.IntRange(min=1),
+    default=256,
+    show_default=True,
+    help="Rows (tokens) read from each tensor for the norm and NaN/Inf statistics.",
+)
 def inspect_cmd(path, fmt, json_path, sample_rows) -> None:
     """Say what a dump holds without comparing it: format and why, files, shapes, dtypes, tokens,
     per-token norms and attention sinks, NaN/Inf, tensor-parallel ranks, runs and steps."""

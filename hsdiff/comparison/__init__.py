@@ -80,12 +80,31 @@ def compare(
     opts = _options(options, kwargs)
     info = conv.ENGINE_INFO.get(opts.engine)  # the engine whose table of model families names the rule key
     family = conv.normalize_family(opts.model_family) if info and info.family_table else (opts.model_family or "llama")
-    train_dump = train if isinstance(train, Dump) else scan(
-        train, TRAIN, fmt=opts.train_format, index=opts.train_index, progress=_reading(opts, "training"),
-        format_name="train_format")
-    infer_dump = infer if isinstance(infer, Dump) else scan(
-        infer, INFER, fmt=opts.infer_format, index=opts.infer_index, progress=_reading(opts, "inference"),
-        log_pattern=opts.log_pattern, format_name="infer_format")
+    train_dump = (
+        train
+        if isinstance(train, Dump)
+        else scan(
+            train,
+            TRAIN,
+            fmt=opts.train_format,
+            index=opts.train_index,
+            progress=_reading(opts, "training"),
+            format_name="train_format",
+        )
+    )
+    infer_dump = (
+        infer
+        if isinstance(infer, Dump)
+        else scan(
+            infer,
+            INFER,
+            fmt=opts.infer_format,
+            index=opts.infer_index,
+            progress=_reading(opts, "inference"),
+            log_pattern=opts.log_pattern,
+            format_name="infer_format",
+        )
+    )
     return _pipeline(train_dump, infer_dump, opts, family, str(train), str(infer))
 
 
@@ -112,7 +131,7 @@ def _int_list(value: Any, name: str) -> list[int]:
     """``value`` as a list of ints; a TypeError naming ``name`` and the accepted types otherwise."""
     items = list(value) if isinstance(value, Sequence) else None
     if items is None or not all(isinstance(i, numbers.Integral) and not isinstance(i, bool) for i in items):
-        raise TypeError(f"{name} must be a list of ints or a string such as \"1,14,26\", not {value!r}")
+        raise TypeError(f'{name} must be a list of ints or a string such as "1,14,26", not {value!r}')
     return [int(i) for i in items]
 
 
@@ -134,8 +153,15 @@ def _reading(opts: Options, side: str) -> Callable[[int, int, Path], None] | Non
 
 def _pipeline(train: Dump, infer: Dump, opts: Options, family: str, train_path: str, infer_path: str) -> Report:
     model_cfg = load_config(opts.model_config) if opts.model_config else None
-    infer = shape.layout(infer, train, opts.num_layers, model_cfg, opts.layer_ids, opts.infer_format is not None,
-                         lambda rel: _reread_connector(infer_path, rel))
+    infer = shape.layout(
+        infer,
+        train,
+        opts.num_layers,
+        model_cfg,
+        opts.layer_ids,
+        opts.infer_format is not None,
+        lambda rel: _reread_connector(infer_path, rel),
+    )
     by_run = slots.runs(infer)
     if not by_run:
         return _compare(train, infer, opts, family, train_path, infer_path, model_cfg)
@@ -150,20 +176,24 @@ def _pipeline(train: Dump, infer: Dump, opts: Options, family: str, train_path: 
         raise failed[0]
     run, warning = slots.pick_run(reports)
     chosen = reports[run]
-    reports[run] = dataclasses.replace(chosen, warnings=(warning, *chosen.warnings),
-                                       diagnosis=dataclasses.replace(chosen.diagnosis, run=run)
-                                       if chosen.diagnosis is not None else None)
+    reports[run] = dataclasses.replace(
+        chosen,
+        warnings=(warning, *chosen.warnings),
+        diagnosis=dataclasses.replace(chosen.diagnosis, run=run) if chosen.diagnosis is not None else None,
+    )
     doubt = slots.unsettled_by_runs(reports, run)
     if all(r.verdict == reports[run].verdict for r in reports.values()) and not doubt:
         return reports[run]
     settings = reports[run].settings
     assert settings is not None
-    return dataclasses.replace(overrides.runs_disagree(reports, run, doubt, settings),
-                               cause=explain.runs_disagree(reports, run))
+    return dataclasses.replace(
+        overrides.runs_disagree(reports, run, doubt, settings), cause=explain.runs_disagree(reports, run)
+    )
 
 
-def _compare(train: Dump, infer: Dump, opts: Options, family: str, train_path: str, infer_path: str,
-             model_cfg: dict | None) -> Report:
+def _compare(
+    train: Dump, infer: Dump, opts: Options, family: str, train_path: str, infer_path: str, model_cfg: dict | None
+) -> Report:
     warnings = list(train.warnings) + list(infer.warnings)
     train, w_train = validate.with_values(train, "training", train_path)
     infer, w_infer = validate.with_values(infer, "inference", infer_path) if infer.captures else (infer, [])
@@ -173,8 +203,9 @@ def _compare(train: Dump, infer: Dump, opts: Options, family: str, train_path: s
     num_layers, layers_from = shape.num_layers(opts.num_layers, model_cfg, train, infer)
     hidden, hidden_from = shape.hidden_size(opts.hidden_size, model_cfg, train, infer, opts.layer_ids)
     settings = _settings(opts, family, num_layers, layers_from, hidden, hidden_from)
-    configured = slots.configured(opts.layer_ids, opts.engine, family, opts.configured_source, num_layers,
-                                  opts.engine_version)
+    configured = slots.configured(
+        opts.layer_ids, opts.engine, family, opts.configured_source, num_layers, opts.engine_version
+    )
     train_slots = slots.split_train(train, hidden)
     k = len(train_slots)
     labelled, w_label = slots.label_infer(infer, hidden, configured)
@@ -184,26 +215,46 @@ def _compare(train: Dump, infer: Dump, opts: Options, family: str, train_path: s
         widths = sorted({c.width for c in infer.captures if c.width})
         raise AlignmentError(
             f"the inference side holds no capture of width {hidden} (or a multiple of it); widths found: {widths}",
-            path=infer_path, hint="check `hidden_size`, or that INFER is the inference-side dump",
+            path=infer_path,
+            hint="check `hidden_size`, or that INFER is the inference-side dump",
             options=("hidden_size",),
         )
 
-    claims, claim_src = slots.claims(k, train_slots, train, opts.train_layer_ids, opts.train_engine, num_layers,
-                                     opts.model_family, opts.train_engine_version)
+    claims, claim_src = slots.claims(
+        k,
+        train_slots,
+        train,
+        opts.train_layer_ids,
+        opts.train_engine,
+        num_layers,
+        opts.model_family,
+        opts.train_engine_version,
+    )
     named = _named(k, configured.boundary_indices if configured else (), claims)
     scores = scoring.score_all(train_slots, usable, opts.tolerance, opts.progress, verify=named)
     warnings += scores.warnings
     decisions = [decide.decide_slot(s, scores.candidates.get(s, []), opts.tolerance, num_layers) for s in range(k)]
     warnings += validate.training_set(train_slots, train)
 
-    resolution = decide.resolve(decisions, claims, claim_src, configured, scores.candidates, opts.tolerance,
-                                opts.engine, family, num_layers, opts.engine_version)
+    resolution = decide.resolve(
+        decisions,
+        claims,
+        claim_src,
+        configured,
+        scores.candidates,
+        opts.tolerance,
+        opts.engine,
+        family,
+        num_layers,
+        opts.engine_version,
+    )
     warnings += resolution.warnings
     results = resolution.slots
     found_miss = diagnose.miss(results, configured, scores.candidates, num_layers, family)
     if found_miss is not None and configured is not None:
-        results = diagnose.with_miss(results, found_miss, configured, opts.engine, family, num_layers,
-                                     opts.engine_version)
+        results = diagnose.with_miss(
+            results, found_miss, configured, opts.engine, family, num_layers, opts.engine_version
+        )
     warnings += explain.norm_warnings(results)
     recommended, w_rec = decide.recommend(settings, decide.to_recommend(results))
     warnings += w_rec
@@ -213,32 +264,64 @@ def _compare(train: Dump, infer: Dump, opts: Options, family: str, train_path: s
     found = overrides.rank_conflict(found, train.rank_conflicts + infer.rank_conflicts)
     if not usable:
         found = overrides.norms_only(found, norms.findings(train_slots, infer.norm_prints), opts.tolerance)
-    words = explain.explain(results, verdict, found.diagnosis, configured, claims, claim_src, resolution.label_offset,
-                            recommended, num_layers, printed_evidence=any(c.is_partial for c in infer.captures),
-                            tolerance=opts.tolerance)
+    words = explain.explain(
+        results,
+        verdict,
+        found.diagnosis,
+        configured,
+        claims,
+        claim_src,
+        resolution.label_offset,
+        recommended,
+        num_layers,
+        printed_evidence=any(c.is_partial for c in infer.captures),
+        tolerance=opts.tolerance,
+    )
     warnings += decide.count_warning(configured, k)
     verdict, diagnosis = found
     report = Report(
-        verdict=verdict, cause=words.cause, slots=results, recommended=recommended, configured=configured,
+        verdict=verdict,
+        cause=words.cause,
+        slots=results,
+        recommended=recommended,
+        configured=configured,
         diagnosis=diagnosis,
-        num_layers=num_layers, hidden_size=hidden, explanation=words.walkthrough,
-        warnings=tuple(dict.fromkeys(warnings)), scores=scores.rows,
+        num_layers=num_layers,
+        hidden_size=hidden,
+        explanation=words.walkthrough,
+        warnings=tuple(dict.fromkeys(warnings)),
+        scores=scores.rows,
         inputs={"train": train_path, "infer": infer_path, "engine": opts.engine, "model_family": family},
-        tolerance=opts.tolerance, settings=settings,
+        tolerance=opts.tolerance,
+        settings=settings,
     )
     return profiles.measure(report, train_slots, usable, scores.norms, scores.errors)  # what the pictures draw
 
 
-def _settings(opts: Options, family: str, num_layers: int | None, layers_from: str, hidden: int,
-              hidden_from: str) -> Settings:
+def _settings(
+    opts: Options, family: str, num_layers: int | None, layers_from: str, hidden: int, hidden_from: str
+) -> Settings:
     """The record of what this comparison's answers rest on (:mod:`hsdiff.rules.settings`)."""
-    source = opts.model_family_source or (f"--model-family {opts.model_family}" if opts.model_family
-                                          else "the default llama rule")
-    return settings_for(opts.engine, opts.engine_version, family, source, opts.engine_versions,
-                        train_engine=opts.train_engine, train_version=opts.train_engine_version,
-                        infer_index=opts.infer_index, train_index=opts.train_index, tolerance=opts.tolerance,
-                        num_layers=num_layers, num_layers_source=layers_from, hidden_size=hidden,
-                        hidden_size_source=hidden_from, vllm_runner=opts.vllm_runner)
+    source = opts.model_family_source or (
+        f"--model-family {opts.model_family}" if opts.model_family else "the default llama rule"
+    )
+    return settings_for(
+        opts.engine,
+        opts.engine_version,
+        family,
+        source,
+        opts.engine_versions,
+        train_engine=opts.train_engine,
+        train_version=opts.train_engine_version,
+        infer_index=opts.infer_index,
+        train_index=opts.train_index,
+        tolerance=opts.tolerance,
+        num_layers=num_layers,
+        num_layers_source=layers_from,
+        hidden_size=hidden,
+        hidden_size_source=hidden_from,
+        vllm_runner=opts.vllm_runner,
+    )
 
 
 def _named(k: int, configured: Sequence[int | None], claims: Sequence[int | None]) -> dict[int, set[int]]:

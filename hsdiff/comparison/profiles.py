@@ -42,8 +42,13 @@ Norms = dict[Capture, NormsRead]
 Errors = dict[PairKey, np.ndarray]
 
 
-def measure(report: Report, train_slots: dict[int, list[Capture]], infer: Iterable[Capture],
-            norms: Norms | None = None, errors: Errors | None = None) -> Report:
+def measure(
+    report: Report,
+    train_slots: dict[int, list[Capture]],
+    infer: Iterable[Capture],
+    norms: Norms | None = None,
+    errors: Errors | None = None,
+) -> Report:
     """``report`` with its ``profiles`` filled in (see the module docstring). ``norms`` holds, by
     capture, the per-token norms the comparison already read, their token positions and the token
     count, and ``errors`` the per-token errors of pairs already compared, by pair (training and
@@ -52,8 +57,10 @@ def measure(report: Report, train_slots: dict[int, list[Capture]], infer: Iterab
     import dataclasses
 
     infer = [c for c in infer if c.observation is None and not c.post_norm]
-    profiles = Profiles(norms=_norms(report, train_slots, infer, norms or {}),
-                        tokens=_tokens(report, train_slots, infer, norms or {}, errors or {}))
+    profiles = Profiles(
+        norms=_norms(report, train_slots, infer, norms or {}),
+        tokens=_tokens(report, train_slots, infer, norms or {}, errors or {}),
+    )
     return dataclasses.replace(report, profiles=profiles)
 
 
@@ -120,8 +127,9 @@ def _train_capture(train_slots: dict[int, list[Capture]], s: SlotResult, usual: 
     return next((c for c in caps if c.group == sample), caps[0] if caps else None)
 
 
-def _tokens(report: Report, train_slots: dict[int, list[Capture]], infer: list[Capture], known: Norms,
-            errors: Errors) -> list[dict]:
+def _tokens(
+    report: Report, train_slots: dict[int, list[Capture]], infer: list[Capture], known: Norms, errors: Errors
+) -> list[dict]:
     best = _best_rows(report.scores)
     out: list[dict] = []
     for s in report.slots:
@@ -129,8 +137,17 @@ def _tokens(report: Report, train_slots: dict[int, list[Capture]], infer: list[C
         if s.match is not None and s.match.capture.observation is None:
             pairs.append(("match", s.match.capture, s.match.sample, s.match.offset))
         if s.configured_boundary is not None:
-            cfg = next((c for c in infer if c.boundary == s.configured_boundary and c.layer is not None
-                        and c.layer.source == LabelSource.CONFIGURED and c.slot == s.slot), None)
+            cfg = next(
+                (
+                    c
+                    for c in infer
+                    if c.boundary == s.configured_boundary
+                    and c.layer is not None
+                    and c.layer.source == LabelSource.CONFIGURED
+                    and c.slot == s.slot
+                ),
+                None,
+            )
             cfg = cfg or next((c for c in infer if c.boundary == s.configured_boundary), None)
             row = None if cfg is None else best.get((s.slot, cfg.label()))
             if cfg is not None and row is not None and (s.match is None or cfg is not s.match.capture):
@@ -141,8 +158,14 @@ def _tokens(report: Report, train_slots: dict[int, list[Capture]], infer: list[C
                 continue
             curve = _curve(train, cap, offset, known, errors.get(PairKey(train, cap, offset)))
             if curve is not None:
-                curve.update(slot=s.slot, role=role, capture=cap.label(), capture_boundary=cap.boundary,
-                             sample=sample, token_offset=offset)
+                curve.update(
+                    slot=s.slot,
+                    role=role,
+                    capture=cap.label(),
+                    capture_boundary=cap.boundary,
+                    sample=sample,
+                    token_offset=offset,
+                )
                 out.append(curve)
     return out
 
@@ -179,8 +202,9 @@ def _curve(train: Capture, cap: Capture, offset: int, known: Norms, done: np.nda
         norms.append(ny)
         a += xc.shape[0]
     err = np.concatenate(errs)
-    sinks = _sinks_of(train, known, np.concatenate(norms) if norms else np.zeros(0, dtype=np.float32), i0 + offset,
-                      i0 + offset + kept)
+    sinks = _sinks_of(
+        train, known, np.concatenate(norms) if norms else np.zeros(0, dtype=np.float32), i0 + offset, i0 + offset + kept
+    )
     return {
         "first_token": i0 + offset,
         "error": _sigs(err),

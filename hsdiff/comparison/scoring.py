@@ -91,17 +91,23 @@ class _Job:
     verified: bool = False
 
 
-def score_all(slots: Slots, infer: list[Capture], tolerance: float, progress: Progress | None = None,
-              verify: Mapping[int, Collection[int]] | None = None) -> Scores:
+def score_all(
+    slots: Slots,
+    infer: list[Capture],
+    tolerance: float,
+    progress: Progress | None = None,
+    verify: Mapping[int, Collection[int]] | None = None,
+) -> Scores:
     """Score every slot of every training sample against every inference capture; a training sample
     whose token ids rule it out is never loaded.
 
     Above :data:`SKETCH_ABOVE` with one offset per pair from the ids, every pair is scored on every
     token in one walk over the rows (up to :data:`WHOLE_WALK_BELOW`). On larger dumps every pair is
-    first scored on a sample of ordinary tokens read as row slices, and only the pairs that can matter are verified on every token: per slot the
-    best :data:`VERIFY_LAYERS` layers (repeated until the verified errors settle) and the captures at
-    the boundaries ``verify`` names for its slot (the configured and the labelled one). Decisions rest on verified pairs only; the
-    other pairs keep their sample's metrics (``tokens`` says how many were compared)."""
+    first scored on a sample of ordinary tokens read as row slices, and only the pairs that can
+    matter are verified on every token: per slot the best :data:`VERIFY_LAYERS` layers (repeated
+    until the verified errors settle) and the captures at the boundaries ``verify`` names for its
+    slot (the configured and the labelled one). Decisions rest on verified pairs only; the other
+    pairs keep their sample's metrics (``tokens`` says how many were compared)."""
     warnings: list[str] = []
     sources: Sources = {}
     stats: dict[Capture, RowStats] = {}
@@ -152,7 +158,8 @@ def score_all(slots: Slots, infer: list[Capture], tolerance: float, progress: Pr
             warnings.append(
                 f"{g}: a different prompt from every training sample; only its first {prefixes[g]} tokens, a prefix it "
                 "shares with a training sample, were compared (identical tokens give identical hidden states in a "
-                "causal model)")
+                "causal model)"
+            )
         else:
             warnings.append(f"{g}: its token ids appear in no training sample; tokens were aligned by value instead")
     out: dict[int, list[Candidate]] = defaultdict(list)
@@ -167,7 +174,9 @@ def score_all(slots: Slots, infer: list[Capture], tolerance: float, progress: Pr
         out[s].append(replace(top, samples_tied=tied))
     for s in out:  # captures of one tensor (replicas, a layer dumped twice) tie: not ordered by rounding
         out[s] = ranked(out[s], lambda c: c.metrics.rel_err, _tie_key)
-    norms = {j.train.capture: NormsRead(j.train.norms, np.arange(j.train.tokens), j.train.tokens) for j in jobs + partial}
+    norms = {
+        j.train.capture: NormsRead(j.train.norms, np.arange(j.train.tokens), j.train.tokens) for j in jobs + partial
+    }
     for c, st in stats.items():
         got = st.norms_read()
         if got is not None and st.tokens is not None:
@@ -175,8 +184,9 @@ def score_all(slots: Slots, infer: list[Capture], tolerance: float, progress: Pr
     return Scores(dict(out), tuple(rows), tuple(warnings), norms, errors, how)
 
 
-def _plan(slots: Slots, infer: list[Capture], sources: Sources,
-          progress: Progress | None) -> tuple[list[_Job], list[_Job], set, dict, dict[str | None, int], list[str]]:
+def _plan(
+    slots: Slots, infer: list[Capture], sources: Sources, progress: Progress | None
+) -> tuple[list[_Job], list[_Job], set, dict, dict[str | None, int], list[str]]:
     """Every pair to score, in report order (printed values scored at once); training slots are read
     here (their norms, sinks and data-quality warnings, in one pass each). A capture whose token ids
     place it in no training sample but which shares its first tokens with one (a system prompt, a chat
@@ -266,8 +276,7 @@ def _verify(j: _Job, sources: Sources, stats: dict[Capture, RowStats]) -> None:
     j.verified = True
 
 
-def _verify_all(jobs: list[_Job], sources: Sources, stats: dict[Capture, RowStats],
-                progress: Progress | None) -> None:
+def _verify_all(jobs: list[_Job], sources: Sources, stats: dict[Capture, RowStats], progress: Progress | None) -> None:
     for i, j in enumerate(jobs):
         if progress:
             progress("scoring pairs", i, len(jobs))
@@ -303,8 +312,9 @@ def _sketch(jobs: list[_Job], sources: Sources, stats: dict[Capture, RowStats], 
                 src, offsets = _src(js[0], sources), js[0].offsets or []
                 tried = [sketch_all([j.train for j in js], src, o, SKETCH_TOKENS, cache) for o in offsets]
                 for k, j in enumerate(js):
-                    j.result = best_of([(o, m[k]) for o, m in zip(offsets, tried)], lambda r: r[1].rel_err,
-                                       lambda r: abs(r[0]))
+                    j.result = best_of(
+                        [(o, m[k]) for o, m in zip(offsets, tried)], lambda r: r[1].rel_err, lambda r: abs(r[0])
+                    )
             for rows, xs, norms in cache.sampled():  # what the rows sampled of the capture hold
                 stats[group[0].capture].add_at(xs, rows, norms)
             done += len(group)
@@ -323,9 +333,14 @@ def _by_capture(jobs: list[_Job]) -> list[list[_Job]]:
     return groups
 
 
-def _verify_shortlist(jobs: list[_Job], sources: Sources, stats: dict[Capture, RowStats],
-                      verify: Mapping[int, Collection[int]], progress: Progress | None,
-                      errors: dict[PairKey, np.ndarray]) -> None:
+def _verify_shortlist(
+    jobs: list[_Job],
+    sources: Sources,
+    stats: dict[Capture, RowStats],
+    verify: Mapping[int, Collection[int]],
+    progress: Progress | None,
+    errors: dict[PairKey, np.ndarray],
+) -> None:
     """Verify, per slot, the pairs of the best :data:`VERIFY_LAYERS` layers by current error until they
     are all verified, and every pair whose capture sits at a boundary ``verify`` names for its slot; ``errors`` receives
     their per-token errors (the pictures' curves)."""
@@ -334,8 +349,11 @@ def _verify_shortlist(jobs: list[_Job], sources: Sources, stats: dict[Capture, R
         by_slot[j.slot].append(j)
     done = 0
     while True:
-        todo = [j for j in jobs if not j.verified and j.capture.boundary is not None
-                and j.capture.boundary in verify.get(j.slot, ())]
+        todo = [
+            j
+            for j in jobs
+            if not j.verified and j.capture.boundary is not None and j.capture.boundary in verify.get(j.slot, ())
+        ]
         for slot_jobs in by_slot.values():
             layers: set[int | Capture] = set()  # boundaries, or the capture when it has none
             for j in sorted(slot_jobs, key=lambda j: _err(j.result[1])):  # type: ignore[index]
@@ -359,13 +377,22 @@ def _verify_shortlist(jobs: list[_Job], sources: Sources, stats: dict[Capture, R
         progress("verifying pairs", done, done)
 
 
-def _verify_at(pairs: list[tuple[_Job, int]], sources: Sources, stats: dict[Capture, RowStats],
-               progress: Progress | None, errors: dict[PairKey, np.ndarray]) -> None:
+def _verify_at(
+    pairs: list[tuple[_Job, int]],
+    sources: Sources,
+    stats: dict[Capture, RowStats],
+    progress: Progress | None,
+    errors: dict[PairKey, np.ndarray],
+) -> None:
     """Each job scored on every token at its offset, all in one walk over the rows
     (:func:`~hsdiff.largedump.score_many`); ``errors`` receives their per-token errors."""
     errs: list[np.ndarray | None] = [None] * len(pairs)
-    found = score_many([(j.train, _src(j, sources), o) for j, o in pairs], [stats[j.capture] for j, _ in pairs],
-                       errs, None if progress is None else lambda i, n: progress("verifying pairs (chunks)", i, n))
+    found = score_many(
+        [(j.train, _src(j, sources), o) for j, o in pairs],
+        [stats[j.capture] for j, _ in pairs],
+        errs,
+        None if progress is None else lambda i, n: progress("verifying pairs (chunks)", i, n),
+    )
     for (j, o), m, e in zip(pairs, found, errs):
         j.result, j.verified = (o, m), True
         if e is not None:
@@ -403,8 +430,13 @@ def _printed(ts: TrainSlot, c: Capture, toks: list[int | None]) -> PrintedEviden
     row = vals[i]
     keep = [k for k in range(len(cols)) if np.isfinite(row[k])][:5]
     return PrintedEvidence(
-        used, sinks, not ordinary, token=t, cols=tuple(cols[k] for k in keep),
-        printed=tuple(float(row[k]) for k in keep), training=tuple(float(ts.tensor[t, cols[k]]) for k in keep),
+        used,
+        sinks,
+        not ordinary,
+        token=t,
+        cols=tuple(cols[k] for k in keep),
+        printed=tuple(float(row[k]) for k in keep),
+        training=tuple(float(ts.tensor[t, cols[k]]) for k in keep),
     )
 
 

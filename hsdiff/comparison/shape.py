@@ -42,8 +42,9 @@ def num_layers(given: int | None, model_cfg: dict | None, train: Dump, infer: Du
     return None, "not known"
 
 
-def hidden_size(given: int | None, model_cfg: dict | None, train: Dump, infer: Dump,
-                layer_ids: Sequence[int] | None) -> tuple[int, str]:
+def hidden_size(
+    given: int | None, model_cfg: dict | None, train: Dump, infer: Dump, layer_ids: Sequence[int] | None
+) -> tuple[int, str]:
     """The target's hidden size: the option (refused when it cannot fit the data), the configs, then
     what the tensor widths (a training file's final post-norm state is one hidden size wide) and the
     number of configured ids imply; with where it came from."""
@@ -52,7 +53,9 @@ def hidden_size(given: int | None, model_cfg: dict | None, train: Dump, infer: D
         _check_fits(int(given), stated, train, infer, layer_ids)
         return int(given), "--hidden-size"
     if stated is not None:
-        return stated[0], stated[1] if stated[1].startswith("the target config") else f"{Path(stated[1]).name} beside the dump"
+        return stated[0], stated[1] if stated[1].startswith(
+            "the target config"
+        ) else f"{Path(stated[1]).name} beside the dump"
     train_widths = {c.width for c in train.captures if c.width}
     plain_train = Counter(c.width for c in train.captures if not c.concat and c.width)
     if plain_train:
@@ -62,8 +65,11 @@ def hidden_size(given: int | None, model_cfg: dict | None, train: Dump, infer: D
         if train_widths and all(tw % w == 0 for tw in train_widths):
             return w, "the training file's final hidden state"
     infer_widths = Counter(c.width for c in infer.captures if c.width)  # printed captures: their claimed shape
-    one_layer = Counter(c.width for c in infer.captures  # tagged with a layer or slot: one layer each
-                        if c.width and not c.is_partial and not c.concat and (c.layer is not None or c.slot is not None))
+    one_layer = Counter(
+        c.width
+        for c in infer.captures  # tagged with a layer or slot: one layer each
+        if c.width and not c.is_partial and not c.concat and (c.layer is not None or c.slot is not None)
+    )
     for w, _ in one_layer.most_common():
         if train_widths and all(tw % w == 0 for tw in train_widths):
             return w, "the width of one inference capture"
@@ -104,8 +110,9 @@ def _stated_hidden_size(model_cfg: dict | None, train: Dump, infer: Dump) -> tup
     return None
 
 
-def _check_fits(h: int, stated: tuple[int, str] | None, train: Dump, infer: Dump,
-                layer_ids: Sequence[int] | None) -> None:
+def _check_fits(
+    h: int, stated: tuple[int, str] | None, train: Dump, infer: Dump, layer_ids: Sequence[int] | None
+) -> None:
     """Refuse ``--hidden-size h`` when the widths are no multiple of it, or when it cuts neither side
     into as many slots as ids are configured."""
     train_widths = sorted({c.width for c in train.captures if c.width and not c.is_partial})
@@ -126,7 +133,8 @@ def _check_fits(h: int, stated: tuple[int, str] | None, train: Dump, infer: Dump
         return
     says = f"; {stated[1]} says {stated[0]}" if stated is not None and stated[0] != h else ""
     raise InputError(
-        f"`hidden_size={h}` cannot fit the data: {why}{says}", path=path,
+        f"`hidden_size={h}` cannot fit the data: {why}{says}",
+        path=path,
         hint="drop `hidden_size` (hsdiff reads it from the configs and widths) or pass the target's hidden size",
         options=("hidden_size",),
     )
@@ -137,8 +145,11 @@ def _check_ids_agree(h: int, train: Dump, infer: Dump, layer_ids: Sequence[int] 
     of another width that the inference side holds one layer each (slot- or layer-tagged captures): the
     two cannot both hold, and the data says which of them is wrong only by guessing."""
     k = len(set(layer_ids)) if layer_ids else 0
-    one_layer = {c.width for c in infer.captures
-                 if c.width and not c.is_partial and not c.concat and (c.layer is not None or c.slot is not None)}
+    one_layer = {
+        c.width
+        for c in infer.captures
+        if c.width and not c.is_partial and not c.concat and (c.layer is not None or c.slot is not None)
+    }
     for c in train.captures:
         w = c.width
         if not k or not c.concat or c.is_partial or not w or w % k or w // k == h or w // k not in one_layer:
@@ -146,12 +157,22 @@ def _check_ids_agree(h: int, train: Dump, infer: Dump, layer_ids: Sequence[int] 
         raise InputError(
             f"`hidden_size={h}` and `layer_ids={list(layer_ids or ())}` cannot both hold: {k} ids cut the {w}-wide "
             f"training tensor into {k} slots of {w // k}, as wide as each inference capture of one layer, "
-            f"while `hidden_size={h}` cuts it into {w // h}", path=c.origin.path, options=("hidden_size", "layer_ids"),
-            hint=f"drop `hidden_size` (the data says {w // k}) or pass the `layer_ids` the engine runs with")
+            f"while `hidden_size={h}` cuts it into {w // h}",
+            path=c.origin.path,
+            options=("hidden_size", "layer_ids"),
+            hint=f"drop `hidden_size` (the data says {w // k}) or pass the `layer_ids` the engine runs with",
+        )
 
 
-def layout(infer: Dump, train: Dump, given_layers: int | None, model_cfg: dict | None,
-           layer_ids: Sequence[int] | None, forced: bool, reread: Callable[[str], Dump | None]) -> Dump:
+def layout(
+    infer: Dump,
+    train: Dump,
+    given_layers: int | None,
+    model_cfg: dict | None,
+    layer_ids: Sequence[int] | None,
+    forced: bool,
+    reread: Callable[[str], Dump | None],
+) -> Dump:
     """Settle each 3-D ``hidden_states`` [A, B, H] read as an all-layer stack [L+1, T, H] against
     vLLM's connector layout [T, k, H] (a file whose ``token_ids`` were left out). ``reread(path)``
     reads one file in the connector layout (None: it cannot be read again)."""
@@ -179,8 +200,7 @@ def layout(infer: Dump, train: Dump, given_layers: int | None, model_cfg: dict |
     return dataclasses.replace(infer, captures=tuple(captures))
 
 
-def _connector_layout(path: str, shape: tuple[int, ...], n_layers: int | None, k: int | None,
-                      tokens: set[int]) -> bool:
+def _connector_layout(path: str, shape: tuple[int, ...], n_layers: int | None, k: int | None, tokens: set[int]) -> bool:
     """Whether ``hidden_states`` [a, b, H] is vLLM's [T, k, H] rather than an all-layer stack [L+1, T, H]."""
     a, b = shape[0], shape[1]
     stack_fits = n_layers is None or a == n_layers + 1
@@ -194,8 +214,10 @@ def _connector_layout(path: str, shape: tuple[int, ...], n_layers: int | None, k
             return False
     elif stack_fits or connector_fits:
         return connector_fits
-    what = [f"an all-layer stack [L+1, T, H] of a {a - 1}-layer model with {b} tokens",
-            f"vLLM's connector layout [T, k, H] with {a} tokens and {b} aux slots"]
+    what = [
+        f"an all-layer stack [L+1, T, H] of a {a - 1}-layer model with {b} tokens",
+        f"vLLM's connector layout [T, k, H] with {a} tokens and {b} aux slots",
+    ]
     known = [f"a {n_layers}-layer model" if n_layers else "", f"{k} configured ids" if k else ""]
     raise InputError(
         f"hidden_states {list(shape)} without token_ids reads as {what[0]} or as {what[1]}"

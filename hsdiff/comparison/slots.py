@@ -23,16 +23,27 @@ from ..rules import conventions as conv
 Slots = dict[int, list[Capture]]
 
 
-def configured(layer_ids: Sequence[int] | None, engine: str, family: str, source: str,
-               num_layers: int | None, version: str | None = None) -> Configured | None:
+def configured(
+    layer_ids: Sequence[int] | None,
+    engine: str,
+    family: str,
+    source: str,
+    num_layers: int | None,
+    version: str | None = None,
+) -> Configured | None:
     """The ids under test, the boundaries the engine (at ``version``) reads them as, and the rule it applied."""
     if layer_ids is None:
         return None
     ids = [int(i) for i in layer_ids]
     b = conv.to_boundary(ids, engine, num_layers=num_layers, model_family=family, version=version)
     rule = conv.applied(engine, family, version)
-    return Configured(engine, tuple(ids), tuple(b), source,
-                      f"{rule.label} ({conv.rule(engine).title} {conv.parse_version(engine, version)})")
+    return Configured(
+        engine,
+        tuple(ids),
+        tuple(b),
+        source,
+        f"{rule.label} ({conv.rule(engine).title} {conv.parse_version(engine, version)})",
+    )
 
 
 def split_train(train: Dump, hidden: int) -> Slots:
@@ -87,7 +98,9 @@ def label_infer(infer: Dump, hidden: int, cfg: Configured | None) -> tuple[list[
             if cfg_b is not None and len(cfg_b) == k:
                 labels = [Layer(b, Index.BOUNDARY, LabelSource.CONFIGURED) for b in cfg_b]
             elif cfg_b is not None:
-                warnings.append(f"{c.origin}: holds {k} slots but {len(cfg_b)} ids are configured; slots left unlabelled")
+                warnings.append(
+                    f"{c.origin}: holds {k} slots but {len(cfg_b)} ids are configured; slots left unlabelled"
+                )
             parts = c.split(hidden, labels)
             if c.observation is not None:  # printed values: only the slots whose columns were printed
                 parts = [p for p in parts if p.observation is not None and p.observation.values.size]
@@ -110,7 +123,10 @@ def label_infer(infer: Dump, hidden: int, cfg: Configured | None) -> tuple[list[
                 else:
                     out.append(c)
         elif len(caps) == len(cfg_b):
-            out.extend(c.replace(slot=i, layer=Layer(cfg_b[i], Index.BOUNDARY, LabelSource.CONFIGURED)) for i, c in enumerate(caps))
+            out.extend(
+                c.replace(slot=i, layer=Layer(cfg_b[i], Index.BOUNDARY, LabelSource.CONFIGURED))
+                for i, c in enumerate(caps)
+            )
         else:
             warnings.append(
                 f"{len(caps)} unlabelled inference captures in {group} but {len(cfg_b)} configured ids: "
@@ -138,11 +154,21 @@ def join_rank_parts(infer: Dump, train: Dump) -> tuple[Dump, list[str]]:
         if len(caps) < 2 or len({c.width for c in caps}) > 1 or not any(_runs_in(ids, s) for s in samples):
             continue
         whole = caps[0].replace(
-            group=base or None, rank=None, token_ids=ids, shape=(len(ids), caps[0].width), rows=None, col_start=0,
-            col_stop=None, loader=lambda caps=caps: _stacked([c.array() for c in caps]), norm=None)
+            group=base or None,
+            rank=None,
+            token_ids=ids,
+            shape=(len(ids), caps[0].width),
+            rows=None,
+            col_start=0,
+            col_stop=None,
+            loader=lambda caps=caps: _stacked([c.array() for c in caps]),
+            norm=None,
+        )
         joined.update({id(c): None for c in caps[1:]} | {id(caps[0]): whole})
-        notes.append(f"{key}: ranks {', '.join(str(c.rank) for c in caps)} hold consecutive tokens of one sequence "
-                     f"(their token ids run on in a training sample): joined by position, {len(ids)} tokens")
+        notes.append(
+            f"{key}: ranks {', '.join(str(c.rank) for c in caps)} hold consecutive tokens of one sequence "
+            f"(their token ids run on in a training sample): joined by position, {len(ids)} tokens"
+        )
     if not joined:
         return infer, []
     captures = tuple(joined.get(id(c), c) for c in infer.captures)
@@ -159,7 +185,7 @@ def _stacked(parts: list[np.ndarray]) -> np.ndarray:
 def _runs_in(ids: tuple[int, ...], sample: tuple[int, ...]) -> bool:
     """Whether ``ids`` occur in ``sample`` as one run of consecutive tokens."""
     n = len(ids)
-    return any(sample[i:i + n] == ids for i in range(len(sample) - n + 1))
+    return any(sample[i : i + n] == ids for i in range(len(sample) - n + 1))
 
 
 def with_final(captures: Sequence[Capture], num_layers: int | None) -> list[Capture]:
@@ -172,17 +198,25 @@ def with_final(captures: Sequence[Capture], num_layers: int | None) -> list[Capt
     return [c.replace(layer=final) if c.post_norm and c.layer is None else c for c in captures]
 
 
-def claims(k: int, slots: Slots, train: Dump, train_layer_ids: Sequence[int] | None, train_engine: str,
-           num_layers: int | None, model_family: str | None = None,
-           version: str | None = None) -> tuple[list[int | None], str]:
+def claims(
+    k: int,
+    slots: Slots,
+    train: Dump,
+    train_layer_ids: Sequence[int] | None,
+    train_engine: str,
+    num_layers: int | None,
+    model_family: str | None = None,
+    version: str | None = None,
+) -> tuple[list[int | None], str]:
     """Boundary indices the training side claims for its slots, and where that claim came from.
 
     SpecForge captures through SGLang's own setter, so SGLang's family rules apply to its ids too.
     """
     family = conv.rule(train_engine).family_for(model_family, shifts=True)
     if train_layer_ids is not None:
-        b = conv.to_boundary(train_layer_ids, train_engine, num_layers=num_layers, keep_order=True,
-                             model_family=family, version=version)
+        b = conv.to_boundary(
+            train_layer_ids, train_engine, num_layers=num_layers, keep_order=True, model_family=family, version=version
+        )
         return _pad(b, k), f"--train-layer-ids in {train_engine} convention"
     labelled = [slots[s][0].boundary for s in range(k)]
     if all(b is not None for b in labelled):
@@ -191,8 +225,9 @@ def claims(k: int, slots: Slots, train: Dump, train_layer_ids: Sequence[int] | N
         ids = draft_ids(cfg)
         if ids is not None:
             try:
-                b = conv.to_boundary(ids, train_engine, num_layers=num_layers, keep_order=True,
-                                     model_family=family, version=version)
+                b = conv.to_boundary(
+                    ids, train_engine, num_layers=num_layers, keep_order=True, model_family=family, version=version
+                )
             except InputError:
                 continue
             return _pad(b, k), f"{Path(path).name} beside the training dump ({train_engine} convention)"
@@ -212,25 +247,35 @@ def runs(infer: Dump) -> dict[str, Dump]:
     names = sorted({r for c in infer.captures if (r := run_of(c.group)) is not None})
     if len(names) < 2:
         return {}
-    return {n: dataclasses.replace(infer, captures=tuple(c for c in infer.captures if run_of(c.group) in (n, None)))
-            for n in names}
+    return {
+        n: dataclasses.replace(infer, captures=tuple(c for c in infer.captures if run_of(c.group) in (n, None)))
+        for n in names
+    }
 
 
 def pick_run(reports: Mapping[str, Report]) -> tuple[str, str]:
     """The run whose captures explain the training side best (most slots as configured, then most slots
     observed by value, then the smallest error; on a tie the last run), and a warning naming it and
     the others with their verdicts."""
+
     def standing(name: str) -> tuple:
         r = reports[name]
-        errs = [s.match.metrics.rel_err for s in r.slots if s.match is not None and math.isfinite(s.match.metrics.rel_err)]
-        return (sum(s.status == Status.OK for s in r.slots), sum(s.evidence == Evidence.OBSERVED for s in r.slots),
-                -(sum(errs) / len(errs)) if errs else -math.inf, name)
+        errs = [
+            s.match.metrics.rel_err for s in r.slots if s.match is not None and math.isfinite(s.match.metrics.rel_err)
+        ]
+        return (
+            sum(s.status == Status.OK for s in r.slots),
+            sum(s.evidence == Evidence.OBSERVED for s in r.slots),
+            -(sum(errs) / len(errs)) if errs else -math.inf,
+            name,
+        )
 
     best = max(reports, key=standing)
     k = len(reports[best].slots)
     others = "; ".join(f"{n}: {reports[n].verdict}" for n in reports if n != best)
     return best, (
-        f"the inference side holds {len(reports)} dumper runs ({', '.join(reports)}); slots are matched within one run, "
+        f"the inference side holds {len(reports)} dumper runs ({', '.join(reports)}); "
+        "slots are matched within one run, "
         f"and this report is on run {best} ({standing(best)[1]} of {k} slots observed by value). The other runs alone: "
         f"{others}. Point INFER at one run's directory to check it on its own"
     )
@@ -245,13 +290,19 @@ def unsettled_by_runs(reports: Mapping[str, Report], best: str) -> list[int]:
     another run's layer under this run's name."""
     r = reports[best]
     others = [o for n, o in reports.items() if n != best and len(o.slots) == len(r.slots)]
-    if all(o.verdict == r.verdict and [s.boundary_index for s in o.slots] == [s.boundary_index for s in r.slots]
-           for o in others):
+    if all(
+        o.verdict == r.verdict and [s.boundary_index for s in o.slots] == [s.boundary_index for s in r.slots]
+        for o in others
+    ):
         return []
     out = []
     for i, s in enumerate(r.slots):
         disputed = any(o.slots[i].boundary_index not in (None, s.boundary_index) for o in others)
-        own_label = s.match is not None and s.match.capture.layer is not None and s.match.capture.layer.source != LabelSource.CONFIGURED
+        own_label = (
+            s.match is not None
+            and s.match.capture.layer is not None
+            and s.match.capture.layer.source != LabelSource.CONFIGURED
+        )
         if s.boundary_index is not None and (disputed or not own_label) and s.claimed_boundary != s.boundary_index:
             out.append(i)
     return out

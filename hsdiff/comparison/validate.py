@@ -22,13 +22,18 @@ def with_values(dump: Dump, side: str, path: str) -> tuple[Dump, list[str]]:
                 warnings.append(f"{c.origin}: the {side} tensor holds no hidden state (shape {list(c.shape)}); skipped")
                 continue
             if c.token_ids is not None and c.tokens is not None and len(c.token_ids) != c.tokens:
-                warnings.append(f"{c.origin}: {len(c.token_ids)} token ids but {c.tokens} tokens in the tensor; "
-                                "the ids are not used to align it")
+                warnings.append(
+                    f"{c.origin}: {len(c.token_ids)} token ids but {c.tokens} tokens in the tensor; "
+                    "the ids are not used to align it"
+                )
                 c = c.replace(token_ids=None)
         keep.append(c)
     if not keep:
-        raise AlignmentError(f"the {side} side holds no tensor with a hidden state ({warnings[-1]})", path=path,
-                             hint="the dump was not written completely; re-run it")
+        raise AlignmentError(
+            f"the {side} side holds no tensor with a hidden state ({warnings[-1]})",
+            path=path,
+            hint="the dump was not written completely; re-run it",
+        )
     return dataclasses.replace(dump, captures=tuple(keep)), warnings
 
 

@@ -18,5 +18,14 @@ from .inputs import ReportLayers, Speculation
 from .predict import predict_acceptance
 from .records import PredictedAcceptance, Prediction
 
-__all__ = ["Draft", "TargetHead", "load_draft", "load_target_head", "PredictedAcceptance", "Prediction",
-           "ReportLayers", "Speculation", "predict_acceptance"]
+__all__ = [
+    "Draft",
+    "TargetHead",
+    "load_draft",
+    "load_target_head",
+    "PredictedAcceptance",
+    "Prediction",
+    "ReportLayers",
+    "Speculation",
+    "predict_acceptance",
+]

@@ -28,8 +28,11 @@ def _subclass(base: type) -> type:
 
         def to_dict(self) -> dict:
             d = super().to_dict()
-            blocks = {"predicted_acceptance": None if self.predicted_acceptance is None
-                      else self.predicted_acceptance.to_dict()}
+            blocks = {
+                "predicted_acceptance": None
+                if self.predicted_acceptance is None
+                else self.predicted_acceptance.to_dict()
+            }
             if self.engine_log is not None:
                 blocks["engine_log"] = self.engine_log.to_dict()
                 measured = self.engine_log.acceptance
@@ -46,8 +49,9 @@ def _subclass(base: type) -> type:
 _CLASSES: dict[type, type] = {}
 
 
-def with_prediction(record: Any, prediction: PredictedAcceptance | None, checks: tuple = (),
-                    engine_log: EngineLog | None = None) -> Any:
+def with_prediction(
+    record: Any, prediction: PredictedAcceptance | None, checks: tuple = (), engine_log: EngineLog | None = None
+) -> Any:
     """A copy of a :class:`~hsdiff.model.Report` or gate result that carries ``prediction`` (and ``checks``,
     and what an engine log said)."""
     base = type(record)
@@ -58,8 +62,9 @@ def with_prediction(record: Any, prediction: PredictedAcceptance | None, checks:
     return cls(**values, predicted_acceptance=prediction, engine_log=engine_log)
 
 
-def acceptance_check(prediction: PredictedAcceptance | None, minimum: float | None,
-                     measured: MeasuredAcceptance | None = None) -> Check:
+def acceptance_check(
+    prediction: PredictedAcceptance | None, minimum: float | None, measured: MeasuredAcceptance | None = None
+) -> Check:
     """The gate check: the acceptance length is at least ``minimum`` — the engine's measured value
     when there is one (``--engine-log``), else the deployed setting's prediction."""
     from ..model.gate import ERROR, INFO, Check
@@ -71,27 +76,43 @@ def acceptance_check(prediction: PredictedAcceptance | None, minimum: float | No
         if minimum is None:
             return Check("measured-acceptance", True, INFO, got, path=measured.source)
         ok = measured.acceptance_length >= minimum
-        return Check("measured-acceptance", ok, ERROR, f"{got} {'>=' if ok else '<'} --min-acceptance {minimum:g}",
-                     path=measured.source)
+        return Check(
+            "measured-acceptance",
+            ok,
+            ERROR,
+            f"{got} {'>=' if ok else '<'} --min-acceptance {minimum:g}",
+            path=measured.source,
+        )
     assert prediction is not None
     row = prediction.deployed
     if row is None:
-        return Check("predicted-acceptance", False, ERROR if minimum is not None else INFO,
-                     "no prediction for the deployed ids: the inference dump holds no aux states the draft can read",
-                     path=prediction.draft)
+        return Check(
+            "predicted-acceptance",
+            False,
+            ERROR if minimum is not None else INFO,
+            "no prediction for the deployed ids: the inference dump holds no aux states the draft can read",
+            path=prediction.draft,
+        )
     got = f"predicted acceptance length {row.acceptance_length:.2f} tokens/step ({prediction.summary()})"
     if minimum is None:
         return Check("predicted-acceptance", True, INFO, got, path=prediction.draft)
     ok = row.acceptance_length >= minimum
-    return Check("predicted-acceptance", ok, ERROR, f"{got} {'>=' if ok else '<'} --min-acceptance {minimum:g}",
-                 path=prediction.draft)
+    return Check(
+        "predicted-acceptance",
+        ok,
+        ERROR,
+        f"{got} {'>=' if ok else '<'} --min-acceptance {minimum:g}",
+        path=prediction.draft,
+    )
 
 
 def prediction_text(prediction: PredictedAcceptance) -> str:
     """The table and the one-line summary, for the text report."""
-    head = (f"predicted acceptance (draft {prediction.draft}; {prediction.num_steps} steps, top-k {prediction.topk}, "
-            f"{prediction.num_draft_tokens} draft tokens; accept len = tokens per verification step, the target's "
-            f"own token included; reference: {prediction.reference})")
+    head = (
+        f"predicted acceptance (draft {prediction.draft}; {prediction.num_steps} steps, top-k {prediction.topk}, "
+        f"{prediction.num_draft_tokens} draft tokens; accept len = tokens per verification step, the target's "
+        f"own token included; reference: {prediction.reference})"
+    )
     lines = [head, prediction.table(), prediction.summary()]
     lines += [f"warning: {w}" for w in prediction.warnings]
     return "\n".join(lines)

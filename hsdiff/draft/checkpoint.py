@@ -41,8 +41,12 @@ log = logging.getLogger(__name__)
 #: Architecture names the engines register for a Llama-style EAGLE-3 draft.
 DRAFT_ARCHITECTURES = ("LlamaForCausalLMEagle3", "Eagle3LlamaForCausalLM")
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
-_LEGACY = {"midlayer.": "layers.0.", "aux_norm_low.": "fc_norm.0.", "aux_norm_mid.": "fc_norm.1.",
-           "aux_norm_high.": "fc_norm.2."}
+_LEGACY = {
+    "midlayer.": "layers.0.",
+    "aux_norm_low.": "fc_norm.0.",
+    "aux_norm_mid.": "fc_norm.1.",
+    "aux_norm_high.": "fc_norm.2.",
+}
 _FIX = "export the draft as SpecForge/ModelOpt do for SGLang and vLLM (fc, midlayer.*, norm, lm_head, d2t)"
 
 
@@ -79,9 +83,11 @@ class Draft:
         return draft_ids if self.d2t is None else draft_ids + self.d2t[draft_ids]
 
     def describe(self) -> str:
-        return (f"EAGLE-3 draft {self.path}: {self.num_aux} aux slots x {self.target_hidden_size}, hidden "
-                f"{self.hidden_size}, {self.num_heads} heads, draft vocabulary {self.draft_vocab_size}"
-                f"/{self.vocab_size}, embeddings from {self.embeddings_from}")
+        return (
+            f"EAGLE-3 draft {self.path}: {self.num_aux} aux slots x {self.target_hidden_size}, hidden "
+            f"{self.hidden_size}, {self.num_heads} heads, draft vocabulary {self.draft_vocab_size}"
+            f"/{self.vocab_size}, embeddings from {self.embeddings_from}"
+        )
 
     def __repr__(self) -> str:
         return f"<Draft {self.num_aux}x{self.target_hidden_size} -> {self.hidden_size}, vocab {self.draft_vocab_size}>"
@@ -109,32 +115,41 @@ def _tables(folder: Path, what: str) -> list[Any]:
 
     files = _weight_files(folder)
     if not files:
-        raise FormatError(f"no weights found in this {what} folder (.safetensors, .bin, .pt)", path=folder,
-                          hint="point at the folder holding config.json and the weight files")
+        raise FormatError(
+            f"no weights found in this {what} folder (.safetensors, .bin, .pt)",
+            path=folder,
+            hint="point at the folder holding config.json and the weight files",
+        )
     tables = []
     for p in files:
         container = sniff_container(p)
         if container not in ("safetensors", "torch", "torch-legacy"):
-            raise FormatError(f"not a safetensors or torch weights file ({container})", path=p,
-                              hint="re-copy the file or remove it from the folder")
+            raise FormatError(
+                f"not a safetensors or torch weights file ({container})",
+                path=p,
+                hint="re-copy the file or remove it from the folder",
+            )
         tables.append(open_table(p, container))
     return tables
 
 
 def _canonical(name: str) -> str:
     if name.startswith("model."):
-        name = name[len("model."):]
+        name = name[len("model.") :]
     for old, new in _LEGACY.items():
         if name.startswith(old):
-            name = new + name[len(old):]
+            name = new + name[len(old) :]
     return name
 
 
 def _int(cfg: dict, key: str, path: Path, default: int | None = None) -> int:
     value = cfg.get(key, default)
     if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise ConfigError(f"draft config needs a positive integer {key!r} (found {value!r})", path=path,
-                          hint="the draft's config.json is incomplete; copy it from the training run")
+        raise ConfigError(
+            f"draft config needs a positive integer {key!r} (found {value!r})",
+            path=path,
+            hint="the draft's config.json is incomplete; copy it from the training run",
+        )
     return value
 
 
@@ -146,8 +161,9 @@ def _rope(cfg: dict) -> tuple[float, dict | None]:
     return float(theta), None if kind in ("default", None) else dict(scaling or {})
 
 
-def load_draft(path: str | os.PathLike, target: str | os.PathLike | TargetHead | None = None,
-               dtype: torch.dtype = torch.float32) -> Draft:
+def load_draft(
+    path: str | os.PathLike, target: str | os.PathLike | TargetHead | None = None, dtype: torch.dtype = torch.float32
+) -> Draft:
     """Load the draft in ``path`` (a folder with ``config.json`` and weights) for a CPU forward.
 
     ``target`` is the target model's folder, read only for ``embed_tokens`` when the draft does not
@@ -167,11 +183,17 @@ def load_draft(path: str | os.PathLike, target: str | os.PathLike | TargetHead |
     cfg = load_config(cfg_path)
     archs = [str(a) for a in cfg.get("architectures") or []]
     if not any(a in DRAFT_ARCHITECTURES for a in archs):
-        raise ConfigError(f"architectures {archs or 'missing'} is not an EAGLE-3 draft", path=cfg_path,
-                          hint=f"hsdiff runs Llama-style EAGLE-3 drafts ({', '.join(DRAFT_ARCHITECTURES)})")
+        raise ConfigError(
+            f"architectures {archs or 'missing'} is not an EAGLE-3 draft",
+            path=cfg_path,
+            hint=f"hsdiff runs Llama-style EAGLE-3 drafts ({', '.join(DRAFT_ARCHITECTURES)})",
+        )
     if cfg.get("num_hidden_layers", 1) != 1:
-        raise ConfigError(f"draft has num_hidden_layers={cfg.get('num_hidden_layers')}; hsdiff runs single-layer "
-                          "EAGLE-3 drafts (SGLang and vLLM differ on the norms of later layers)", path=cfg_path)
+        raise ConfigError(
+            f"draft has num_hidden_layers={cfg.get('num_hidden_layers')}; hsdiff runs single-layer "
+            "EAGLE-3 drafts (SGLang and vLLM differ on the norms of later layers)",
+            path=cfg_path,
+        )
     H = _int(cfg, "hidden_size", cfg_path)
     Ht = _int(cfg, "target_hidden_size", cfg_path, H)
     nh = _int(cfg, "num_attention_heads", cfg_path)
@@ -187,8 +209,11 @@ def load_draft(path: str | os.PathLike, target: str | os.PathLike | TargetHead |
         raise ConfigError(f"num_attention_heads {nh} is not a multiple of num_key_value_heads {nkv}", path=cfg_path)
     theta, scaling = _rope(cfg)
     if scaling is not None and scaling.get("rope_type", scaling.get("type")) != "llama3":
-        raise ConfigError(f"rope scaling {scaling.get('rope_type', scaling.get('type'))!r} is not supported",
-                          path=cfg_path, hint="hsdiff runs default and llama3 rotary embeddings")
+        raise ConfigError(
+            f"rope scaling {scaling.get('rope_type', scaling.get('type'))!r} is not supported",
+            path=cfg_path,
+            hint="hsdiff runs default and llama3 rotary embeddings",
+        )
 
     raw: dict[str, Any] = {}
     for table in _tables(folder, "draft"):
@@ -197,7 +222,11 @@ def load_draft(path: str | os.PathLike, target: str | os.PathLike | TargetHead |
     if "embed_tokens.weight" in raw and "lm_head.weight" not in raw and cfg.get("tie_word_embeddings"):
         raw["lm_head.weight"] = raw["embed_tokens.weight"]
     inter = raw.get("layers.0.mlp.gate_proj.weight")
-    ff = inter[0].shape[0] if inter is not None and len(inter[0].shape) == 2 else _int(cfg, "intermediate_size", cfg_path)
+    ff = (
+        inter[0].shape[0]
+        if inter is not None and len(inter[0].shape) == 2
+        else _int(cfg, "intermediate_size", cfg_path)
+    )
     want = {
         "fc.weight": (H, k * Ht),
         "layers.0.hidden_norm.weight": (H,),
@@ -213,22 +242,30 @@ def load_draft(path: str | os.PathLike, target: str | os.PathLike | TargetHead |
         "norm.weight": (H,),
         "lm_head.weight": (Vd, H),
     }
-    optional = {"fc.bias": (H,), "embed_tokens.weight": (V, H), "input_norm.weight": (k * Ht,),
-                "layers.0.self_attn.q_proj.bias": (nh * hd,), "layers.0.self_attn.k_proj.bias": (nkv * hd,),
-                "layers.0.self_attn.v_proj.bias": (nkv * hd,)}
+    optional = {
+        "fc.bias": (H,),
+        "embed_tokens.weight": (V, H),
+        "input_norm.weight": (k * Ht,),
+        "layers.0.self_attn.q_proj.bias": (nh * hd,),
+        "layers.0.self_attn.k_proj.bias": (nkv * hd,),
+        "layers.0.self_attn.v_proj.bias": (nkv * hd,),
+    }
     optional.update({f"fc_norm.{i}.weight": (Ht,) for i in range(k)})
     missing = [n for n in want if n not in raw]
     if missing:
         shown = ", ".join(missing[:4]) + (" ..." if len(missing) > 4 else "")
-        raise FormatError(f"draft weights lack {shown} (names as SGLang/vLLM llama_eagle3.py load them)",
-                          path=folder, hint=_FIX)
+        raise FormatError(
+            f"draft weights lack {shown} (names as SGLang/vLLM llama_eagle3.py load them)", path=folder, hint=_FIX
+        )
     weights: dict[str, torch.Tensor] = {}
     for name, shape in {**want, **{n: s for n, s in optional.items() if n in raw}}.items():
         entry, where = raw[name]
         if tuple(entry.shape) != shape:
-            raise FormatError(f"draft tensor {name} has shape {list(entry.shape)}, the engines expect {list(shape)} "
-                              f"from config.json", path=where,
-                              hint="config.json and the weights disagree (hidden size, heads, aux slots or vocabulary)")
+            raise FormatError(
+                f"draft tensor {name} has shape {list(entry.shape)}, the engines expect {list(shape)} from config.json",
+                path=where,
+                hint="config.json and the weights disagree (hidden size, heads, aux slots or vocabulary)",
+            )
         if not entry.is_float:
             raise FormatError(f"draft tensor {name} is {entry.dtype}, not floating point", path=where, hint=_FIX)
         weights[name] = to_torch(entry.loader()).to(dtype)
@@ -236,15 +273,19 @@ def load_draft(path: str | os.PathLike, target: str | os.PathLike | TargetHead |
     if "d2t" in raw:
         entry, where = raw["d2t"]
         if tuple(entry.shape) != (Vd,) or entry.is_float:
-            raise FormatError(f"d2t has shape {list(entry.shape)} ({entry.dtype}); expected [{Vd}] integers",
-                              path=where, hint=_FIX)
+            raise FormatError(
+                f"d2t has shape {list(entry.shape)} ({entry.dtype}); expected [{Vd}] integers", path=where, hint=_FIX
+            )
         d2t = to_torch(entry.loader()).long()
         mapped = torch.arange(Vd) + d2t
         if int(mapped.min()) < 0 or int(mapped.max()) >= V:
             raise FormatError("d2t maps draft ids outside the target vocabulary", path=where, hint=_FIX)
     elif Vd != V:
-        raise FormatError(f"draft_vocab_size {Vd} differs from vocab_size {V} but the weights carry no d2t map",
-                          path=folder, hint=_FIX)
+        raise FormatError(
+            f"draft_vocab_size {Vd} differs from vocab_size {V} but the weights carry no d2t map",
+            path=folder,
+            hint=_FIX,
+        )
     known = set(want) | set(optional) | {"d2t", "t2d"}
     extra = sorted(n for n in raw if n not in known)
     warns = [f"{folder}: tensors the engines do not load were ignored: {', '.join(extra[:5])}"] if extra else []
@@ -253,21 +294,42 @@ def load_draft(path: str | os.PathLike, target: str | os.PathLike | TargetHead |
     emb_from = "draft"
     if "embed_tokens.weight" not in weights:
         if target is None:
-            raise InputError("the draft carries no embed_tokens; the engines take the target's", path=folder,
-                             hint="give the target model's folder (`target=DIR`)", options=("target",))
+            raise InputError(
+                "the draft carries no embed_tokens; the engines take the target's",
+                path=folder,
+                hint="give the target model's folder (`target=DIR`)",
+                options=("target",),
+            )
         head = target if isinstance(target, TargetHead) else load_target_head(target, dtype=dtype)
         if tuple(head.embed.shape) != (V, H):
-            raise FormatError(f"target embeddings have shape {list(head.embed.shape)}, the draft needs [{V}, {H}]",
-                              path=head.path, hint="give the target the draft was trained for")
+            raise FormatError(
+                f"target embeddings have shape {list(head.embed.shape)}, the draft needs [{V}, {H}]",
+                path=head.path,
+                hint="give the target the draft was trained for",
+            )
         weights["embed_tokens.weight"] = head.embed.to(dtype)
         emb_from = head.path
     return Draft(
-        path=str(folder), hidden_size=H, target_hidden_size=Ht, num_aux=k, num_heads=nh, num_kv_heads=nkv,
-        head_dim=hd, rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)), rope_theta=theta, rope_scaling=scaling,
-        vocab_size=V, draft_vocab_size=Vd, layer_ids=None if stated is None else tuple(stated[1]),
-        weights=weights, d2t=d2t, norm_before_fc="input_norm.weight" in weights,
-        fc_norm="fc_norm.0.weight" in weights, norm_before_residual=bool(cfg.get("norm_before_residual")),
-        embeddings_from=emb_from, warnings=tuple(warns),
+        path=str(folder),
+        hidden_size=H,
+        target_hidden_size=Ht,
+        num_aux=k,
+        num_heads=nh,
+        num_kv_heads=nkv,
+        head_dim=hd,
+        rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
+        rope_theta=theta,
+        rope_scaling=scaling,
+        vocab_size=V,
+        draft_vocab_size=Vd,
+        layer_ids=None if stated is None else tuple(stated[1]),
+        weights=weights,
+        d2t=d2t,
+        norm_before_fc="input_norm.weight" in weights,
+        fc_norm="fc_norm.0.weight" in weights,
+        norm_before_residual=bool(cfg.get("norm_before_residual")),
+        embeddings_from=emb_from,
+        warnings=tuple(warns),
     )
 
 
@@ -290,8 +352,11 @@ def load_target_head(path: str | os.PathLike, dtype: torch.dtype = torch.float32
                 if n in table.entries and key not in found:
                     found[key] = table.entries[n]
     if "embed" not in found:
-        raise FormatError("no embed_tokens tensor in the target's weights", path=folder,
-                          hint="give the target model's folder (model.embed_tokens.weight)")
+        raise FormatError(
+            "no embed_tokens tensor in the target's weights",
+            path=folder,
+            hint="give the target model's folder (model.embed_tokens.weight)",
+        )
     cfg = load_config(folder) if (folder / "config.json").exists() else {}
     head = found.get("lm_head")
     embed = to_torch(found["embed"].loader()).to(dtype)

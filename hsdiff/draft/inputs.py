@@ -34,16 +34,20 @@ class Speculation:
     def checked(self) -> Speculation:
         """The same tree with ``num_draft_tokens`` settled; :class:`InputError` when it cannot be drafted."""
         if self.num_steps < 1 or self.topk < 1:
-            raise InputError(f"`num_steps` ({self.num_steps}) and `topk` ({self.topk}) must be at least 1",
-                             options=("num_steps", "topk"))
+            raise InputError(
+                f"`num_steps` ({self.num_steps}) and `topk` ({self.topk}) must be at least 1",
+                options=("num_steps", "topk"),
+            )
         top = self.max_nodes + 1
         ndt = self.num_draft_tokens
         if ndt is None:
             ndt = self.num_steps + 1 if self.topk == 1 else top
         if not 2 <= ndt <= top:
-            raise InputError(f"`num_draft_tokens={ndt}` is out of range for {self.num_steps} steps and top-k {self.topk}",
-                             hint=f"give 2..{top} (the engine sends num_draft_tokens - 1 drafted tokens)",
-                             options=("num_draft_tokens",))
+            raise InputError(
+                f"`num_draft_tokens={ndt}` is out of range for {self.num_steps} steps and top-k {self.topk}",
+                hint=f"give 2..{top} (the engine sends num_draft_tokens - 1 drafted tokens)",
+                options=("num_draft_tokens",),
+            )
         return Speculation(self.num_steps, self.topk, ndt)
 
 

@@ -52,19 +52,21 @@ MIN_GENERATION = 8
 
 # --------------------------------------------------------------------------- the dumps, per sample
 
+
 @dataclass
 class _Sample:
     name: str
-    tokens: torch.Tensor                   # [T]
-    concat: Capture | None = None          # capture of width k*H (what the engine fed the draft)
+    tokens: torch.Tensor  # [T]
+    concat: Capture | None = None  # capture of width k*H (what the engine fed the draft)
     layers: dict[int, Capture] = field(default_factory=dict)
-    final: Capture | None = None           # post-norm final state capture
-    last: Capture | None = None            # pre-norm B=L capture
-    reply_start: int | None = None         # where the last reply begins, from a training file's loss_mask
+    final: Capture | None = None  # post-norm final state capture
+    last: Capture | None = None  # pre-norm B=L capture
+    reply_start: int | None = None  # where the last reply begins, from a training file's loss_mask
 
 
-def _samples(dump: Dump, width: int, hidden: int, num_layers: int | None,
-             slots: Sequence[int] = ()) -> dict[tuple[int, ...], _Sample]:
+def _samples(
+    dump: Dump, width: int, hidden: int, num_layers: int | None, slots: Sequence[int] = ()
+) -> dict[tuple[int, ...], _Sample]:
     """Per token sequence: its captures. A capture of one slot with no layer of its own (vLLM's
     connector file) holds the boundary the configured ids put in that slot, ``slots`` (engine order)."""
     out: dict[tuple[int, ...], _Sample] = {}
@@ -80,8 +82,17 @@ def _samples(dump: Dump, width: int, hidden: int, num_layers: int | None,
             if s.reply_start is None and c.mask_loader is not None:
                 s.reply_start = _reply_start(c.mask_loader())
             if c.final_loader is not None and c.final_width == hidden:
-                kept = c.replace(loader=c.final_loader, rows=None, width=hidden, shape=None, concat=False,
-                                 post_norm=not c.final_pre_norm, col_start=0, col_stop=None, slot_layers=())
+                kept = c.replace(
+                    loader=c.final_loader,
+                    rows=None,
+                    width=hidden,
+                    shape=None,
+                    concat=False,
+                    post_norm=not c.final_pre_norm,
+                    col_start=0,
+                    col_stop=None,
+                    slot_layers=(),
+                )
                 if c.final_pre_norm:  # B = L before the final norm: the head applies the norm (as for ``last``)
                     s.last = s.last or kept
                 else:
@@ -95,7 +106,9 @@ def _samples(dump: Dump, width: int, hidden: int, num_layers: int | None,
     return out
 
 
-def _reference(s: _Sample, head: TargetHead | None, others: Sequence[_Sample]) -> tuple[torch.Tensor, torch.Tensor, str]:
+def _reference(
+    s: _Sample, head: TargetHead | None, others: Sequence[_Sample]
+) -> tuple[torch.Tensor, torch.Tensor, str]:
     """(reference token per position [T], valid [T], ``greedy`` or ``text``).
 
     ``greedy`` when the target's greedy tokens are known and the dump's text follows them for at
@@ -109,7 +122,9 @@ def _reference(s: _Sample, head: TargetHead | None, others: Sequence[_Sample]) -
                 final = cand.final.load().to(head.lm_head.dtype)
             elif cand.last is not None and head.norm is not None:
                 x = cand.last.load().float()
-                final = (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + head.rms_norm_eps)).to(head.norm.dtype) * head.norm
+                final = (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + head.rms_norm_eps)).to(
+                    head.norm.dtype
+                ) * head.norm
             if final is not None:
                 ref = torch.cat([(final[i : i + 512] @ head.lm_head.T).argmax(-1) for i in range(0, T, 512)])
                 if T - 1 - _greedy_run_start(s.tokens, ref) >= MIN_GENERATION:
@@ -148,8 +163,14 @@ def _generation_start(tokens: torch.Tensor, ref: torch.Tensor, reply_start: int 
     return max(first, reply_start) if reply_start is not None else first
 
 
-def acceptance_from_tree(tokens: torch.Tensor, parents: torch.Tensor, depth: torch.Tensor, selected: torch.Tensor,
-                         refs: torch.Tensor, ref_ok: torch.Tensor) -> torch.Tensor:
+def acceptance_from_tree(
+    tokens: torch.Tensor,
+    parents: torch.Tensor,
+    depth: torch.Tensor,
+    selected: torch.Tensor,
+    refs: torch.Tensor,
+    ref_ok: torch.Tensor,
+) -> torch.Tensor:
     """Accepted drafted tokens per start under greedy verification: walk the selected tree along ``refs``.
 
     ``refs`` [N, D] holds the reference token at depth 1..D of each start, ``ref_ok`` [N, D] whether it is known.
@@ -193,8 +214,15 @@ def _score(d: Draft, it: _Item, tree_shape: Speculation) -> tuple[list[int], tor
     return visited, acc, top1, starts
 
 
-def _predict_row(d: Draft, name: str, side: str, boundaries: Sequence[int] | None, ids: Sequence[int | None] | None,
-                 items: list[_Item], tree: Speculation) -> Prediction | None:
+def _predict_row(
+    d: Draft,
+    name: str,
+    side: str,
+    boundaries: Sequence[int] | None,
+    ids: Sequence[int | None] | None,
+    items: list[_Item],
+    tree: Speculation,
+) -> Prediction | None:
     """The prediction of one setting over its samples, or None when no sample has a start to draft from."""
     num_steps = tree.num_steps
     visited: list[int] = []
@@ -216,16 +244,23 @@ def _predict_row(d: Draft, name: str, side: str, boundaries: Sequence[int] | Non
         reached = int((acc >= j - 1).sum())
         per_depth.append(None if reached == 0 else float((acc >= j).sum()) / reached)
     return Prediction(
-        name=name, side=side, boundaries=None if boundaries is None else tuple(boundaries),
-        ids=None if ids is None else tuple(ids), acceptance_length=1.0 + sum(visited) / len(visited),
-        top1=float(torch.cat(tops).float().mean()), per_depth=tuple(per_depth), steps=len(visited),
-        positions=len(acc), samples=n,
+        name=name,
+        side=side,
+        boundaries=None if boundaries is None else tuple(boundaries),
+        ids=None if ids is None else tuple(ids),
+        acceptance_length=1.0 + sum(visited) / len(visited),
+        top1=float(torch.cat(tops).float().mean()),
+        per_depth=tuple(per_depth),
+        steps=len(visited),
+        positions=len(acc),
+        samples=n,
         per_position=tuple(sum(a >= j for a in visited) / len(visited) for j in range(1, num_steps + 1)),
     )
 
 
-def _ids_for(boundaries: Sequence[int], engine: str, num_layers: int | None, family: str | None,
-             version: str | None) -> list[int | None] | None:
+def _ids_for(
+    boundaries: Sequence[int], engine: str, num_layers: int | None, family: str | None, version: str | None
+) -> list[int | None] | None:
     """The ids of a what-if row, for the report's engine at the report's version (its settings)."""
     from ..rules.conventions import from_boundary
 
@@ -245,9 +280,15 @@ def _ids_words(engine: str, version: str | None, family: str | None) -> str:
 
 
 def predict_acceptance(
-    train: str | os.PathLike | Dump, infer: str | os.PathLike | Dump, report: Report | Mapping[str, Any] | None,
-    draft: str | os.PathLike | Draft, *, target: str | os.PathLike | TargetHead | None = None,
-    tree: Speculation = Speculation(), dtype: torch.dtype = torch.float32, what_if: bool = True,
+    train: str | os.PathLike | Dump,
+    infer: str | os.PathLike | Dump,
+    report: Report | Mapping[str, Any] | None,
+    draft: str | os.PathLike | Draft,
+    *,
+    target: str | os.PathLike | TargetHead | None = None,
+    tree: Speculation = Speculation(),
+    dtype: torch.dtype = torch.float32,
+    what_if: bool = True,
 ) -> PredictedAcceptance:
     """Predict the acceptance length the deployed draft gets from each side's hidden states.
 
@@ -270,32 +311,46 @@ def predict_acceptance(
     rep = ReportLayers.of(report)
     width, H = d.num_aux * d.target_hidden_size, d.target_hidden_size
     feeder = _Feeder(
-        head, dtype,
+        head,
+        dtype,
         _samples(_dump(train, TRAIN), width, H, rep.num_layers),
         _samples(_dump(infer, INFER), width, H, rep.num_layers, sorted(rep.configured)),
     )
     warnings = list(d.warnings)
     train_items = feeder.items(TRAIN, _concat_of)
     if not train_items:
-        warnings.append(f"training side: no sample with token ids and a {width}-wide aux tensor; "
-                        "no training-side ceiling")
+        warnings.append(
+            f"training side: no sample with token ids and a {width}-wide aux tensor; no training-side ceiling"
+        )
     row = _predict_row(d, "training", TRAIN, rep.claimed, None, train_items, tree) if train_items else None
     rows = [row] if row else []  # the training side's own features: the ceiling
     rows += _configured_row(d, rep, feeder, tree)
     rows += _recommended_rows(d, rep, feeder, tree, what_if)
     if not any(r.side == INFER for r in rows):
-        warnings.append("inference side: no sample with token ids and the aux states the draft reads "
-                        "(a concatenated aux tensor, or per-layer captures at the configured/recommended layers)")
+        warnings.append(
+            "inference side: no sample with token ids and the aux states the draft reads "
+            "(a concatenated aux tensor, or per-layer captures at the configured/recommended layers)"
+        )
     if not rows:
-        raise AlignmentError("no sample on either side can be fed to the draft (token ids and aux states needed)",
-                             hint=f"the draft reads {d.num_aux} x {H} aux states; dump input_ids with them")
+        raise AlignmentError(
+            "no sample on either side can be fed to the draft (token ids and aux states needed)",
+            hint=f"the draft reads {d.num_aux} x {H} aux states; dump input_ids with them",
+        )
     if "text" in feeder.modes:
-        warnings.append("some samples are not the target's greedy output (or no lm_head/final state was found): "
-                        "acceptance was measured against the dump's own next tokens there")
-    return PredictedAcceptance(draft=d.path, num_steps=tree.num_steps, topk=tree.topk,
-                               num_draft_tokens=tree.num_draft_tokens or 0, reference=_reference_words(feeder.modes),
-                               rows=tuple(rows), warnings=tuple(warnings),
-                               ids_for=_ids_words(rep.engine, rep.version, rep.family))
+        warnings.append(
+            "some samples are not the target's greedy output (or no lm_head/final state was found): "
+            "acceptance was measured against the dump's own next tokens there"
+        )
+    return PredictedAcceptance(
+        draft=d.path,
+        num_steps=tree.num_steps,
+        topk=tree.topk,
+        num_draft_tokens=tree.num_draft_tokens or 0,
+        reference=_reference_words(feeder.modes),
+        rows=tuple(rows),
+        warnings=tuple(warnings),
+        ids_for=_ids_words(rep.engine, rep.version, rep.family),
+    )
 
 
 def _dump(side: str | os.PathLike | Dump, name: str) -> Dump:
@@ -342,8 +397,11 @@ class _Feeder:
             ref, valid, mode = _reference(s, self.head, [match] if match is not None else [])
             self.modes.add(mode)
             reply = s.reply_start if s.reply_start is not None else None if match is None else match.reply_start
-            out.append(_Item(s, feats.float() if self.dtype == torch.float32 else feats.to(self.dtype), ref, valid,
-                             mode, reply))
+            out.append(
+                _Item(
+                    s, feats.float() if self.dtype == torch.float32 else feats.to(self.dtype), ref, valid, mode, reply
+                )
+            )
         return out
 
 
@@ -377,8 +435,9 @@ def _configured_row(d: Draft, rep: ReportLayers, feeder: _Feeder, tree: Speculat
     return []
 
 
-def _recommended_rows(d: Draft, rep: ReportLayers, feeder: _Feeder, tree: Speculation,
-                      what_if: bool) -> list[Prediction]:
+def _recommended_rows(
+    d: Draft, rep: ReportLayers, feeder: _Feeder, tree: Speculation, what_if: bool
+) -> list[Prediction]:
     """The recommended layers, and (``what_if``) every shift of them by one layer, all slots or one."""
     rb = list(rep.recommended or ())
     if not rb or len(rb) != d.num_aux:
@@ -386,8 +445,11 @@ def _recommended_rows(d: Draft, rep: ReportLayers, feeder: _Feeder, tree: Specul
     candidates: list[tuple[str, list[int]]] = [("recommended", rb)]
     if what_if:
         candidates += [(f"all {'+' if s > 0 else '-'}1", [b + s for b in rb]) for s in (-1, 1)]
-        candidates += [(f"slot {i} {'+' if s > 0 else '-'}1", [b + s if j == i else b for j, b in enumerate(rb)])
-                       for i in range(len(rb)) for s in (-1, 1)]
+        candidates += [
+            (f"slot {i} {'+' if s > 0 else '-'}1", [b + s if j == i else b for j, b in enumerate(rb)])
+            for i in range(len(rb))
+            for s in (-1, 1)
+        ]
     L = rep.num_layers
     rows = []
     for name, bs in candidates:
@@ -403,6 +465,7 @@ def _recommended_rows(d: Draft, rep: ReportLayers, feeder: _Feeder, tree: Specul
 
 def _reference_words(modes: set[str]) -> str:
     """What the acceptance was measured against, in words."""
-    return {frozenset({"greedy"}): "target greedy token (target lm_head on the dump's final hidden state)",
-            frozenset({"text"}): "the dump's next token"}.get(
-        frozenset(modes), "mixed: target greedy where known, else the dump's next token")
+    return {
+        frozenset({"greedy"}): "target greedy token (target lm_head on the dump's final hidden state)",
+        frozenset({"text"}): "the dump's next token",
+    }.get(frozenset(modes), "mixed: target greedy where known, else the dump's next token")

@@ -19,14 +19,14 @@ class Prediction:
     """One predicted setting: which features the draft read and what acceptance follows."""
 
     name: str
-    side: str                                  # "train" or "infer"
+    side: str  # "train" or "infer"
     boundaries: tuple[int, ...] | None
     ids: tuple[int | None, ...] | None
-    acceptance_length: float                   # tokens per verification step (target's token included)
-    top1: float                                # step-1 top-1 agreement with the reference, per position
-    per_depth: tuple[float | None, ...]        # P(depth j accepted | depth j-1 accepted)
-    steps: int                                 # verification steps replayed
-    positions: int                             # start positions scored
+    acceptance_length: float  # tokens per verification step (target's token included)
+    top1: float  # step-1 top-1 agreement with the reference, per position
+    per_depth: tuple[float | None, ...]  # P(depth j accepted | depth j-1 accepted)
+    steps: int  # verification steps replayed
+    positions: int  # start positions scored
     samples: int
     #: P(drafted position j accepted) per replayed verification step: vLLM's per-position acceptance rate
     per_position: tuple[float, ...] = ()
@@ -37,7 +37,8 @@ class Prediction:
 
     def to_dict(self) -> dict:
         return {
-            "name": self.name, "side": self.side,
+            "name": self.name,
+            "side": self.side,
             "boundary_indices": None if self.boundaries is None else list(self.boundaries),
             "eagle_aux_hidden_state_layer_ids": None if self.ids is None else list(self.ids),
             "acceptance_length": round(self.acceptance_length, 4),
@@ -45,7 +46,9 @@ class Prediction:
             "top1_agreement": round(self.top1, 4),
             "acceptance_by_depth": [None if p is None else round(p, 4) for p in self.per_depth],
             "acceptance_by_position": [round(p, 4) for p in self.per_position],
-            "verify_steps": self.steps, "positions": self.positions, "samples": self.samples,
+            "verify_steps": self.steps,
+            "positions": self.positions,
+            "samples": self.samples,
         }
 
 
@@ -106,8 +109,11 @@ class PredictedAcceptance:
     def summary(self) -> str:
         """One line: 'your config: 1.02 tokens/step; recommended: 1.84; training-side ceiling: 1.86'."""
         parts = []
-        for label, p in (("your config", self.configured), ("recommended", self.recommended),
-                         ("training-side ceiling", self.training)):
+        for label, p in (
+            ("your config", self.configured),
+            ("recommended", self.recommended),
+            ("training-side ceiling", self.training),
+        ):
             if p is not None:
                 parts.append(f"{label}: {p.acceptance_length:.2f}")
         return "; ".join(parts) + " tokens/step" if parts else "no prediction"
@@ -136,8 +142,16 @@ class PredictedAcceptance:
             _, ax = plt.subplots(figsize=(8, 3.5))
         names = [r.name for r in self.rows]
         vals = [r.acceptance_length for r in self.rows]
-        colors = ["tab:red" if n == "configured" else "tab:green" if n == "recommended" else
-                  "tab:blue" if n == "training" else "tab:gray" for n in names]
+        colors = [
+            "tab:red"
+            if n == "configured"
+            else "tab:green"
+            if n == "recommended"
+            else "tab:blue"
+            if n == "training"
+            else "tab:gray"
+            for n in names
+        ]
         ax.bar(names, vals, color=colors)
         ax.axhline(1.0, color="black", lw=0.8)
         ax.set_ylabel("predicted acceptance length")

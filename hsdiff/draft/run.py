@@ -48,7 +48,11 @@ def _inv_freq(d: Draft) -> torch.Tensor:
     if s is None:
         return inv
     # llama3 scaling (transformers' _compute_llama3_parameters)
-    factor, low, high = float(s.get("factor", 8.0)), float(s.get("low_freq_factor", 1.0)), float(s.get("high_freq_factor", 4.0))
+    factor, low, high = (
+        float(s.get("factor", 8.0)),
+        float(s.get("low_freq_factor", 1.0)),
+        float(s.get("high_freq_factor", 4.0)),
+    )
     old = float(s.get("original_max_position_embeddings", 8192))
     wavelen = 2 * math.pi / inv
     scaled = torch.where(wavelen > old / low, inv / factor, inv)
@@ -77,8 +81,10 @@ def input_hidden(d: Draft, feats: torch.Tensor) -> torch.Tensor:
     if d.norm_before_fc:
         x = _rms(x, d.weights["input_norm.weight"], d.rms_norm_eps)
     if d.fc_norm:
-        x = torch.cat([_rms(c, d.weights[f"fc_norm.{i}.weight"], d.rms_norm_eps)
-                       for i, c in enumerate(x.chunk(d.num_aux, -1))], -1)
+        x = torch.cat(
+            [_rms(c, d.weights[f"fc_norm.{i}.weight"], d.rms_norm_eps) for i, c in enumerate(x.chunk(d.num_aux, -1))],
+            -1,
+        )
     return _lin(d, "fc", x)
 
 
@@ -116,9 +122,9 @@ def _expand(d: Draft, x: torch.Tensor) -> torch.Tensor:
 class Prefix:
     """The teacher-forced pass over one sequence: keys/values per position and the output hidden."""
 
-    keys: torch.Tensor      # [T, nh, hd]
-    values: torch.Tensor    # [T, nh, hd]
-    hidden: torch.Tensor    # [T, H] pre-norm output (what step 2 reads)
+    keys: torch.Tensor  # [T, nh, hd]
+    values: torch.Tensor  # [T, nh, hd]
+    hidden: torch.Tensor  # [T, H] pre-norm output (what step 2 reads)
 
 
 @torch.no_grad()
@@ -132,7 +138,7 @@ def prefix_pass(d: Draft, feats: torch.Tensor, next_tokens: torch.Tensor) -> Pre
     inv = _inv_freq(d)
     q, k, v, res = _qkv(d, next_tokens, input_hidden(d, feats), torch.arange(T), inv)
     k, v = _expand(d, k), _expand(d, v)
-    scale = d.head_dim ** -0.5
+    scale = d.head_dim**-0.5
     out = []
     for a in range(0, T, CHUNK):
         b = min(T, a + CHUNK)
@@ -151,51 +157,60 @@ class DraftTree:
     nodes form a chain: node j is at depth j + 1.
     """
 
-    tokens: torch.Tensor    # [N, M] target ids
-    parents: torch.Tensor   # [N, M]
-    depth: torch.Tensor     # [M]
+    tokens: torch.Tensor  # [N, M] target ids
+    parents: torch.Tensor  # [N, M]
+    depth: torch.Tensor  # [M]
     selected: torch.Tensor  # [N, M] bool
 
 
 @torch.no_grad()
-def draft_tree(d: Draft, prefix: Prefix, starts: torch.Tensor, num_steps: int, topk: int = 1,
-               num_draft_tokens: int | None = None) -> DraftTree:
+def draft_tree(
+    d: Draft, prefix: Prefix, starts: torch.Tensor, num_steps: int, topk: int = 1, num_draft_tokens: int | None = None
+) -> DraftTree:
     """Draft from each start position in ``starts`` [N] as the engine does (see the module docstring)."""
-    parts = [_draft_chunk(d, prefix, starts[i : i + CHUNK], num_steps, topk, num_draft_tokens)
-             for i in range(0, len(starts), CHUNK)]
-    return DraftTree(torch.cat([p.tokens for p in parts]), torch.cat([p.parents for p in parts]), parts[0].depth,
-                     torch.cat([p.selected for p in parts]))
+    parts = [
+        _draft_chunk(d, prefix, starts[i : i + CHUNK], num_steps, topk, num_draft_tokens)
+        for i in range(0, len(starts), CHUNK)
+    ]
+    return DraftTree(
+        torch.cat([p.tokens for p in parts]),
+        torch.cat([p.parents for p in parts]),
+        parts[0].depth,
+        torch.cat([p.selected for p in parts]),
+    )
 
 
-def _draft_chunk(d: Draft, prefix: Prefix, starts: torch.Tensor, num_steps: int, topk: int,
-                 num_draft_tokens: int | None) -> DraftTree:
+def _draft_chunk(
+    d: Draft, prefix: Prefix, starts: torch.Tensor, num_steps: int, topk: int, num_draft_tokens: int | None
+) -> DraftTree:
     N, K = len(starts), topk
     inv = _inv_freq(d)
-    scale = d.head_dim ** -0.5
+    scale = d.head_dim**-0.5
     T = prefix.keys.shape[0]
-    pmask = torch.arange(T)[None, :] <= starts[:, None]                    # [N, T]
-    lp = draft_logits(d, prefix.hidden[starts]).float().log_softmax(-1)    # [N, Vd]
-    score, tok = lp.topk(K, -1)                                            # [N, K] draft ids
+    pmask = torch.arange(T)[None, :] <= starts[:, None]  # [N, T]
+    lp = draft_logits(d, prefix.hidden[starts]).float().log_softmax(-1)  # [N, Vd]
+    score, tok = lp.topk(K, -1)  # [N, K] draft ids
     tokens, parents, scores, depth = [tok], [torch.full((N, K), -1)], [score], [1] * K
-    live_node = torch.arange(K).expand(N, K)                               # node index of each live branch
+    live_node = torch.arange(K).expand(N, K)  # node index of each live branch
     live_tok, live_score = tok, score
-    hidden = prefix.hidden[starts][:, None, :].expand(N, K, -1)            # input hidden of each live branch
-    anc_k = prefix.keys.new_zeros(N, K, 0, d.num_heads, d.head_dim)        # ancestors' keys/values
+    hidden = prefix.hidden[starts][:, None, :].expand(N, K, -1)  # input hidden of each live branch
+    anc_k = prefix.keys.new_zeros(N, K, 0, d.num_heads, d.head_dim)  # ancestors' keys/values
     anc_v = anc_k
     n_nodes = K
     for step in range(2, num_steps + 1):
         pos = (starts + step - 1)[:, None].expand(N, K)
         q, k, v, res = _qkv(d, d.to_target_ids(live_tok), hidden, pos, inv)
-        k, v = _expand(d, k), _expand(d, v)                                # [N, K, nh, hd]
-        keys = torch.cat([anc_k, k[:, :, None]], 2)                        # [N, K, a+1, nh, hd]
+        k, v = _expand(d, k), _expand(d, v)  # [N, K, nh, hd]
+        keys = torch.cat([anc_k, k[:, :, None]], 2)  # [N, K, a+1, nh, hd]
         vals = torch.cat([anc_v, v[:, :, None]], 2)
         s_pre = torch.einsum("nbhd,thd->nbht", q, prefix.keys) * scale
         s_pre = s_pre.masked_fill(~pmask[:, None, None, :], float("-inf"))
         s_own = torch.einsum("nbhd,nbahd->nbha", q, keys) * scale
         p = torch.cat([s_pre, s_own], -1).softmax(-1)
-        attn = torch.einsum("nbht,thd->nbhd", p[..., :T], prefix.values) + \
-            torch.einsum("nbha,nbahd->nbhd", p[..., T:], vals)
-        h = _finish(d, attn.reshape(N, K, -1), res)                        # [N, K, H]
+        attn = torch.einsum("nbht,thd->nbhd", p[..., :T], prefix.values) + torch.einsum(
+            "nbha,nbahd->nbhd", p[..., T:], vals
+        )
+        h = _finish(d, attn.reshape(N, K, -1), res)  # [N, K, H]
         clp, ctok = draft_logits(d, h).float().log_softmax(-1).topk(K, -1)  # [N, K, K]
         cscore = (live_score[..., None] + clp).reshape(N, K * K)
         ctok = ctok.reshape(N, K * K)
@@ -204,8 +219,8 @@ def _draft_chunk(d: Draft, prefix: Prefix, starts: torch.Tensor, num_steps: int,
         parents.append(cparent)
         scores.append(cscore)
         depth += [step] * (K * K)
-        best = cscore.topk(K, -1).indices                                  # [N, K] among the K*K children
-        src = best // K                                                    # the live branch each comes from
+        best = cscore.topk(K, -1).indices  # [N, K] among the K*K children
+        src = best // K  # the live branch each comes from
         live_node = n_nodes + best
         n_nodes += K * K
         live_tok = ctok.gather(1, best)

@@ -54,9 +54,15 @@ class _Setup:
     hidden_source: str
 
 
-def _setup(draft_config: str | os.PathLike, target_config: str | os.PathLike | None, engine: str,
-           model_family: str | None, num_layers: int | None, hidden_size: int | None,
-           engine_version: str | None) -> _Setup:
+def _setup(
+    draft_config: str | os.PathLike,
+    target_config: str | os.PathLike | None,
+    engine: str,
+    model_family: str | None,
+    num_layers: int | None,
+    hidden_size: int | None,
+    engine_version: str | None,
+) -> _Setup:
     cfg, path = load_draft(draft_config)
     target = target_shape(load_config(target_config) if target_config else None)
     L = num_layers or target.num_layers
@@ -83,17 +89,42 @@ def _runner_of(engine: str, vllm_runner: str) -> str | None:
 
 def _static_settings(s: _Setup, engine: str, given: Sequence[str], vllm_runner: str) -> Settings:
     """The settings of a result with no comparison (check-config, or a gate that stopped before comparing)."""
-    return settings_for(engine, s.version, s.family, s.family_source or "the default llama rule", given,
-                        num_layers=s.num_layers, num_layers_source=s.layers_source, hidden_size=s.hidden_size,
-                        hidden_size_source=s.hidden_source, vllm_runner=_runner_of(engine, vllm_runner))
+    return settings_for(
+        engine,
+        s.version,
+        s.family,
+        s.family_source or "the default llama rule",
+        given,
+        num_layers=s.num_layers,
+        num_layers_source=s.layers_source,
+        hidden_size=s.hidden_size,
+        hidden_size_source=s.hidden_source,
+        vllm_runner=_runner_of(engine, vllm_runner),
+    )
 
 
 def _checked(s: _Setup, engine: str, vllm_runner: str, kind: str | None = None) -> tuple[IdsSource, list[Check]]:
-    ids = read_ids(s.config, engine, path=s.path, num_layers=s.num_layers, model_family=s.family,
-                   vllm_runner=vllm_runner, version=s.version, kind=kind)
-    checks = static_checks(s.config, ids, path=s.path, num_layers=s.num_layers, target_hidden=s.hidden_size,
-                           model_family=s.family, vllm_runner=vllm_runner, family_source=s.family_source,
-                           version=s.version)
+    ids = read_ids(
+        s.config,
+        engine,
+        path=s.path,
+        num_layers=s.num_layers,
+        model_family=s.family,
+        vllm_runner=vllm_runner,
+        version=s.version,
+        kind=kind,
+    )
+    checks = static_checks(
+        s.config,
+        ids,
+        path=s.path,
+        num_layers=s.num_layers,
+        target_hidden=s.hidden_size,
+        model_family=s.family,
+        vllm_runner=vllm_runner,
+        family_source=s.family_source,
+        version=s.version,
+    )
     return ids, checks
 
 
@@ -122,9 +153,20 @@ def check_config(
     _runner(vllm_runner)
     s = _setup(draft_config, target_config, engine, model_family, num_layers, hidden_size, engine_version)
     ids, checks = _checked(s, engine, vllm_runner, draft_kind)
-    return GateResult("check-config", str(s.path), None if target_config is None else str(target_config), engine, ids,
-                      tuple(checks), None, strict, s.num_layers, s.hidden_size, s.family,
-                      settings=_static_settings(s, engine, engine_versions, vllm_runner))
+    return GateResult(
+        "check-config",
+        str(s.path),
+        None if target_config is None else str(target_config),
+        engine,
+        ids,
+        tuple(checks),
+        None,
+        strict,
+        s.num_layers,
+        s.hidden_size,
+        s.family,
+        settings=_static_settings(s, engine, engine_versions, vllm_runner),
+    )
 
 
 def run_gate(
@@ -146,29 +188,52 @@ def run_gate(
     engine = conv.rule(opts.engine).key
     _runner(vllm_runner)
     target_config = target_config or opts.model_config
-    s = _setup(draft_config, target_config, engine, opts.model_family, opts.num_layers, opts.hidden_size,
-               opts.engine_version)
+    s = _setup(
+        draft_config, target_config, engine, opts.model_family, opts.num_layers, opts.hidden_size, opts.engine_version
+    )
     ids, checks = _checked(s, engine, vllm_runner)
     blocking = [c for c in checks if c.failed and c.name in ("ids-in-range", "ids-source")]
     notes: list[str] = []
     report = None
     if blocking:
-        notes.append(f"the comparison did not run: {blocking[0].name} failed, so the engine's captures cannot be labelled")
+        notes.append(
+            f"the comparison did not run: {blocking[0].name} failed, so the engine's captures cannot be labelled"
+        )
     else:
-        source = (f"{s.path} [{ids.key}]" if ids.key
-                  else f"{conv.rule(engine).title}'s default (no ids in {s.path})")
-        opts = replace(opts, engine=engine, layer_ids=list(ids.ids),
-                       model_family=s.family if s.family is not None else opts.model_family,
-                       engine_version=s.version, model_family_source=s.family_source,
-                       vllm_runner=_runner_of(engine, vllm_runner),
-                       model_config=None if target_config is None else str(target_config),
-                       configured_source=source)
+        source = f"{s.path} [{ids.key}]" if ids.key else f"{conv.rule(engine).title}'s default (no ids in {s.path})"
+        opts = replace(
+            opts,
+            engine=engine,
+            layer_ids=list(ids.ids),
+            model_family=s.family if s.family is not None else opts.model_family,
+            engine_version=s.version,
+            model_family_source=s.family_source,
+            vllm_runner=_runner_of(engine, vllm_runner),
+            model_config=None if target_config is None else str(target_config),
+            configured_source=source,
+        )
         report = compare(train, infer, opts)
-    settings = report.settings if report is not None and report.settings is not None else \
-        _static_settings(s, engine, opts.engine_versions, vllm_runner)
-    return GateResult("gate", str(s.path), None if target_config is None else str(target_config), engine, ids,
-                      tuple(checks), report, strict, s.num_layers, s.hidden_size, s.family, tuple(notes),
-                      {"train": str(train), "infer": str(infer)}, settings)
+    settings = (
+        report.settings
+        if report is not None and report.settings is not None
+        else _static_settings(s, engine, opts.engine_versions, vllm_runner)
+    )
+    return GateResult(
+        "gate",
+        str(s.path),
+        None if target_config is None else str(target_config),
+        engine,
+        ids,
+        tuple(checks),
+        report,
+        strict,
+        s.num_layers,
+        s.hidden_size,
+        s.family,
+        tuple(notes),
+        {"train": str(train), "infer": str(infer)},
+        settings,
+    )
 
 
 def _runner(vllm_runner: str) -> None:

@@ -23,7 +23,7 @@ from ..errors import HsdiffError, InputError
 from ..model.gate import ERROR, INFO, WARNING, Check, IdsSource, Severity
 from ..rules import conventions as conv
 from ..rules.kinds import EAGLE31_FLAGS
-from ..rules.profile import FAMILY_READING, KEYS_NESTED, KEYS_TOP
+from ..rules.profile import DEEPSEEK, FAMILY_READING, KEYS_NESTED, KEYS_TOP
 from ..rules.serving import as_written, boundary_list, serve
 
 __all__ = ["CHECKS", "CHECK_NAMES", "CheckInput", "static_checks"]
@@ -89,12 +89,27 @@ def static_checks(
     written = list(ids.ids)
     index = "" if ids.fallback else ids.index
     reading = boundaries_read(written, ids.engine, num_layers, family, version, ids.kind, index) if written else []
-    c = CheckInput(config, ids, p, num_layers, target_hidden, family, family_source or f"model family {family}",
-                   vllm_runner, version, written, reading, ids.kind)
+    c = CheckInput(
+        config,
+        ids,
+        p,
+        num_layers,
+        target_hidden,
+        family,
+        family_source or f"model family {family}",
+        vllm_runner,
+        version,
+        written,
+        reading,
+        ids.kind,
+    )
     out = []
     for name, check in CHECKS:
-        f = check(c) if c.eagle3 or name not in EAGLE3_ONLY else _ok(
-            f"not checked for draft kind {conv.draft_kind(c.kind).title} (an EAGLE-3 check)", skipped=True)
+        f = (
+            check(c)
+            if c.eagle3 or name not in EAGLE3_ONLY
+            else _ok(f"not checked for draft kind {conv.draft_kind(c.kind).title} (an EAGLE-3 check)", skipped=True)
+        )
         out.append(Check(name, f.ok, f.severity, f.message, skipped=f.skipped, path=p))
     return out
 
@@ -146,10 +161,10 @@ def _ignored_key(c: CheckInput) -> Finding:
 #: Per key check: both keys hold ids that name different layers; and what it reads when nothing is lost.
 _BOTH_KEYS = {
     KEYS_NESTED: "SGLang ignores the top-level eagle_aux_hidden_state_layer_ids {top} (it reads the nested {nested}, "
-                 "i.e. B{b_nested}); vLLM would read the top-level key and capture B{b_top}: the same draft gets "
-                 "different layers on the two engines.",
+    "i.e. B{b_nested}); vLLM would read the top-level key and capture B{b_top}: the same draft gets "
+    "different layers on the two engines.",
     KEYS_TOP: "vLLM reads the top-level {top} (B{b_top}) and ignores the nested {nested}, which SGLang and SpecForge "
-              "read as B{b_nested}: the two keys name different layers.",
+    "read as B{b_nested}: the two keys name different layers.",
 }
 _READS_ONE_KEY = {
     KEYS_NESTED: "SGLang reads eagle_config.eagle_aux_hidden_state_layer_ids; no ids sit in a key it ignores",
@@ -160,10 +175,13 @@ _READS_ONE_KEY = {
 def _nested_lost(c: CheckInput, k: _Keys) -> Finding | None:
     """An engine that reads only the nested key (SGLang): ids only in the top-level key are lost."""
     if k.top_ok and not k.has_nested:
-        return _fail(ERROR, f"the ids {k.top} are in the top-level eagle_aux_hidden_state_layer_ids, which SGLang never "
-                     "reads: it falls back to its default layers. Move them under "
-                     "eagle_config.eagle_aux_hidden_state_layer_ids (SGLang counts them as layer outputs; "
-                     "`hsdiff ids` translates).")
+        return _fail(
+            ERROR,
+            f"the ids {k.top} are in the top-level eagle_aux_hidden_state_layer_ids, which SGLang never "
+            "reads: it falls back to its default layers. Move them under "
+            "eagle_config.eagle_aux_hidden_state_layer_ids (SGLang counts them as layer outputs; "
+            "`hsdiff ids` translates).",
+        )
     return None
 
 
@@ -172,14 +190,20 @@ def _top_lost(c: CheckInput, k: _Keys) -> Finding | None:
     if not (k.nested_ok and not k.top_ok):
         return None
     if c.vllm_runner == "v2":
-        return _fail(ERROR, f"the ids {k.nested} are only in eagle_config.eagle_aux_hidden_state_layer_ids, which vLLM's "
-                     "V2 model runner (the default) ignores: it falls back to the default layers (vLLM #50170). Write them "
-                     "to the top-level eagle_aux_hidden_state_layer_ids (boundary indices; `hsdiff ids` "
-                     "translates).")
-    return _fail(WARNING, f"the ids {k.nested} are only in eagle_config.eagle_aux_hidden_state_layer_ids: vLLM's V1 runner "
-                 "reads them, but the default V2 runner ignores that key and falls back to the default layers "
-                 "(vllm==0.33.0 eagle3_utils.py:113-150). Write them to the top-level "
-                 "eagle_aux_hidden_state_layer_ids too.")
+        return _fail(
+            ERROR,
+            f"the ids {k.nested} are only in eagle_config.eagle_aux_hidden_state_layer_ids, which vLLM's "
+            "V2 model runner (the default) ignores: it falls back to the default layers (vLLM #50170). Write them "
+            "to the top-level eagle_aux_hidden_state_layer_ids (boundary indices; `hsdiff ids` "
+            "translates).",
+        )
+    return _fail(
+        WARNING,
+        f"the ids {k.nested} are only in eagle_config.eagle_aux_hidden_state_layer_ids: vLLM's V1 runner "
+        "reads them, but the default V2 runner ignores that key and falls back to the default layers "
+        "(vllm==0.33.0 eagle3_utils.py:113-150). Write them to the top-level "
+        "eagle_aux_hidden_state_layer_ids too.",
+    )
 
 
 def _other_reader(c: CheckInput, k: _Keys) -> Finding:
@@ -188,17 +212,25 @@ def _other_reader(c: CheckInput, k: _Keys) -> Finding:
     keys = conv.config_keys(engine)
     read = [conv.key_name(path) for path in keys]
     if conv.TOP_KEY not in keys and k.top_ok and not k.has_nested:
-        return _fail(ERROR, f"the ids {top} are in the top-level eagle_aux_hidden_state_layer_ids, which "
-                     f"{conv.rule(engine).title} never reads (it reads {' or '.join(read)}): it falls back to its "
-                     "default layers. Move them where it reads them (`hsdiff ids` translates).")
+        return _fail(
+            ERROR,
+            f"the ids {top} are in the top-level eagle_aux_hidden_state_layer_ids, which "
+            f"{conv.rule(engine).title} never reads (it reads {' or '.join(read)}): it falls back to its "
+            "default layers. Move them where it reads them (`hsdiff ids` translates).",
+        )
     if conv.TOP_KEY in keys and conv.NESTED_KEY not in keys and k.nested_ok and not k.top_ok:
-        return _fail(ERROR, f"the ids {nested} are only in eagle_config.eagle_aux_hidden_state_layer_ids, which "
-                     f"{conv.rule(engine).title} never reads (it reads {' or '.join(read)}): it falls back to its "
-                     "default layers. Write them to the top-level key (`hsdiff ids` translates).")
+        return _fail(
+            ERROR,
+            f"the ids {nested} are only in eagle_config.eagle_aux_hidden_state_layer_ids, which "
+            f"{conv.rule(engine).title} never reads (it reads {' or '.join(read)}): it falls back to its "
+            "default layers. Write them to the top-level key (`hsdiff ids` translates).",
+        )
     return _ok(f"{conv.rule(engine).title} reads {' or '.join(read)}")
 
 
-def _both_keys(top: list[int], nested: list[int], L: int | None, family: str | None) -> tuple[list[int], list[int]] | None:
+def _both_keys(
+    top: list[int], nested: list[int], L: int | None, family: str | None
+) -> tuple[list[int], list[int]] | None:
     """The layers vLLM reads from the top-level ids and SGLang from the nested ones, when they differ."""
     b_top = _safe_reading(top, "vllm", L, None)
     b_sg = _safe_reading(nested, "sglang", L, family)
@@ -207,8 +239,9 @@ def _both_keys(top: list[int], nested: list[int], L: int | None, family: str | N
     return sorted(set(b_top)), sorted(set(b_sg))
 
 
-def _safe_reading(ids: Sequence[int], engine: str, L: int | None, family: str | None,
-                  version: str | None = None) -> list[int] | None:
+def _safe_reading(
+    ids: Sequence[int], engine: str, L: int | None, family: str | None, version: str | None = None
+) -> list[int] | None:
     try:
         return boundaries_read(ids, engine, L, family, version)
     except InputError:
@@ -222,12 +255,17 @@ def _sorted(c: CheckInput) -> Finding:
     title = conv.rule(engine).title
     b = _safe_reading(ids, engine, c.num_layers, c.family, c.version) or []
     if b and as_written(ids, engine, num_layers=c.num_layers, model_family=c.family, version=c.version, kind=c.kind):
-        return _ok(f"{ids} is written with id {ids[0]} first, as {conv.applied(engine, c.family, c.version).label} "
-                   f"needs for B1 (id 1 first would add 1 to every id); {title} captures "
-                   f"{boundary_list(sorted(set(b)), c.num_layers)} in layer order")
-    return _fail(ERROR, f"{ids} is not ascending: {title} captures in layer order, so its slots hold B{sorted(set(b))} while "
-                 f"the list names B{b}; a trainer that concatenated in list order fed the draft's fc permuted blocks. "
-                 f"Write them ascending ({sorted(ids)}) after checking the training order with hsdiff compare.")
+        return _ok(
+            f"{ids} is written with id {ids[0]} first, as {conv.applied(engine, c.family, c.version).label} "
+            f"needs for B1 (id 1 first would add 1 to every id); {title} captures "
+            f"{boundary_list(sorted(set(b)), c.num_layers)} in layer order"
+        )
+    return _fail(
+        ERROR,
+        f"{ids} is not ascending: {title} captures in layer order, so its slots hold B{sorted(set(b))} while "
+        f"the list names B{b}; a trainer that concatenated in list order fed the draft's fc permuted blocks. "
+        f"Write them ascending ({sorted(ids)}) after checking the training order with hsdiff compare.",
+    )
 
 
 def _unique(c: CheckInput) -> Finding:
@@ -236,8 +274,11 @@ def _unique(c: CheckInput) -> Finding:
     if c.ids.fallback or not dup:
         return _ok("no id is repeated")
     title = conv.rule(engine).title
-    return _fail(ERROR, f"{ids} repeats {dup}: {title} captures each layer once, so it delivers {len(set(ids))} slots where "
-                 f"the list (and the draft's fc) has {len(ids)}. Remove the duplicates and retrain or fix the list.")
+    return _fail(
+        ERROR,
+        f"{ids} repeats {dup}: {title} captures each layer once, so it delivers {len(set(ids))} slots where "
+        f"the list (and the draft's fc) has {len(ids)}. Remove the duplicates and retrain or fix the list.",
+    )
 
 
 def _count(c: CheckInput) -> Finding:
@@ -248,9 +289,12 @@ def _count(c: CheckInput) -> Finding:
     if not n or c.ids.fallback or len(c.written) == n:
         return _ok(f"{len(c.written)} ids")
     words = _NUMBERS.get(n, str(n))
-    return _fail(ERROR, f"{c.written} has {len(c.written)} ids, but {info.title} takes exactly {words} (it raises "
-                 f"ValueError before capturing anything): capture the training data with {words} layers, or with "
-                 "another trainer")
+    return _fail(
+        ERROR,
+        f"{c.written} has {len(c.written)} ids, but {info.title} takes exactly {words} (it raises "
+        f"ValueError before capturing anything): capture the training data with {words} layers, or with "
+        "another trainer",
+    )
 
 
 _NUMBERS = {2: "two", 3: "three", 4: "four"}
@@ -259,16 +303,18 @@ _NUMBERS = {2: "two", 3: "three", 4: "four"}
 def _in_range(c: CheckInput) -> Finding:
     ids, reading, engine, L = c.written, c.reading, c.ids.engine, c.num_layers
     if L is None:
-        return _ok("skipped: the target's num_hidden_layers is unknown "
-               "(pass --target-config)", skipped=True)
+        return _ok("skipped: the target's num_hidden_layers is unknown (pass --target-config)", skipped=True)
     final = conv.applied(engine, c.family, c.version, c.kind).names_final
     bad = [(i, b) for i, b in zip(ids, reading) if b < 0 or b > L and not (final and b == conv.final_boundary(L))]
     if not bad:
         return _ok(f"every id names a boundary within 0..{L}")
     title = conv.rule(engine).title
     what = ", ".join(f"id {i} → B{b}" for i, b in bad)
-    return _fail(ERROR, f"{what}: outside 0..{L} for the {L}-layer target as {title} counts. Check the ids against the "
-                 "target's num_hidden_layers and the engine's convention (`hsdiff ids --explain`).")
+    return _fail(
+        ERROR,
+        f"{what}: outside 0..{L} for the {L}-layer target as {title} counts. Check the ids against the "
+        "target's num_hidden_layers and the engine's convention (`hsdiff ids --explain`).",
+    )
 
 
 def _capturable(c: CheckInput) -> Finding:
@@ -285,8 +331,11 @@ def _capturable(c: CheckInput) -> Finding:
         return _ok(f"every boundary is one {title} can capture")
     what = ", ".join(f"id {i} → B{b}" if b <= L else f"id {i} (the final post-norm state)" for i, b in bad)
     why = " ".join(dict.fromkeys(lost[b].sentence() for _, b in bad))
-    return _fail(ERROR, f"{what}: the slot stays empty or the engine raises (the fc concat fails or the draft gets "
-                 f"garbage, as in SGLang #32334). {why}")
+    return _fail(
+        ERROR,
+        f"{what}: the slot stays empty or the engine raises (the fc concat fails or the draft gets "
+        f"garbage, as in SGLang #32334). {why}",
+    )
 
 
 def _embeddings(c: CheckInput) -> Finding:
@@ -295,9 +344,12 @@ def _embeddings(c: CheckInput) -> Finding:
     if not slots:
         return _ok("no slot receives the embeddings")
     i = ids[slots[0]]
-    return _fail(WARNING, f"id {i} makes {conv.rule(engine).title} feed the embeddings (B0) into a slot; EAGLE-3 drafts are "
-                 "trained on decoder-layer outputs, and ids like [-1, 2, 30] (the case behind hsdiff) shift every "
-                 "slot by one. Confirm with hsdiff gate on real dumps.")
+    return _fail(
+        WARNING,
+        f"id {i} makes {conv.rule(engine).title} feed the embeddings (B0) into a slot; EAGLE-3 drafts are "
+        "trained on decoder-layer outputs, and ids like [-1, 2, 30] (the case behind hsdiff) shift every "
+        "slot by one. Confirm with hsdiff gate on real dumps.",
+    )
 
 
 def _family_rule(c: CheckInput) -> Finding:
@@ -309,29 +361,34 @@ def _family_rule(c: CheckInput) -> Finding:
         return _ok(f"no model-family rule changes how these ids are read ({applied.label})")
     own = _safe_reading(ids, engine, L, family, c.version)
     plain = [i + 1 for i in ids]
-    if applied.reading == "deepseek":
+    if applied.reading == DEEPSEEK:
         rule_text = "adds 1 only when the first id is 1"
     else:
         rule_text = f"uses the ids as boundary indices when their maximum is num_hidden_layers ({L})"
     where = f"{applied.label}, {src}"
     if own is None or own == plain:
         return _ok(f"{where}: {rule_text}, so {ids} are shifted by +1 as under the llama rule, B{plain}")
-    return _fail(WARNING, f"{where}: {rule_text}, so {ids} are used as they are: B{own}. Read as layer outputs (+1), as "
-                 f"the llama rule and older SGLang versions do, they name B{plain}: a draft trained through the other "
-                 f"reading gets every slot one layer off. Check which layers it was trained on (hsdiff gate) before "
-                 f"deploying. Source: {applied.source}")
+    return _fail(
+        WARNING,
+        f"{where}: {rule_text}, so {ids} are used as they are: B{own}. Read as layer outputs (+1), as "
+        f"the llama rule and older SGLang versions do, they name B{plain}: a draft trained through the other "
+        f"reading gets every slot one layer off. Check which layers it was trained on (hsdiff gate) before "
+        f"deploying. Source: {applied.source}",
+    )
 
 
 def _target_hidden(c: CheckInput) -> Finding:
     target_hidden = c.target_hidden
     draft_th = c.config.get("target_hidden_size")
     if target_hidden is None or draft_th is None:
-        return _ok("skipped: needs the draft's target_hidden_size and the "
-               "target's hidden_size", skipped=True)
+        return _ok("skipped: needs the draft's target_hidden_size and the target's hidden_size", skipped=True)
     if int(draft_th) == int(target_hidden):
         return _ok(f"target_hidden_size {draft_th} equals the target's hidden_size")
-    return _fail(ERROR, f"the draft's target_hidden_size is {draft_th} but the target's hidden_size is {target_hidden}: this "
-                 "draft was built for another target model.")
+    return _fail(
+        ERROR,
+        f"the draft's target_hidden_size is {draft_th} but the target's hidden_size is {target_hidden}: this "
+        "draft was built for another target model.",
+    )
 
 
 def _fc(c: CheckInput) -> Finding:
@@ -344,17 +401,25 @@ def _fc(c: CheckInput) -> Finding:
     feeds = slots * int(h)
     width, how = fc_width(config, engine, path, c.version, _weight_shapes)
     if width is None:
-        return _ok(f"skipped: no draft weights beside {path.name} and {title} does not size the fc from the draft "
-                   "config", skipped=True)
+        return _ok(
+            f"skipped: no draft weights beside {path.name} and {title} does not size the fc from the draft config",
+            skipped=True,
+        )
     built, built_how = built_fc_width(config, engine, c.version)
     if built is not None and built != width:
-        return _fail(ERROR, f"the draft's fc takes {width} inputs ({how}) but {built_how} = {built}: loading the "
-                     "weights fails. Set num_aux_hidden_states to the number of aux slots the draft was trained with.")
+        return _fail(
+            ERROR,
+            f"the draft's fc takes {width} inputs ({how}) but {built_how} = {built}: loading the "
+            "weights fails. Set num_aux_hidden_states to the number of aux slots the draft was trained with.",
+        )
     if width == feeds:
         return _ok(f"the draft's fc takes {width} inputs = {slots} slots × {h} ({how})")
-    return _fail(ERROR, f"the draft's fc takes {width} inputs ({how}) but {title} feeds it {slots} slots × "
-                 f"{h} = {feeds}: the matmul fails at load or first request. The number of ids must match the number of "
-                 f"aux slots the draft was trained with ({width // int(h) if width % int(h) == 0 else '?'} × {h}).")
+    return _fail(
+        ERROR,
+        f"the draft's fc takes {width} inputs ({how}) but {title} feeds it {slots} slots × "
+        f"{h} = {feeds}: the matmul fails at load or first request. The number of ids must match the number of "
+        f"aux slots the draft was trained with ({width // int(h) if width % int(h) == 0 else '?'} × {h}).",
+    )
 
 
 def _draft_kind(c: CheckInput) -> Finding:
@@ -366,9 +431,12 @@ def _draft_kind(c: CheckInput) -> Finding:
     flags = [f"{f} ({what})" for f, what in EAGLE31_FLAGS.items() if c.config.get(f) or eagle.get(f)]
     said = f"; norms: {', '.join(flags)}" if flags else ""
     if stated.key != kind.key:
-        return _fail(WARNING, f"the ids were read for draft kind {kind.title} (--draft-kind), but the config's "
-                     f"architectures say {stated.title}{said}: an engine picks its method from the draft, so check "
-                     "which it is")
+        return _fail(
+            WARNING,
+            f"the ids were read for draft kind {kind.title} (--draft-kind), but the config's "
+            f"architectures say {stated.title}{said}: an engine picks its method from the draft, so check "
+            "which it is",
+        )
     archs = ", ".join(map(str, c.config.get("architectures") or [])) or "no architectures"
     return _ok(f"draft kind {kind.title} ({archs}){said}")
 
@@ -380,19 +448,31 @@ def _silent_fallback(c: CheckInput) -> Finding:
         return _ok(f"{conv.rule(c.ids.engine).title} finds the ids in {c.ids.key or 'no key'}")
     title = conv.rule(c.ids.engine).title
     covered = (conv.TOP_KEY, conv.NESTED_KEY) if c.eagle3 else ()  # the ignored-key check speaks of these two
-    elsewhere = [(k, v) for k in conv.id_keys(c.kind) if k not in covered
-                 and _is_int_list(v := config_value(c.config, k)[1]) and v]
+    elsewhere = [
+        (k, v)
+        for k in conv.id_keys(c.kind)
+        if k not in covered and _is_int_list(v := config_value(c.config, k)[1]) and v
+    ]
     default = conv.kind_default(c.ids.engine, c.kind)
     what = f" ({default})" if default else ""
     if elsewhere:
         held = ", ".join(f"{conv.key_name(k)} = {v}" for k, v in elsewhere)
         readers = sorted({e for k, _ in elsewhere for e in conv.readers_of(k, c.kind)} - {c.ids.engine})
-        by = f", which {', '.join(conv.rule(e).title for e in readers)} read{'s' if len(readers) == 1 else ''}" if readers else ""
-        return _fail(ERROR, f"{title} reads none of the keys holding ids ({held}{by}): it silently captures its "
-                     f"default layers{what}, and the draft gets other layers than it was trained on. Write the ids "
-                     f"where {title} reads them (`hsdiff fix-config --engine {c.ids.engine}`).")
-    return _ok(f"no key of the draft config holds ids, so nothing sits where only another engine looks (ids-source "
-               f"warns of {title}'s fallback)")
+        by = (
+            f", which {', '.join(conv.rule(e).title for e in readers)} read{'s' if len(readers) == 1 else ''}"
+            if readers
+            else ""
+        )
+        return _fail(
+            ERROR,
+            f"{title} reads none of the keys holding ids ({held}{by}): it silently captures its "
+            f"default layers{what}, and the draft gets other layers than it was trained on. Write the ids "
+            f"where {title} reads them (`hsdiff fix-config --engine {c.ids.engine}`).",
+        )
+    return _ok(
+        f"no key of the draft config holds ids, so nothing sits where only another engine looks (ids-source "
+        f"warns of {title}'s fallback)"
+    )
 
 
 def _weight_shapes(path: Path) -> dict[str, tuple[int, ...]]:

@@ -18,5 +18,16 @@ from .pairs import NormsRead, PairKey, SampleCache, read_sample, score_many, ske
 from .rows import THREADS, RowStats
 from .trainslot import TrainSlot
 
-__all__ = ["THREADS", "Backend", "NormsRead", "PairKey", "RowStats", "SampleCache", "TrainSlot", "read_sample", "score_many",
-           "sketch", "sketch_all"]
+__all__ = [
+    "THREADS",
+    "Backend",
+    "NormsRead",
+    "PairKey",
+    "RowStats",
+    "SampleCache",
+    "TrainSlot",
+    "read_sample",
+    "score_many",
+    "sketch",
+    "sketch_all",
+]

@@ -25,7 +25,18 @@ import numpy as np
 
 from ..arrays import as_f32, dtype_name, row_sq_norms
 
-__all__ = ["BACKEND", "DTYPES", "WORTH", "Backend", "CLoop", "Numpy", "choose", "rows_sq", "rows_sq_into", "rows_sq_many"]
+__all__ = [
+    "BACKEND",
+    "DTYPES",
+    "WORTH",
+    "Backend",
+    "CLoop",
+    "Numpy",
+    "choose",
+    "rows_sq",
+    "rows_sq_into",
+    "rows_sq_many",
+]
 
 _DTYPES = {"float32": 0, "bfloat16": 1}
 #: The stored dtypes the C loop reads.
@@ -43,12 +54,34 @@ def _load() -> Any:
     except OSError:
         return None
     lib.hs_rows.restype = None
-    lib.hs_rows.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_long, ctypes.c_void_p, ctypes.c_int, ctypes.c_long,
-                            ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
+    lib.hs_rows.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_int,
+        ctypes.c_long,
+        ctypes.c_void_p,
+        ctypes.c_int,
+        ctypes.c_long,
+        ctypes.c_long,
+        ctypes.c_long,
+        ctypes.c_void_p,
+        ctypes.c_void_p,
+        ctypes.c_int,
+    ]
     lib.hs_rows_many.restype = None
-    lib.hs_rows_many.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_long, ctypes.c_long, ctypes.c_long,
-                                 ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
-                                 ctypes.c_void_p, ctypes.c_int]
+    lib.hs_rows_many.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_int,
+        ctypes.c_long,
+        ctypes.c_long,
+        ctypes.c_long,
+        ctypes.c_int,
+        ctypes.c_void_p,
+        ctypes.c_void_p,
+        ctypes.c_void_p,
+        ctypes.c_void_p,
+        ctypes.c_void_p,
+        ctypes.c_int,
+    ]
     lib.hs_fast.restype = ctypes.c_int
     return lib
 
@@ -98,8 +131,13 @@ class CLoop(Backend):
 
     def handles(self, *arrays: np.ndarray) -> bool:
         """float32 or bfloat16 rows, each contiguous."""
-        return all(a.ndim == 2 and dtype_name(a) in _DTYPES and (a.shape[1] < 2 or a.strides[1] == a.itemsize)
-                   and a.strides[0] % a.itemsize == 0 for a in arrays)
+        return all(
+            a.ndim == 2
+            and dtype_name(a) in _DTYPES
+            and (a.shape[1] < 2 or a.strides[1] == a.itemsize)
+            and a.strides[0] % a.itemsize == 0
+            for a in arrays
+        )
 
 
 _LIB = _load()
@@ -114,8 +152,7 @@ def choose() -> Backend:
 BACKEND: Backend = choose()
 
 
-def rows_sq(x: np.ndarray, y: np.ndarray | None = None, portable: bool = False
-            ) -> tuple[np.ndarray, np.ndarray | None]:
+def rows_sq(x: np.ndarray, y: np.ndarray | None = None, portable: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
     """The squared norm of each row of ``x`` (float32 or bfloat16 ``[N, W]``) and, with ``y`` (the same
     shape), of each row of ``x - y``, as float64 ``[N]`` arrays. By the C loop when :func:`handles`
     them (``portable``: its loop without AVX2, which gives the same bits), else in numpy."""
@@ -135,25 +172,46 @@ def rows_sq(x: np.ndarray, y: np.ndarray | None = None, portable: bool = False
     return nx2, d2
 
 
-def rows_sq_into(x: np.ndarray, y: np.ndarray | None, nx2: np.ndarray, d2: np.ndarray | None,
-                 portable: bool = False) -> None:
+def rows_sq_into(
+    x: np.ndarray, y: np.ndarray | None, nx2: np.ndarray, d2: np.ndarray | None, portable: bool = False
+) -> None:
     """:func:`rows_sq` by the C loop into float64 ``nx2`` (and ``d2``), for arrays :func:`handles` takes
     (not checked: the caller asked :meth:`Backend.handles` once)."""
-    _LIB.hs_rows(x.ctypes.data, _DTYPES[dtype_name(x)], _stride(x), None if y is None else y.ctypes.data,
-                 0 if y is None else _DTYPES[dtype_name(y)], 0 if y is None else _stride(y), x.shape[0], x.shape[1],
-                 nx2.ctypes.data, None if d2 is None else d2.ctypes.data, int(portable))
+    _LIB.hs_rows(
+        x.ctypes.data,
+        _DTYPES[dtype_name(x)],
+        _stride(x),
+        None if y is None else y.ctypes.data,
+        0 if y is None else _DTYPES[dtype_name(y)],
+        0 if y is None else _stride(y),
+        x.shape[0],
+        x.shape[1],
+        nx2.ctypes.data,
+        None if d2 is None else d2.ctypes.data,
+        int(portable),
+    )
 
 
-def rows_sq_many(x: np.ndarray, ys: list[np.ndarray], nx2: np.ndarray, d2s: list[np.ndarray],
-                 portable: bool = False) -> None:
+def rows_sq_many(
+    x: np.ndarray, ys: list[np.ndarray], nx2: np.ndarray, d2s: list[np.ndarray], portable: bool = False
+) -> None:
     """:func:`rows_sq_into` of ``x`` against each of ``ys`` (arrays of its shape) into ``d2s``, reading
     each row of ``x`` once for several of them: the same bits as one call per pair."""
     k = len(ys)
-    _LIB.hs_rows_many(x.ctypes.data, _DTYPES[dtype_name(x)], _stride(x), x.shape[0], x.shape[1], k,
-                      (ctypes.c_void_p * k)(*[y.ctypes.data for y in ys]),
-                      (ctypes.c_int * k)(*[_DTYPES[dtype_name(y)] for y in ys]),
-                      (ctypes.c_long * k)(*[_stride(y) for y in ys]), nx2.ctypes.data,
-                      (ctypes.c_void_p * k)(*[d.ctypes.data for d in d2s]), int(portable))
+    _LIB.hs_rows_many(
+        x.ctypes.data,
+        _DTYPES[dtype_name(x)],
+        _stride(x),
+        x.shape[0],
+        x.shape[1],
+        k,
+        (ctypes.c_void_p * k)(*[y.ctypes.data for y in ys]),
+        (ctypes.c_int * k)(*[_DTYPES[dtype_name(y)] for y in ys]),
+        (ctypes.c_long * k)(*[_stride(y) for y in ys]),
+        nx2.ctypes.data,
+        (ctypes.c_void_p * k)(*[d.ctypes.data for d in d2s]),
+        int(portable),
+    )
 
 
 def _stride(a: np.ndarray) -> int:

@@ -27,8 +27,7 @@ def token_metrics(nx: np.ndarray, ny: np.ndarray, diff: np.ndarray) -> tuple[np.
     return err, cos, ratio
 
 
-def summarise(err: np.ndarray, cos: np.ndarray, ratio: np.ndarray, sinks: np.ndarray,
-               values_per_token: int) -> Metrics:
+def summarise(err: np.ndarray, cos: np.ndarray, ratio: np.ndarray, sinks: np.ndarray, values_per_token: int) -> Metrics:
     ordinary = ~sinks
     finite = np.isfinite(err)
     use = ordinary & finite

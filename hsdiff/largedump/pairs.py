@@ -81,8 +81,7 @@ class SampleCache:
             yield key.rows, xs, norms
 
 
-def sketch(train: TrainSlot, x: np.ndarray | Capture, offset: int, n: int,
-           cache: SampleCache | None = None) -> Metrics:
+def sketch(train: TrainSlot, x: np.ndarray | Capture, offset: int, n: int, cache: SampleCache | None = None) -> Metrics:
     """Metrics on at most ``n`` ordinary tokens, in a few runs of neighbours spread over the overlap at
     ``offset``: an estimate that reads a few rows of each side (``cache``: see :func:`read_sample`).
     The norms of ``x - y`` come from the backend's loop when it has one (whatever the size: an
@@ -90,8 +89,9 @@ def sketch(train: TrainSlot, x: np.ndarray | Capture, offset: int, n: int,
     return sketch_all([train], x, offset, n, cache)[0]
 
 
-def sketch_all(trains: Sequence[TrainSlot], x: np.ndarray | Capture, offset: int, n: int,
-               cache: SampleCache | None = None) -> list[Metrics]:
+def sketch_all(
+    trains: Sequence[TrainSlot], x: np.ndarray | Capture, offset: int, n: int, cache: SampleCache | None = None
+) -> list[Metrics]:
     """:func:`sketch` of each training slot against ``x``, the same results: the slots that sample the
     same rows (the slots of one sample) are compared with them in one pass over them."""
     out = [Metrics.empty()] * len(trains)
@@ -126,8 +126,9 @@ def _raw_sample(train: TrainSlot, x: np.ndarray | Capture) -> bool:
     return backend.BACKEND.reads([train.source, x])
 
 
-def read_sample(train: TrainSlot, x: np.ndarray | Capture, offset: int, n: int, cache: SampleCache | None = None
-                ) -> tuple[list[int], np.ndarray, np.ndarray, np.ndarray] | None:
+def read_sample(
+    train: TrainSlot, x: np.ndarray | Capture, offset: int, n: int, cache: SampleCache | None = None
+) -> tuple[list[int], np.ndarray, np.ndarray, np.ndarray] | None:
     """The rows :func:`sketch` compares at ``offset`` (None: the sides do not overlap), their
     positions in the training slot less ``offset``, and those rows of ``x`` (in their stored dtype with
     the loop) with their norms, kept in ``cache``; the training rows are read too
@@ -234,9 +235,19 @@ def _walks(pairs: Sequence[tuple[TrainSlot, np.ndarray | Capture, int]]) -> list
                     x_at[id(pairs[k][1])] = len(xs)
                     xs.append(pairs[k][1])
             values = sum((span[k][1] - span[k][0]) * extent(pairs[k][1])[1] for k in mine)
-            walks.append(_Walk(o, mine, {k: span[k] for k in mine}, slots,
-                               xs, {k: slot_at[pairs[k][0]] for k in mine}, {k: x_at[id(pairs[k][1])] for k in mine},
-                               max(extent(x)[1] for x in xs), backend.BACKEND.worth([t.source for t in slots] + xs, values)))
+            walks.append(
+                _Walk(
+                    o,
+                    mine,
+                    {k: span[k] for k in mine},
+                    slots,
+                    xs,
+                    {k: slot_at[pairs[k][0]] for k in mine},
+                    {k: x_at[id(pairs[k][1])] for k in mine},
+                    max(extent(x)[1] for x in xs),
+                    backend.BACKEND.worth([t.source for t in slots] + xs, values),
+                )
+            )
     return walks
 
 
@@ -265,8 +276,12 @@ def _compare_rows(w: _Walk, a: int, b: int) -> None:
             for ti, t in enumerate(w.slots):
                 lo, hi = max(r0, w.t_rows[ti][0]), min(r1, w.t_rows[ti][1])
                 if hi > lo:
-                    ys[ti] = (lo, read_raw(t.source, lo + o, hi + o, slot_buf[ti]) if w.loop
-                              else t.rows(lo + o, hi + o, _block(fbuf[ti], hi - lo, t.width)))
+                    ys[ti] = (
+                        lo,
+                        read_raw(t.source, lo + o, hi + o, slot_buf[ti])
+                        if w.loop
+                        else t.rows(lo + o, hi + o, _block(fbuf[ti], hi - lo, t.width)),
+                    )
             for xi, x in enumerate(w.xs):
                 x0, x1 = w.x_rows[xi]
                 lo, hi = max(r0, x0), min(r1, x1)
@@ -284,13 +299,21 @@ def _compare_rows(w: _Walk, a: int, b: int) -> None:
                 if w.loop:
                     xb = read_raw(x, lo, hi, xbuf)
                     if whole:  # x read once for all of them, its norms too
-                        backend.rows_sq_many(xb, [_y_rows(ys[w.slot_of[k]], p0, p1) for k, p0, p1 in whole], x_sq,
-                                           [w.d_sq[k][p0 - w.span[k][0] : p1 - w.span[k][0]] for k, p0, p1 in whole])
+                        backend.rows_sq_many(
+                            xb,
+                            [_y_rows(ys[w.slot_of[k]], p0, p1) for k, p0, p1 in whole],
+                            x_sq,
+                            [w.d_sq[k][p0 - w.span[k][0] : p1 - w.span[k][0]] for k, p0, p1 in whole],
+                        )
                     else:
                         backend.rows_sq_into(xb, None, x_sq, None)
                     for k, p0, p1 in part:
-                        backend.rows_sq_into(xb[p0 - lo : p1 - lo], _y_rows(ys[w.slot_of[k]], p0, p1),
-                                           nx2_scratch[: p1 - p0], w.d_sq[k][p0 - w.span[k][0] : p1 - w.span[k][0]])
+                        backend.rows_sq_into(
+                            xb[p0 - lo : p1 - lo],
+                            _y_rows(ys[w.slot_of[k]], p0, p1),
+                            nx2_scratch[: p1 - p0],
+                            w.d_sq[k][p0 - w.span[k][0] : p1 - w.span[k][0]],
+                        )
                     continue
                 xb = read(x, lo, hi, _block(xf, hi - lo, extent(x)[1]))
                 row_sq_norms(xb, out=x_sq)
@@ -305,10 +328,12 @@ def _y_rows(got: tuple[int, np.ndarray], p0: int, p1: int) -> np.ndarray:
     return got[1][p0 - got[0] : p1 - got[0]]
 
 
-def score_many(pairs: Sequence[tuple[TrainSlot, np.ndarray | Capture, int]],
-               stats: Sequence[RowStats | None] | None = None,
-               errors: list[np.ndarray | None] | None = None,
-               progress: Callable[[int, int], None] | None = None) -> list[Metrics]:
+def score_many(
+    pairs: Sequence[tuple[TrainSlot, np.ndarray | Capture, int]],
+    stats: Sequence[RowStats | None] | None = None,
+    errors: list[np.ndarray | None] | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> list[Metrics]:
     """:func:`score` of many ``(train, infer, offset)`` pairs at once, with the same results: pairs of one
     offset walk the tokens together, a task of rows at a time on :data:`THREADS` threads, so that each
     block of each inference capture and of each training slot is read and converted once and shared by
@@ -316,8 +341,12 @@ def score_many(pairs: Sequence[tuple[TrainSlot, np.ndarray | Capture, int]],
     overlap; ``progress`` is called with the tasks done so far and their number."""
     out: list[Metrics] = [Metrics.empty()] * len(pairs)
     walks = _walks(pairs)
-    tasks = [(w, a, min(a + _task_rows(w), hi)) for w in walks for lo, hi in [w.extent(w.ks)]
-             for a in range(lo, hi, _task_rows(w))]
+    tasks = [
+        (w, a, min(a + _task_rows(w), hi))
+        for w in walks
+        for lo, hi in [w.extent(w.ks)]
+        for a in range(lo, hi, _task_rows(w))
+    ]
     for n, _ in enumerate(in_order(_compare_rows, tasks)):
         if progress is not None:
             progress(n, len(tasks))
@@ -335,8 +364,9 @@ def score_many(pairs: Sequence[tuple[TrainSlot, np.ndarray | Capture, int]],
                 for k in w.x_keys[xi]:
                     t, x, o = pairs[k]
                     i0, i1 = w.span[k]
-                    err, cos, ratio = token_metrics(norms[i0 - x0 : i1 - x0], t.norms[i0 + o : i1 + o],
-                                                    np.sqrt(w.d_sq[k]).astype(np.float32))
+                    err, cos, ratio = token_metrics(
+                        norms[i0 - x0 : i1 - x0], t.norms[i0 + o : i1 + o], np.sqrt(w.d_sq[k]).astype(np.float32)
+                    )
                     out[k] = summarise(err, cos, ratio, t.sinks[i0 + o : i1 + o], extent(x)[1])
                     if errors is not None:
                         errors[k] = err

@@ -26,9 +26,26 @@ from ..model import Capture
 from ..rowio import RowBuffer, files_held
 from . import backend
 
-__all__ = ["BLOCK_BYTES", "CHUNK_BYTES", "RAW_BLOCK_BYTES", "THREADS", "RowStats", "block_rows", "chunks",
-           "extent", "gather_columns", "in_order", "norms_of", "raw_block_rows", "read", "read_at", "read_raw",
-           "row_buffers", "scratch", "source"]
+__all__ = [
+    "BLOCK_BYTES",
+    "CHUNK_BYTES",
+    "RAW_BLOCK_BYTES",
+    "THREADS",
+    "RowStats",
+    "block_rows",
+    "chunks",
+    "extent",
+    "gather_columns",
+    "in_order",
+    "norms_of",
+    "raw_block_rows",
+    "read",
+    "read_at",
+    "read_raw",
+    "row_buffers",
+    "scratch",
+    "source",
+]
 
 #: Rows per chunk are chosen so that one chunk of one side holds about this many float32 bytes.
 CHUNK_BYTES = 8 * 2**20
@@ -83,8 +100,9 @@ class RowStats:
         from ``start``, the rows whose norm is not finite or is zero (what the counts need of them)."""
         self._add(len(norms), start, norms, lambda idx: np.stack([odd[int(i)] for i in idx]))
 
-    def _add(self, n: int, start: int | None, norms: np.ndarray | None,
-             rows_at: Callable[[np.ndarray], np.ndarray]) -> np.ndarray | None:
+    def _add(
+        self, n: int, start: int | None, norms: np.ndarray | None, rows_at: Callable[[np.ndarray], np.ndarray]
+    ) -> np.ndarray | None:
         sel = None  # which of the n rows are new, when some were counted before
         if self.tokens is not None and start is not None:
             if self._seen is None:

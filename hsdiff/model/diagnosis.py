@@ -85,9 +85,14 @@ class Miss:
 
     def to_dict(self) -> dict:
         s = self.seen
-        return {"direction": s.way, "layers": self.layers,
-                "explained_by": list(self.explained_by), "norm_ratios": [round(x, 4) for x in s.ratios],
-                "errors": [round(x, 4) for x in s.errors], "cosines": [round(x, 4) for x in s.cosines]}
+        return {
+            "direction": s.way,
+            "layers": self.layers,
+            "explained_by": list(self.explained_by),
+            "norm_ratios": [round(x, 4) for x in s.ratios],
+            "errors": [round(x, 4) for x in s.errors],
+            "cosines": [round(x, 4) for x in s.cosines],
+        }
 
 
 @dataclass(frozen=True)
@@ -104,8 +109,11 @@ class NormFinding:
         return [s for s, d in self.differences.items() if d > tolerance]
 
     def to_dict(self) -> dict:
-        return {"slot": self.slot, "tokens": len(self.printed.norms),
-                "differences": {str(s): round(d, 4) for s, d in sorted(self.differences.items())}}
+        return {
+            "slot": self.slot,
+            "tokens": len(self.printed.norms),
+            "differences": {str(s): round(d, 4) for s, d in sorted(self.differences.items())},
+        }
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,19 @@ from ..jsonout import dumps
 if TYPE_CHECKING:  # pragma: no cover
     from . import Report, Settings
 
-__all__ = ["Severity", "ERROR", "WARNING", "INFO", "GateVerdict", "SCHEMA_VERSION", "fails_gate", "warns",
-           "Check", "IdsSource", "GateResult"]
+__all__ = [
+    "Severity",
+    "ERROR",
+    "WARNING",
+    "INFO",
+    "GateVerdict",
+    "SCHEMA_VERSION",
+    "fails_gate",
+    "warns",
+    "Check",
+    "IdsSource",
+    "GateResult",
+]
 
 
 class Severity(StrEnum):
@@ -45,6 +56,8 @@ def fails_gate(ok: bool, skipped: bool, severity: str, strict: bool) -> bool:
 def warns(ok: bool, skipped: bool, severity: str) -> bool:
     """A failed, not skipped check that only warns (it fails the gate under ``strict``)."""
     return not ok and not skipped and severity == WARNING
+
+
 #: 3: the embedded report is of schema 3 (``diagnosis``); 2: ``settings`` recorded; 1: not
 SCHEMA_VERSION = 3
 
@@ -82,8 +95,15 @@ class Check:
         return "FAIL" if self.severity == ERROR else "warn"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "ok": self.ok, "severity": self.severity, "status": self.status,
-                "skipped": self.skipped, "message": self.message, "path": self.path}
+        return {
+            "name": self.name,
+            "ok": self.ok,
+            "severity": self.severity,
+            "status": self.status,
+            "skipped": self.skipped,
+            "message": self.message,
+            "path": self.path,
+        }
 
     def __repr__(self) -> str:
         return f"<Check {self.name}: {self.status}>"
@@ -108,11 +128,19 @@ class IdsSource:
     index: str = ""  # OUTPUT or BOUNDARY where the key read gives the ids a meaning of its own, else ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"engine": self.engine, "engine_version": self.engine_version, "rule": self.rule,
-                "eagle_aux_hidden_state_layer_ids": list(self.ids),
-                "boundary_indices": list(self.boundaries), "key": self.key, "path": self.path,
-                "fallback": self.fallback, "note": self.note, "model_family": self.model_family,
-                "vllm_runner": self.vllm_runner}
+        return {
+            "engine": self.engine,
+            "engine_version": self.engine_version,
+            "rule": self.rule,
+            "eagle_aux_hidden_state_layer_ids": list(self.ids),
+            "boundary_indices": list(self.boundaries),
+            "key": self.key,
+            "path": self.path,
+            "fallback": self.fallback,
+            "note": self.note,
+            "model_family": self.model_family,
+            "vllm_runner": self.vllm_runner,
+        }
 
     def __repr__(self) -> str:
         return f"<IdsSource {self.engine} {list(self.ids)} from {self.key or 'default'}>"

@@ -111,9 +111,10 @@ class Metrics:
 
     ``rel_err``: upper median over compared tokens of ||infer - train|| / ||train|| (per token, on
     the compared columns; attention-sink tokens left out when ordinary tokens are present), so that
-    a minority of tokens cannot carry a match. ``cosine``: lower median per-token cosine similarity. ``p90_err``: 90th percentile of the per-token
-    error. ``norm_ratio``: median per-token norm ratio infer/train. ``sink_only``: only
-    attention-sink tokens were compared, which cannot separate neighbouring layers.
+    a minority of tokens cannot carry a match. ``cosine``: lower median per-token cosine similarity.
+    ``p90_err``: 90th percentile of the per-token error. ``norm_ratio``: median per-token norm ratio
+    infer/train. ``sink_only``: only attention-sink tokens were compared, which cannot separate
+    neighbouring layers.
     """
 
     rel_err: float
@@ -212,10 +213,19 @@ class Score:
     def to_dict(self) -> dict:
         m = self.metrics
         return {
-            "slot": self.slot, "sample": self.sample, "capture": self.capture,
-            "capture_boundary": self.capture_boundary, "label_source": self.label_source,
-            "token_offset": self.token_offset, "rel_err": m.rel_err, "cosine": m.cosine, "p90_err": m.p90_err,
-            "norm_ratio": m.norm_ratio, "tokens": m.tokens, "values": m.values, "sink_only": m.sink_only,
+            "slot": self.slot,
+            "sample": self.sample,
+            "capture": self.capture,
+            "capture_boundary": self.capture_boundary,
+            "label_source": self.label_source,
+            "token_offset": self.token_offset,
+            "rel_err": m.rel_err,
+            "cosine": m.cosine,
+            "p90_err": m.p90_err,
+            "norm_ratio": m.norm_ratio,
+            "tokens": m.tokens,
+            "values": m.values,
+            "sink_only": m.sink_only,
         }
 
 
@@ -304,11 +314,11 @@ class EngineIds:
         return f"<{self.at.title} {self.at.version}: {list(self.ids)}>"
 
 
-
 def config_line(ids: Sequence[int | None]) -> str:
     """The line of a draft config.json that states ``ids`` (``null`` for an id no convention gives)."""
     shown = ", ".join("null" if i is None else str(i) for i in ids)
     return f'"eagle_aux_hidden_state_layer_ids": [{shown}]'
+
 
 @dataclass(frozen=True)
 class Recommendation:
@@ -413,8 +423,11 @@ class Report:
     @property
     def not_writable(self) -> list[str]:
         """Why the recommended ids would be a guess; ``[]`` when they can be written (:func:`why_not_writable`)."""
-        return why_not_writable(self.verdict, [(s.boundary_index, s.status, s.evidence) for s in self.slots],
-                                self.recommended.boundary_indices)
+        return why_not_writable(
+            self.verdict,
+            [(s.boundary_index, s.status, s.evidence) for s in self.slots],
+            self.recommended.boundary_indices,
+        )
 
     def to_dict(self) -> dict:
         return {
@@ -487,8 +500,18 @@ class Report:
         return head + self.slots_frame().to_html() + f"<pre>{escape(self.recommended.config_line())}</pre>"
 
 
-_SCORE_KEYS = ("slot", "capture", "capture_boundary", "label_source", "sample", "token_offset", "rel_err", "cosine",
-               "tokens", "sink_only")
+_SCORE_KEYS = (
+    "slot",
+    "capture",
+    "capture_boundary",
+    "label_source",
+    "sample",
+    "token_offset",
+    "rel_err",
+    "cosine",
+    "tokens",
+    "sink_only",
+)
 
 
 def best_scores(scores: Sequence[Score]) -> list[dict]:

@@ -85,15 +85,24 @@ class Settings:
 
     def lines(self) -> list[str]:
         """The settings, one line each, for the text and Markdown reports."""
-        out = [f"engine: {self.engine.words()}"
-               + (f" (--engine-version {', '.join(self.engine_versions)})" if self.engine_versions else
-                  " (the newest version hsdiff knows)" if self.recorded else "")]
+        out = [
+            f"engine: {self.engine.words()}"
+            + (
+                f" (--engine-version {', '.join(self.engine_versions)})"
+                if self.engine_versions
+                else " (the newest version hsdiff knows)"
+                if self.recorded
+                else ""
+            )
+        ]
         if self.vllm_runner:
             out[0] += f", {self.vllm_runner.upper()} runner"
         out.append(f"model family: {self.model_family} ({self.model_family_source})")
         if self.train_engine is not None:
-            out.append(f"training side: {self.train_engine.words()}; layer numbers in dumps count as "
-                       f"{self.train_index} (training), {self.infer_index} (inference)")
+            out.append(
+                f"training side: {self.train_engine.words()}; layer numbers in dumps count as "
+                f"{self.train_index} (training), {self.infer_index} (inference)"
+            )
         shape = []
         if self.num_layers is not None:
             shape.append(f"{self.num_layers} layers ({self.num_layers_source})")
@@ -140,26 +149,46 @@ class Settings:
         s = doc.get("settings")
         if isinstance(s, dict):
             eng, te = str(s["engine"]), s.get("train_engine")
-            train = None if te is None else EngineVersion(str(te), t.get(str(te), str(te)),
-                                                          s.get("train_engine_version"), s.get("train_rule") or "")
+            train = (
+                None
+                if te is None
+                else EngineVersion(
+                    str(te), t.get(str(te), str(te)), s.get("train_engine_version"), s.get("train_rule") or ""
+                )
+            )
             return cls(
                 EngineVersion(eng, t.get(eng, eng), s.get("engine_version"), s.get("rule") or ""),
-                s.get("model_family") or "llama", s.get("model_family_source") or "",
+                s.get("model_family") or "llama",
+                s.get("model_family_source") or "",
                 tuple(s.get("engine_versions_given") or ()),
-                tuple(EngineVersion(e, t.get(e, e), v.get("version"), v.get("rule") or "")
-                      for e, v in (s.get("versions") or {}).items()),
-                Index(s.get("infer_index") or Index.BOUNDARY), Index(s.get("train_index") or Index.BOUNDARY), train, s.get("tolerance"),
-                s.get("num_hidden_layers"), s.get("num_hidden_layers_source") or "", s.get("hidden_size"),
-                s.get("hidden_size_source") or "", s.get("vllm_runner"),
+                tuple(
+                    EngineVersion(e, t.get(e, e), v.get("version"), v.get("rule") or "")
+                    for e, v in (s.get("versions") or {}).items()
+                ),
+                Index(s.get("infer_index") or Index.BOUNDARY),
+                Index(s.get("train_index") or Index.BOUNDARY),
+                train,
+                s.get("tolerance"),
+                s.get("num_hidden_layers"),
+                s.get("num_hidden_layers_source") or "",
+                s.get("hidden_size"),
+                s.get("hidden_size_source") or "",
+                s.get("vllm_runner"),
             )
         rec = doc.get("recommended") or {}
         inputs = doc.get("inputs") or {}
         eng = str(rec.get("engine") or doc.get("engine") or inputs.get("engine") or "sglang")
-        return cls(EngineVersion(eng, t.get(eng, eng), None, ""),
-                   str(rec.get("model_family") or inputs.get("model_family") or "llama"), "recorded in the report",
-                   tolerance=doc.get("tolerance"), num_layers=doc.get("num_hidden_layers"),
-                   num_layers_source="recorded in the report", hidden_size=doc.get("hidden_size"),
-                   hidden_size_source="recorded in the report", recorded=False)
+        return cls(
+            EngineVersion(eng, t.get(eng, eng), None, ""),
+            str(rec.get("model_family") or inputs.get("model_family") or "llama"),
+            "recorded in the report",
+            tolerance=doc.get("tolerance"),
+            num_layers=doc.get("num_hidden_layers"),
+            num_layers_source="recorded in the report",
+            hidden_size=doc.get("hidden_size"),
+            hidden_size_source="recorded in the report",
+            recorded=False,
+        )
 
 
 def by_engine_entries(recommended: dict[str, Any]) -> dict[str, tuple[str | None, list[int | None]]]:

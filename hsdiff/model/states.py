@@ -46,8 +46,9 @@ class Verdict(StrEnum):
 UNSETTLED = (Status.AMBIGUOUS, Status.UNOBSERVED, Status.UNMATCHED, Status.UNLABELLED)
 
 
-def why_not_writable(verdict: str, slots: Sequence[tuple[int | None, str, str]],
-                     recommended: Sequence[int | None]) -> list[str]:
+def why_not_writable(
+    verdict: str, slots: Sequence[tuple[int | None, str, str]], recommended: Sequence[int | None]
+) -> list[str]:
     """Why a report's recommended ids would be a guess (``[]``: they can be written, as ``hsdiff
     fix-config --from-report`` does and the renderers offer): the one rule, on records and on saved
     JSON alike. ``slots``: per slot, its layer (boundary index), status and evidence.
@@ -59,8 +60,11 @@ def why_not_writable(verdict: str, slots: Sequence[tuple[int | None, str, str]],
     """
     problems = [] if verdict in (Verdict.OK, Verdict.MISMATCH) else [f"verdict {str(verdict)!r}"]
     for i, (b, status, evidence) in enumerate(slots):
-        if b is None or status in UNSETTLED or evidence not in (Evidence.OBSERVED, Evidence.CONSISTENT,
-                                                                Evidence.INFERRED):
+        if (
+            b is None
+            or status in UNSETTLED
+            or evidence not in (Evidence.OBSERVED, Evidence.CONSISTENT, Evidence.INFERRED)
+        ):
             problems.append(f"slot {i} {status or 'unidentified'}")
     if not any(e == Evidence.OBSERVED for _, _, e in slots):
         problems.append("no slot was observed")

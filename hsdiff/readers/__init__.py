@@ -43,12 +43,35 @@ from ._container import (
 )
 from .registry import BY_KEY, DATASETS, DETECTION, FORMATS, LOG_SUFFIXES, TABLES, TEXT_READER, DatasetReader, accepts
 
-__all__ = ["FORMATS", "ReadContext", "scan", "read_file", "read_safetensors_header", "replica_groups", "replica_difference",
-           "RANK_SEQUENCE", "rank_sequence"]
+__all__ = [
+    "FORMATS",
+    "ReadContext",
+    "scan",
+    "read_file",
+    "read_safetensors_header",
+    "replica_groups",
+    "replica_difference",
+    "RANK_SEQUENCE",
+    "rank_sequence",
+]
 
 log = logging.getLogger("hsdiff.readers")
 
-_SKIP_SUFFIXES = {".json", ".jsonl", ".md", ".py", ".sh", ".yaml", ".yml", ".toml", ".cfg", ".lock", ".png", ".csv", ".ipynb"}
+_SKIP_SUFFIXES = {
+    ".json",
+    ".jsonl",
+    ".md",
+    ".py",
+    ".sh",
+    ".yaml",
+    ".yml",
+    ".toml",
+    ".cfg",
+    ".lock",
+    ".png",
+    ".csv",
+    ".ipynb",
+}
 
 
 def read_file(path: Path, ctx: ReadContext, fmt: str | None = None) -> list[Capture]:
@@ -57,7 +80,8 @@ def read_file(path: Path, ctx: ReadContext, fmt: str | None = None) -> list[Capt
     ``fmt`` forces a format; otherwise text goes to the text reader and a tensor file to the first
     table reader (by ``PRIORITY``) whose ``sniff`` accepts it.
 
-    >>> read_file(Path("fixtures/seed/train/rows_0-2000/data_0.ckpt"), ReadContext("train"))[0].origin.format  # doctest: +SKIP
+    >>> caps = read_file(Path("fixtures/seed/train/rows_0-2000/data_0.ckpt"), ReadContext("train"))  # doctest: +SKIP
+    >>> caps[0].origin.format  # doctest: +SKIP
     'specforge'
     """
     dataset = _dataset(path, fmt)
@@ -66,12 +90,17 @@ def read_file(path: Path, ctx: ReadContext, fmt: str | None = None) -> list[Capt
             return list(dataset.read(path, ctx))
         except OSError as e:  # the index, a shard or a manifest that cannot be read
             where = e.filename or path
-            raise InputError(f"cannot read ({e.strerror or e})", path=where,
-                             hint="make the dataset's files readable (chmod +r) or leave it out") from None
+            raise InputError(
+                f"cannot read ({e.strerror or e})",
+                path=where,
+                hint="make the dataset's files readable (chmod +r) or leave it out",
+            ) from None
     try:
         container = sniff_container(path)
     except PermissionError:
-        raise InputError("permission denied", path=path, hint="make the file readable (chmod +r) or leave it out") from None
+        raise InputError(
+            "permission denied", path=path, hint="make the file readable (chmod +r) or leave it out"
+        ) from None
     except IsADirectoryError:
         raise InputError("is a directory", path=path) from None
     except OSError as e:
@@ -83,7 +112,8 @@ def read_file(path: Path, ctx: ReadContext, fmt: str | None = None) -> list[Capt
         raise not_what_it_claims(path, container)
     if container == "binary" and not reads_text and path.suffix.lower() not in LOG_SUFFIXES:
         raise FormatError(
-            "not in any format hsdiff reads (unrecognised binary data)", path=path,
+            "not in any format hsdiff reads (unrecognised binary data)",
+            path=path,
             hint=f"hsdiff reads {', '.join(FORMATS)}; point it at the dump itself",
         )
     if container in ("text", "binary") or reads_text:
@@ -111,8 +141,11 @@ def _dataset(path: Path, fmt: str | None) -> DatasetReader | None:
     """The dataset reader whose entry point ``path`` is (with ``fmt``, that format's only), or None."""
     found = next((r for r in DATASETS if (fmt is None or fmt == r.KEY) and path.is_file() and r.claims(path)), None)
     if found is None and fmt is not None and BY_KEY.get(fmt) in DATASETS:
-        raise FormatError(f"not the entry point of a {fmt} dataset", path=path,
-                          hint=f"point hsdiff at the {fmt} dataset's directory or its index file")
+        raise FormatError(
+            f"not the entry point of a {fmt} dataset",
+            path=path,
+            hint=f"point hsdiff at the {fmt} dataset's directory or its index file",
+        )
     return found
 
 
@@ -131,8 +164,11 @@ def _walk(root: Path) -> Iterable[Path]:
 
 
 def _walk_error(e: OSError) -> None:
-    raise InputError(f"cannot list directory ({e.strerror or e})", path=e.filename,
-                     hint="make it readable (chmod +rx) or leave it out")
+    raise InputError(
+        f"cannot list directory ({e.strerror or e})",
+        path=e.filename,
+        hint="make it readable (chmod +rx) or leave it out",
+    )
 
 
 def _natural(name: str) -> tuple:
@@ -167,19 +203,31 @@ def scan(
     try:
         exists = root.exists()
     except OSError as e:  # a parent directory that cannot be entered
-        raise InputError(f"cannot look at this path ({e.strerror or e})", path=root,
-                         hint="make it and the directories above it readable (chmod +rx)") from None
+        raise InputError(
+            f"cannot look at this path ({e.strerror or e})",
+            path=root,
+            hint="make it and the directories above it readable (chmod +rx)",
+        ) from None
     if not exists:
         if root.is_symlink():
-            raise InputError("symbolic link that leads nowhere (broken, or a loop)", path=root, hint="check the link target")
+            raise InputError(
+                "symbolic link that leads nowhere (broken, or a loop)", path=root, hint="check the link target"
+            )
         raise InputError("no such file or directory", path=root, hint="check the path")
     if fmt is not None and fmt not in FORMATS:
-        raise InputError(f"unknown format {fmt!r} for `{format_name}`", hint=f"choose one of: {', '.join(FORMATS)}",
-                         options=(format_name,))
+        raise InputError(
+            f"unknown format {fmt!r} for `{format_name}`",
+            hint=f"choose one of: {', '.join(FORMATS)}",
+            options=(format_name,),
+        )
     ctx = ReadContext(side=side, index=index, root=root if root.is_dir() else root.parent, log_pattern=log_pattern)
     if root.is_dir():
-        files = [p for p in _walk(root) if (p.suffix.lower() not in _SKIP_SUFFIXES or p.name == "config.json"
-                                            or _dataset(p, None) is not None) and p.name not in speculators.PROVENANCE_FILES]
+        files = [
+            p
+            for p in _walk(root)
+            if (p.suffix.lower() not in _SKIP_SUFFIXES or p.name == "config.json" or _dataset(p, None) is not None)
+            and p.name not in speculators.PROVENANCE_FILES
+        ]
         explicit = False
     else:
         files = [root]
@@ -201,12 +249,18 @@ def scan(
         if not explicit and fmt is None:
             try:
                 container = sniff_container(p)
-                if (container in ("text", "binary") and claimed_format(p) is None and p.suffix.lower() not in LOG_SUFFIXES
-                        and _dataset(p, None) is None):
+                if (
+                    container in ("text", "binary")
+                    and claimed_format(p) is None
+                    and p.suffix.lower() not in LOG_SUFFIXES
+                    and _dataset(p, None) is None
+                ):
                     skipped.append(ctx.rel(p))
                     continue
             except OSError as e:
-                raise InputError(f"cannot read ({e.strerror or e})", path=p, hint="make it readable or leave it out") from None
+                raise InputError(
+                    f"cannot read ({e.strerror or e})", path=p, hint="make it readable or leave it out"
+                ) from None
         norms_before = len(ctx.norm_prints)
         try:
             found = read_file(p, ctx, fmt)
@@ -238,8 +292,9 @@ def scan(
             hint=f"hsdiff reads {', '.join(FORMATS)}; point it at the dump itself or pass `{format_name}=FORMAT`",
             options=(format_name,),
         )
-    return Dump(tuple(captures), tuple(configs), tuple(ctx.warnings), files=len(files),
-                rank_conflicts=tuple(ctx.rank_conflicts))
+    return Dump(
+        tuple(captures), tuple(configs), tuple(ctx.warnings), files=len(files), rank_conflicts=tuple(ctx.rank_conflicts)
+    )
 
 
 def _read_json(p: Path) -> dict:
@@ -256,7 +311,9 @@ def _attach_token_ids(captures: list[Capture], warnings: list[str]) -> list[Capt
     ids_by_group: dict[tuple[str | None, int | None], tuple[int, ...]] = {}
     rest = []
     for c in captures:
-        if sglang_dumper.is_token_ids(c) or (c.dtype.startswith(("int", "uint")) and c.origin.format == "sglang_dumper"):
+        if sglang_dumper.is_token_ids(c) or (
+            c.dtype.startswith(("int", "uint")) and c.origin.format == "sglang_dumper"
+        ):
             if sglang_dumper.is_token_ids(c):
                 ids_by_group[(c.group, c.rank)] = tuple(int(v) for v in c.array().reshape(-1).tolist())
             else:
@@ -310,8 +367,10 @@ def _collapse_ranks(captures: list[Capture], warnings: list[str], conflicts: lis
         base = group[0]
         apart = _tokens_apart(group)
         if apart:
-            warnings.append(f"{base.origin.path} [{base.origin.key}]: {apart}; read as separate sequences (data "
-                            "parallel, or parts of one sequence), not as tensor-parallel replicas")
+            warnings.append(
+                f"{base.origin.path} [{base.origin.key}]: {apart}; read as separate sequences (data "
+                "parallel, or parts of one sequence), not as tensor-parallel replicas"
+            )
             out.extend(c.replace(group=rank_sequence(c.group, c.rank)) for c in group)
             continue
         disagree = []
@@ -354,8 +413,10 @@ def _tokens_apart(group: Sequence[Capture]) -> str:
     base = group[0]
     for other in group[1:]:
         if base.token_ids is not None and other.token_ids is not None and other.token_ids != base.token_ids:
-            return (f"ranks {base.rank} and {other.rank} hold different token ids ({len(base.token_ids)} and "
-                    f"{len(other.token_ids)} tokens)")
+            return (
+                f"ranks {base.rank} and {other.rank} hold different token ids ({len(base.token_ids)} and "
+                f"{len(other.token_ids)} tokens)"
+            )
     return ""
 
 
@@ -376,5 +437,6 @@ def replica_difference(ref: np.ndarray, t: np.ndarray) -> str | None:
     what = "ordinary tokens" if bool(ordinary.any()) and not bool(ordinary.all()) else "tokens"
     finite_err = used[np.isfinite(used)]
     median = pct(lower_median(finite_err)) if finite_err.size else "non-finite values"
-    return (f"differs by {median} (median over {used.size} {what}; {int(bad.sum())} beyond "
-            f"{_REPLICA_TOLERANCE:.0%}) from")
+    return (
+        f"differs by {median} (median over {used.size} {what}; {int(bad.sum())} beyond {_REPLICA_TOLERANCE:.0%}) from"
+    )

@@ -47,7 +47,8 @@ class ReadContext:
 # (at most 9 digits: no model has a billion layers, and int() refuses strings of over 4300 digits)
 _LAYER_WORDS = r"layer_id|layer_idx|layers?|h|blk|blocks?"
 _LAYER_RE = re.compile(
-    rf"(?:^|[^a-z])(?:{_LAYER_WORDS}|hidden_states?|hs|capture|aux)[._\-=\[:]?(-?\d{{1,9}})\]?(?![\d])", re.IGNORECASE)
+    rf"(?:^|[^a-z])(?:{_LAYER_WORDS}|hidden_states?|hs|capture|aux)[._\-=\[:]?(-?\d{{1,9}})\]?(?![\d])", re.IGNORECASE
+)
 # A tensor's name (SGLang dumper): aux_0, capture_1, hidden_states_2 there are slots more often than layers.
 _NAME_LAYER_RE = re.compile(rf"(?:^|[^a-z])(?:{_LAYER_WORDS})[._\-=\[:]?(-?\d{{1,9}})\]?(?![\d])", re.IGNORECASE)
 # Which side of a layer a numbered name means: its input (``model.layers.3.input``, ``layer3_residual_in``,
@@ -162,7 +163,6 @@ def float_entries(table: Table) -> list[Entry]:
     return [e for e in table.entries.values() if e.is_float and len(e.shape) >= 1 and e.shape[-1] > 1]
 
 
-
 #: Rows of a tensor looked at to tell what it holds (a duplicated column block, attention sinks).
 PROBE_ROWS = 64
 
@@ -199,8 +199,9 @@ class LazyRows:
         self.array = array
         self.read: Callable[..., np.ndarray] | None = None
 
-    def __call__(self, i0: int, i1: int, c0: int = 0, c1: int | None = None, out: Any = None,
-                 raw: bool = False) -> np.ndarray:
+    def __call__(
+        self, i0: int, i1: int, c0: int = 0, c1: int | None = None, out: Any = None, raw: bool = False
+    ) -> np.ndarray:
         if self.read is None:
             self.read = file_rows(self.array())
         return self.read(i0, i1, c0, c1, out, raw)

@@ -46,10 +46,25 @@ TITLE = "a DeepSpec target cache"
 MANIFEST = "manifest.json"
 #: The largest manifest read (it lists shards by name: a few KB per thousand shards).
 MANIFEST_LIMIT = 16 * 2**20
-RECORD = np.dtype([("sample_id", "<u8"), ("shard_id", "<u4"), ("seq_len", "<u4"), ("input_ids", "<u8"),
-                   ("attention_mask", "<u8"), ("loss_mask", "<u8"), ("hidden", "<u8"), ("last", "<u8")])
-_EXPECTED = {"version": 2, "hidden_dtype": "bfloat16", "token_dtype": "int32", "mask_dtype": "uint8",
-             "index_record_size": RECORD.itemsize}
+RECORD = np.dtype(
+    [
+        ("sample_id", "<u8"),
+        ("shard_id", "<u4"),
+        ("seq_len", "<u4"),
+        ("input_ids", "<u8"),
+        ("attention_mask", "<u8"),
+        ("loss_mask", "<u8"),
+        ("hidden", "<u8"),
+        ("last", "<u8"),
+    ]
+)
+_EXPECTED = {
+    "version": 2,
+    "hidden_dtype": "bfloat16",
+    "token_dtype": "int32",
+    "mask_dtype": "uint8",
+    "index_record_size": RECORD.itemsize,
+}
 _SHARD_NAME = re.compile(r"^[\w.\-]+$")
 
 
@@ -73,14 +88,24 @@ def _manifest(d: Path) -> dict[str, Any]:
         hidden, n = int(m["hidden_size"]), int(m["num_samples"])
         names = {int(s["shard_id"]): str(s["file_name"]) for s in m["shards"]}
     except (ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
-        raise FormatError(f"not a DeepSpec target-cache manifest ({type(e).__name__}: {str(e)[:80]})", path=path,
-                          hint="point hsdiff at a cache prepare_target_cache.py wrote") from None
+        raise FormatError(
+            f"not a DeepSpec target-cache manifest ({type(e).__name__}: {str(e)[:80]})",
+            path=path,
+            hint="point hsdiff at a cache prepare_target_cache.py wrote",
+        ) from None
     wrong = {k: m.get(k) for k, v in _EXPECTED.items() if m.get(k) != v}
-    if wrong or not layers or layers != sorted(layers) or hidden <= 0 or n < 0 \
-            or not all(_SHARD_NAME.match(f) for f in names.values()):
+    if (
+        wrong
+        or not layers
+        or layers != sorted(layers)
+        or hidden <= 0
+        or n < 0
+        or not all(_SHARD_NAME.match(f) for f in names.values())
+    ):
         raise FormatError(
             f"a DeepSpec target cache with {wrong or 'unsorted layer ids, no hidden size or a shard path'}; hsdiff "
-            f"reads version 2: {_EXPECTED}, ascending target_layer_ids, shard files beside it", path=path,
+            f"reads version 2: {_EXPECTED}, ascending target_layer_ids, shard files beside it",
+            path=path,
             hint="regenerate the cache with DeepSpec's prepare_target_cache.py (version 2)",
         )
     return {"layers": layers, "hidden": hidden, "n": n, "shards": names}
@@ -90,8 +115,11 @@ def read(path: Path, ctx: ReadContext) -> list[Capture]:
     m = _manifest(path.parent)
     size = path.stat().st_size
     if size != m["n"] * RECORD.itemsize:
-        raise FormatError(f"{size} bytes for {m['n']} records of {RECORD.itemsize}", path=path,
-                          hint="the cache was not finalised or is truncated; regenerate it")
+        raise FormatError(
+            f"{size} bytes for {m['n']} records of {RECORD.itemsize}",
+            path=path,
+            hint="the cache was not finalised or is truncated; regenerate it",
+        )
     records = np.fromfile(path, dtype=RECORD, count=m["n"])
     k, h = len(m["layers"]), m["hidden"]
     layers = tuple(Layer(i, Index.OUTPUT, LabelSource.CLAIMED) for i in m["layers"])
@@ -105,18 +133,32 @@ def read(path: Path, ctx: ReadContext) -> list[Capture]:
         shard, shard_size = shards[sid]
         spans = {"input_ids": 4 * t, "loss_mask": t, "hidden": 2 * t * k * h, "last": 2 * t * h}
         if t <= 0 or shard_size < 0 or any(int(r[f]) + n > shard_size for f, n in spans.items()):
-            raise FormatError(f"record of sample {int(r['sample_id'])} ({t} tokens) points past the end of "
-                              f"{shard.name}", path=path, hint="the cache is damaged or incomplete; regenerate it")
+            raise FormatError(
+                f"record of sample {int(r['sample_id'])} ({t} tokens) points past the end of {shard.name}",
+                path=path,
+                hint="the cache is damaged or incomplete; regenerate it",
+            )
         ids = tuple(int(v) for v in np.fromfile(shard, dtype="<i4", count=t, offset=int(r["input_ids"])))
         hidden = _Mapped(shard, int(r["hidden"]), (t, k * h))
-        out.append(Capture(
-            side=ctx.side, origin=Origin(ctx.rel(path), f"sample {int(r['sample_id'])}", None, KEY),
-            shape=(t, k * h), dtype="bfloat16", width=k * h, group=f"sample-{int(r['sample_id'])}", token_ids=ids,
-            concat=True, loader=hidden.array, rows=LazyRows(hidden.array), final_width=h,
-            final_loader=_Mapped(shard, int(r["last"]), (t, h)).array, slot_layers=layers,
-            mask_loader=_Mapped(shard, int(r["loss_mask"]), (t,), "uint8").array,
-            variant=f"target_layer_ids {m['layers']} (outputs of those decoder layers; -1: the embeddings)",
-        ))
+        out.append(
+            Capture(
+                side=ctx.side,
+                origin=Origin(ctx.rel(path), f"sample {int(r['sample_id'])}", None, KEY),
+                shape=(t, k * h),
+                dtype="bfloat16",
+                width=k * h,
+                group=f"sample-{int(r['sample_id'])}",
+                token_ids=ids,
+                concat=True,
+                loader=hidden.array,
+                rows=LazyRows(hidden.array),
+                final_width=h,
+                final_loader=_Mapped(shard, int(r["last"]), (t, h)).array,
+                slot_layers=layers,
+                mask_loader=_Mapped(shard, int(r["loss_mask"]), (t,), "uint8").array,
+                variant=f"target_layer_ids {m['layers']} (outputs of those decoder layers; -1: the embeddings)",
+            )
+        )
     ctx.consumed.update(shards_of(path))
     return out
 

@@ -76,9 +76,18 @@ def read(table: Table, ctx: ReadContext) -> list[Capture]:
         for b in range(n):
             post = b == n - 1 and not pre_norm_last
             cap = make_capture(
-                table, e, ctx, fmt=KEY, group=group, token_ids=ids, key=f"{e.name}[{b}]",
-                loader=_plane(e, b, per), shape=e.shape[1:], rows=_plane_rows(e, b, per),
-                layer=None if post else Layer(b, Index.BOUNDARY, LabelSource.KEY), post_norm=post,
+                table,
+                e,
+                ctx,
+                fmt=KEY,
+                group=group,
+                token_ids=ids,
+                key=f"{e.name}[{b}]",
+                loader=_plane(e, b, per),
+                shape=e.shape[1:],
+                rows=_plane_rows(e, b, per),
+                layer=None if post else Layer(b, Index.BOUNDARY, LabelSource.KEY),
+                post_norm=post,
             )
             out.append(cap)
     for prefix, entries in _lists(table).items():
@@ -88,8 +97,14 @@ def read(table: Table, ctx: ReadContext) -> list[Capture]:
             post = b == n - 1 and not pre_norm_last
             out.append(
                 make_capture(
-                    table, e, ctx, fmt=KEY, group=group, token_ids=ids,
-                    layer=None if post else Layer(b, Index.BOUNDARY, LabelSource.KEY), post_norm=post,
+                    table,
+                    e,
+                    ctx,
+                    fmt=KEY,
+                    group=group,
+                    token_ids=ids,
+                    layer=None if post else Layer(b, Index.BOUNDARY, LabelSource.KEY),
+                    post_norm=post,
                 )
             )
     return out

@@ -61,9 +61,11 @@ def read(table: Table, ctx: ReadContext) -> list[Capture]:
     entry, final = table.entries[key], table.entries.get("hidden_states")
     if not entry.shape or not entry.shape[-1] or (final is not None and _tokens(final) != _tokens(entry)):
         raise FormatError(
-            f"{key!r} has shape {list(entry.shape)}" + (f" beside 'hidden_states' {list(final.shape)}" if final else "")
+            f"{key!r} has shape {list(entry.shape)}"
+            + (f" beside 'hidden_states' {list(final.shape)}" if final else "")
             + "; a ModelOpt dump holds aux [T, k·H] with the final state [T, H] (an empty aux tensor: the dump "
-            "captured no aux layer)", path=table.path,
+            "captured no aux layer)",
+            path=table.path,
             hint="re-dump with at least one aux layer (--aux-layers), or point hsdiff at the aux dump itself",
         )
     h = final.shape[-1] if final is not None and len(final.shape) >= 2 else None
@@ -71,10 +73,20 @@ def read(table: Table, ctx: ReadContext) -> list[Capture]:
     conv = table.extras.get("conversation_id")
     group = str(conv) if isinstance(conv, (str, int)) else sample_name(table.path)
     cut = width != entry.shape[-1]
-    cap = make_capture(table, entry, ctx, fmt=KEY, group=group, token_ids=token_ids_of(table), concat=True,
-                       final_width=h, final=final.loader if final is not None and h else None, shape=(*entry.shape[:-1], width),
-                       mask=table.entries["loss_mask"].loader if "loss_mask" in table.entries else None,
-                       key=f"{key}[:, :{width}]" if cut else None)
+    cap = make_capture(
+        table,
+        entry,
+        ctx,
+        fmt=KEY,
+        group=group,
+        token_ids=token_ids_of(table),
+        concat=True,
+        final_width=h,
+        final=final.loader if final is not None and h else None,
+        shape=(*entry.shape[:-1], width),
+        mask=table.entries["loss_mask"].loader if "loss_mask" in table.entries else None,
+        key=f"{key}[:, :{width}]" if cut else None,
+    )
     return [cap.replace(col_stop=width if cut else None, final_pre_norm=pre_norm, variant=variant)]
 
 
@@ -90,14 +102,22 @@ def _variant(table: Table, key: str, aux: Entry, final: Entry | None) -> tuple[b
         return False, "no final state", width
     h = final.shape[-1]
     if final_in_last_columns(aux, final):
-        return (False, "TensorRT-LLM dump with layer -1 asked for: the aux tensor's last H columns are the final state "
-                       "(after the final norm) and are not a slot", width - h)
+        return (
+            False,
+            "TensorRT-LLM dump with layer -1 asked for: the aux tensor's last H columns are the final state "
+            "(after the final norm) and are not a slot",
+            width - h,
+        )
     norms = np.linalg.norm(as_f32(first_rows(final)), axis=-1)
     finite = norms[np.isfinite(norms)]
     med = lower_median(finite) if finite.size else 0.0
     if med > 0 and float(finite.max()) > PRENORM_SINK * med:
-        return (True, f"vLLM dump: the final state has attention sinks ({float(finite.max()) / med:.0f}× the median "
-                      "norm), so it was taken before the final norm", width)
+        return (
+            True,
+            f"vLLM dump: the final state has attention sinks ({float(finite.max()) / med:.0f}× the median "
+            "norm), so it was taken before the final norm",
+            width,
+        )
     return False, "HF or TensorRT-LLM dump: final state after the final norm (no attention sink in it)", width
 
 

@@ -97,8 +97,19 @@ class DatasetReader(Reader, Protocol):
 
 
 _TABLES: Sequence[TableReader] = (
-    specforge, modelopt, eagle, sglang_dumper, vllm, hf, speculators, trtllm, specforge_dflash, sglang_hook,
-    trtllm_debug, verl_speco, tensors,
+    specforge,
+    modelopt,
+    eagle,
+    sglang_dumper,
+    vllm,
+    hf,
+    speculators,
+    trtllm,
+    specforge_dflash,
+    sglang_hook,
+    trtllm_debug,
+    verl_speco,
+    tensors,
 )
 #: Readers of datasets spread over several files, asked first whether a path is their entry point (``claims``).
 DATASETS: Sequence[DatasetReader] = (deepspec, sglang_http)
@@ -106,8 +117,22 @@ TEXT_READER: TextReader = debuglog
 
 #: Every reader, in the order formats are listed to users (format choices, error hints).
 READERS: tuple[Reader, ...] = (
-    specforge, modelopt, eagle, sglang_dumper, vllm, hf, speculators, trtllm, specforge_dflash, sglang_hook,
-    trtllm_debug, deepspec, verl_speco, sglang_http, tensors, debuglog,
+    specforge,
+    modelopt,
+    eagle,
+    sglang_dumper,
+    vllm,
+    hf,
+    speculators,
+    trtllm,
+    specforge_dflash,
+    sglang_hook,
+    trtllm_debug,
+    deepspec,
+    verl_speco,
+    sglang_http,
+    tensors,
+    debuglog,
 )
 FORMATS: tuple[str, ...] = tuple(m.KEY for m in READERS)
 BY_KEY: dict[str, Reader] = {m.KEY: m for m in READERS}

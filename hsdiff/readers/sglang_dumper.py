@@ -111,8 +111,13 @@ def read_tags(tags: Mapping[str, object]) -> DumperTags:
         rank = None
     dump_index = tags.get("dump_index")
     return DumperTags(
-        step=str(tags.get("step", tags.get("forward_pass_id", "0"))), name=name, key=key, layer=layer, slot=slot,
-        rank=rank, dump_index=None if dump_index is None else str(dump_index),
+        step=str(tags.get("step", tags.get("forward_pass_id", "0"))),
+        name=name,
+        key=key,
+        layer=layer,
+        slot=slot,
+        rank=rank,
+        dump_index=None if dump_index is None else str(dump_index),
         named=named,
     )
 
@@ -146,7 +151,13 @@ def read(table: Table, ctx: ReadContext) -> list[Capture]:
         where = where[: len(where) - len(old_dir.group(2)) - 1]
     t = read_tags(tags)
     cap = make_capture(
-        table, entry, ctx, fmt=KEY, group=t.group(where), rank=t.rank, key=t.key,
+        table,
+        entry,
+        ctx,
+        fmt=KEY,
+        group=t.group(where),
+        rank=t.rank,
+        key=t.key,
         layer=None if t.layer is None else layer_label(t.layer, t.name or "", ctx, "key" if t.named else "tag"),
     )
     return [cap.replace(slot=t.slot)]

@@ -1,4 +1,5 @@
-"""SGLang's forward-hook tensor dump (``--debug-tensor-dump-output-folder``): ``TP{t}_PP{p}_Rank{r}_pid{pid}/Pass{N:05d}.pt``.
+"""SGLang's forward-hook tensor dump (``--debug-tensor-dump-output-folder``):
+``TP{t}_PP{p}_Rank{r}_pid{pid}/Pass{N:05d}.pt``.
 
 Read from the sglang 0.5.10 wheel (``sglang/srt/debug_utils/tensor_dump_forward_hook.py``, the same
 file in 0.5.23, where no server flag reaches it any more; the flag: ``server_args.py:687-689``, the
@@ -64,14 +65,15 @@ def read(table: Table, ctx: ReadContext) -> list[Capture]:
     for key, layer, post in picked:
         e = table.entries[key]
         if len(e.shape) == 2 and e.shape[0] == len(ids) and e.is_float:
-            out.append(make_capture(table, e, ctx, fmt=KEY, group=group, token_ids=ids, layer=layer, post_norm=post,
-                                    rank=rank))
+            out.append(
+                make_capture(table, e, ctx, fmt=KEY, group=group, token_ids=ids, layer=layer, post_norm=post, rank=rank)
+            )
     if not any(c.layer is not None for c in out):
         raise FormatError(
             f"a forward-hook pass of {len(ids)} tokens with no residual stream in it: expected "
             f"{prefix}.layers.N.input_layernorm as [normed, residual] of [{len(ids)}, H] (or {prefix}.embed_tokens)",
             path=table.path,
-            hint="dump a model whose decoder layers fuse add and norm (llama, qwen, ...), with --debug-tensor-dump-layers "
-                 "covering the layers you compare",
+            hint="dump a model whose decoder layers fuse add and norm (llama, qwen, ...), "
+            "with --debug-tensor-dump-layers covering the layers you compare",
         )
     return out

@@ -61,12 +61,17 @@ def claims(path: Path) -> bool:
 def read(path: Path, ctx: ReadContext) -> list[Capture]:
     size = path.stat().st_size
     if size > JSON_LIMIT:
-        raise FormatError(f"response of {size / 2**20:.0f} MiB is over the {JSON_LIMIT / 2**20:.0f} MiB parsed at most",
-                          path=path, hint="raise HSDIFF_JSON_LIMIT (bytes), or dump the states with SGLang's dumper")
+        raise FormatError(
+            f"response of {size / 2**20:.0f} MiB is over the {JSON_LIMIT / 2**20:.0f} MiB parsed at most",
+            path=path,
+            hint="raise HSDIFF_JSON_LIMIT (bytes), or dump the states with SGLang's dumper",
+        )
     try:
         doc = json.loads(path.read_bytes())
     except (ValueError, RecursionError) as e:
-        raise FormatError(f"not valid JSON ({str(e)[:80]})", path=path, hint="save the server's response unchanged") from None
+        raise FormatError(
+            f"not valid JSON ({str(e)[:80]})", path=path, hint="save the server's response unchanged"
+        ) from None
     responses = doc if isinstance(doc, list) else [doc]
     out = []
     for i, resp in enumerate(responses):
@@ -74,19 +79,27 @@ def read(path: Path, ctx: ReadContext) -> list[Capture]:
         if rows is None:
             raise FormatError(
                 f"response {i}: meta_info.hidden_states is not a list of rows; SGLang returns the prefill's rows as "
-                "one nested list [[...], ...] and then one list per decoded token, all of one width", path=path,
-                hint="save the /generate response of a request with \"return_hidden_states\": true (hsdiff request "
-                     "--hidden-states)",
+                "one nested list [[...], ...] and then one list per decoded token, all of one width",
+                path=path,
+                hint='save the /generate response of a request with "return_hidden_states": true (hsdiff request '
+                "--hidden-states)",
             )
         meta, array = resp["meta_info"], rows
         rid = str(meta.get("id") or i)
-        out.append(Capture(
-            side=ctx.side, origin=Origin(ctx.rel(path), f"meta_info.hidden_states (response {rid})", None, KEY),
-            shape=array.shape, dtype="float32", width=array.shape[1], group=f"{path.stem}:{rid}",
-            concat=True, loader=_constant(array),
-            variant=f"{array.shape[0]} rows ({meta.get('prompt_tokens', '?')} prompt tokens, "
-                    f"{meta.get('completion_tokens', '?')} generated)",
-        ))
+        out.append(
+            Capture(
+                side=ctx.side,
+                origin=Origin(ctx.rel(path), f"meta_info.hidden_states (response {rid})", None, KEY),
+                shape=array.shape,
+                dtype="float32",
+                width=array.shape[1],
+                group=f"{path.stem}:{rid}",
+                concat=True,
+                loader=_constant(array),
+                variant=f"{array.shape[0]} rows ({meta.get('prompt_tokens', '?')} prompt tokens, "
+                f"{meta.get('completion_tokens', '?')} generated)",
+            )
+        )
     return out
 
 

@@ -23,8 +23,15 @@ def read(table: Table, ctx: ReadContext) -> list[Capture]:
     entry = table.entries["aux_hidden_state"]
     return [
         make_capture(
-            table, entry, ctx, fmt=KEY, group=sample_name(table.path), token_ids=token_ids_of(table), concat=True,
-            final_width=final_width(table, "hidden_state"), final=final_loader(table, "hidden_state"),
+            table,
+            entry,
+            ctx,
+            fmt=KEY,
+            group=sample_name(table.path),
+            token_ids=token_ids_of(table),
+            concat=True,
+            final_width=final_width(table, "hidden_state"),
+            final=final_loader(table, "hidden_state"),
             mask=table.entries["loss_mask"].loader if "loss_mask" in table.entries else None,
         )
     ]

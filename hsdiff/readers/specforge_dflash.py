@@ -44,18 +44,35 @@ def read(table: Table, ctx: ReadContext) -> list[Capture]:
     ids = token_ids_of(table)
     final = table.entries.get(_FINAL)
     t = len(ids) if ids is not None else None
-    if (len(entry.shape) != 3 or entry.shape[0] != 1 or entry.shape[1] != t
-            or (final is not None and math.prod(final.shape[:-1]) != t)):
+    if (
+        len(entry.shape) != 3
+        or entry.shape[0] != 1
+        or entry.shape[1] != t
+        or (final is not None and math.prod(final.shape[:-1]) != t)
+    ):
         raise FormatError(
             f"'hidden_states' has shape {list(entry.shape)} for {t} input_ids"
             + (f" and {_FINAL!r} {list(final.shape)}" if final is not None else "")
             + "; a SpecForge DFlash/Domino/DSpark record holds hidden_states [1, T, k·H] (and DSpark's "
-            f"{_FINAL} [1, T, H])", path=table.path,
+            f"{_FINAL} [1, T, H])",
+            path=table.path,
             hint="point hsdiff at the records prepare_hidden_states.py wrote, unchanged",
         )
-    variant = "DSpark record: aux and the final state after the final norm" if final is not None else \
-        "DFlash or Domino record: aux only, no final state"
-    cap = make_capture(table, entry, ctx, fmt=KEY, group=sample_name(table.path), token_ids=ids, concat=True,
-                       final_width=final_width(table, _FINAL), final=final_loader(table, _FINAL),
-                       mask=table.entries["loss_mask"].loader)
+    variant = (
+        "DSpark record: aux and the final state after the final norm"
+        if final is not None
+        else "DFlash or Domino record: aux only, no final state"
+    )
+    cap = make_capture(
+        table,
+        entry,
+        ctx,
+        fmt=KEY,
+        group=sample_name(table.path),
+        token_ids=ids,
+        concat=True,
+        final_width=final_width(table, _FINAL),
+        final=final_loader(table, _FINAL),
+        mask=table.entries["loss_mask"].loader,
+    )
     return [cap.replace(variant=variant)]

@@ -112,7 +112,8 @@ def read(table: Table, ctx: ReadContext) -> list[Capture]:
             f"'hidden_states' has shape {list(entry.shape)}"
             + (f" for {len(ids)} token ids" if ids is not None else "")
             + "; a speculators hs_*.safetensors holds [T, k, H] with k >= 2 (the aux layers, then the "
-            "verifier's last hidden state) and T token_ids", path=table.path,
+            "verifier's last hidden state) and T token_ids",
+            path=table.path,
             hint="point hsdiff at the files data_generation_offline.py wrote, or pass `fmt=vllm` for a connector file",
             options=("fmt",),
         )
@@ -135,13 +136,27 @@ def read(table: Table, ctx: ReadContext) -> list[Capture]:
         else:
             ctx.warnings.append(
                 f"{where}: records ids {claimed} but {ctx.rel(table.path)} holds {k} entries; its ids are not used"
-                if claimed is not None else f"{where}: no eagle_aux_hidden_state_layer_ids in its --speculative_config")
+                if claimed is not None
+                else f"{where}: no eagle_aux_hidden_state_layer_ids in its --speculative_config"
+            )
     flat = _Flat(entry.loader, t, k * h)
-    return [make_capture(
-        table, entry, ctx, fmt=KEY, group=sample_name(table.path), token_ids=ids, concat=True,
-        key=f"hidden_states[:, :{k - 1}]", loader=flat.array, shape=(t, (k - 1) * h), rows=LazyRows(flat.array),
-        final_width=h, final=lambda: entry.loader()[:, -1, :],
-    ).replace(col_stop=(k - 1) * h, final_pre_norm=True, slot_layers=layers, variant=variant)]
+    return [
+        make_capture(
+            table,
+            entry,
+            ctx,
+            fmt=KEY,
+            group=sample_name(table.path),
+            token_ids=ids,
+            concat=True,
+            key=f"hidden_states[:, :{k - 1}]",
+            loader=flat.array,
+            shape=(t, (k - 1) * h),
+            rows=LazyRows(flat.array),
+            final_width=h,
+            final=lambda: entry.loader()[:, -1, :],
+        ).replace(col_stop=(k - 1) * h, final_pre_norm=True, slot_layers=layers, variant=variant)
+    ]
 
 
 class _Flat:

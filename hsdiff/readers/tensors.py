@@ -3,8 +3,8 @@
 The layer number comes from the key (``hidden_states.layer_3``, ``layers.31``, ``blocks.3``,
 ``decoder.layers.3``) or, for a file that holds one tensor, from the file name (``h59.npy``). It
 counts as the name says (``model.layers.3.output``: the output of layer 3, boundary 4), else as the
-side's index convention (``--infer-index`` / ``--train-index``: boundary unless told otherwise). Tensors with no number are
-kept unlabelled, in file order, and take their slot from their position.
+side's index convention (``--infer-index`` / ``--train-index``: boundary unless told otherwise).
+Tensors with no number are kept unlabelled, in file order, and take their slot from their position.
 """
 
 from __future__ import annotations

@@ -46,8 +46,11 @@ def sniff(table: Table) -> bool:
 def read(table: Table, ctx: ReadContext) -> list[Capture]:
     out = []
     for i in _records(table):
-        sub = Table(table.path, table.container,
-                    {k.split(".", 1)[1]: e for k, e in table.entries.items() if k.startswith(f"{i}.")})
+        sub = Table(
+            table.path,
+            table.container,
+            {k.split(".", 1)[1]: e for k, e in table.entries.items() if k.startswith(f"{i}.")},
+        )
         final = sub.entries["hidden_state"]
         aux_key = next((k for k in _AUX_KEYS if k in sub.entries), None)
         rid = table.extras.get(f"{i}.id", i)
@@ -55,24 +58,44 @@ def read(table: Table, ctx: ReadContext) -> list[Capture]:
         ids = token_ids_of(sub)
         t = final.shape[0] if len(final.shape) == 2 else None
         aux = sub.entries.get(aux_key) if aux_key else None
-        if t is None or ids is None or len(ids) != t or (aux is not None and (len(aux.shape) != 2 or aux.shape[0] != t)):
+        if (
+            t is None
+            or ids is None
+            or len(ids) != t
+            or (aux is not None and (len(aux.shape) != 2 or aux.shape[0] != t))
+        ):
             raise FormatError(
                 f"record {i} holds hidden_state {list(final.shape)}, input_ids of {len(ids) if ids else 'no'} tokens"
                 + (f" and {aux_key} {list(aux.shape)}" if aux is not None else "")
                 + "; TensorRT-LLM's SaveHiddenStates writes input_ids [T], hidden_state [T, H] and aux [T, k·H]",
-                path=table.path, hint="point hsdiff at the files SaveHiddenStates wrote, unchanged",
+                path=table.path,
+                hint="point hsdiff at the files SaveHiddenStates wrote, unchanged",
             )
         if aux is None:
-            out.append(make_capture(sub, final, ctx, fmt=KEY, group=group, token_ids=ids, post_norm=True,
-                                    key=f"[{i}].hidden_state"))
+            out.append(
+                make_capture(
+                    sub, final, ctx, fmt=KEY, group=group, token_ids=ids, post_norm=True, key=f"[{i}].hidden_state"
+                )
+            )
             continue
         width = aux.shape[1]
         cut = width > final.shape[1] and final_in_last_columns(aux, final)
         width -= final.shape[1] if cut else 0
-        variant = (f"{aux_key}: the layers captured" + (" and, as its last H columns, layer -1 (the final state), "
-                   "left out of the slots" if cut else ""))
-        cap = make_capture(sub, aux, ctx, fmt=KEY, group=group, token_ids=ids, concat=True, shape=(t, width),
-                           key=f"[{i}].{aux_key}" + (f"[:, :{width}]" if cut else ""),
-                           final_width=final.shape[1], final=final.loader)
+        variant = f"{aux_key}: the layers captured" + (
+            " and, as its last H columns, layer -1 (the final state), left out of the slots" if cut else ""
+        )
+        cap = make_capture(
+            sub,
+            aux,
+            ctx,
+            fmt=KEY,
+            group=group,
+            token_ids=ids,
+            concat=True,
+            shape=(t, width),
+            key=f"[{i}].{aux_key}" + (f"[:, :{width}]" if cut else ""),
+            final_width=final.shape[1],
+            final=final.loader,
+        )
         out.append(cap.replace(col_stop=width if cut else None, variant=variant))
     return out

@@ -69,8 +69,11 @@ def _tensor(path: Path) -> Any:
     try:
         container = sniff_container(path)
     except OSError as e:
-        raise FormatError(f"cannot read this part of a layer's dump ({e.strerror or e})", path=path,
-                          hint="make the dump's files readable (chmod +r)") from None
+        raise FormatError(
+            f"cannot read this part of a layer's dump ({e.strerror or e})",
+            path=path,
+            hint="make the dump's files readable (chmod +r)",
+        ) from None
     table = open_table(path, container)
     try:
         return table.entries[""]
@@ -90,7 +93,7 @@ def read(table: Table, ctx: ReadContext) -> list[Capture]:
     files = listing[module]
     is_layer = cls.endswith("DecoderLayer") and kind == "output"
     is_embedding = cls.endswith("Embedding") and kind == "output"
-    outputs = [n for n in files if n[len(module):].startswith("output.")]
+    outputs = [n for n in files if n[len(module) :].startswith("output.")]
     if not (is_layer or is_embedding) or path.name != outputs[0]:
         return []
     children = _children(listing, parent)
@@ -99,16 +102,30 @@ def read(table: Table, ctx: ReadContext) -> list[Capture]:
     if is_layer and len(entries) > 2 or any(len(e.shape) != 2 or not e.is_float for e in entries):
         raise FormatError(
             f"{cls} output files {outputs[:4]} hold {[list(e.shape) for e in entries][:4]}; a decoder layer's dump "
-            "is expected as its (hidden_states, residual) pair of [T, H] tensors", path=path,
+            "is expected as its (hidden_states, residual) pair of [T, H] tensors",
+            path=path,
             hint="point hsdiff at the dump of a decoder whose layers return (hidden_states, residual), as Llama's do",
         )
-    layer = Layer(0, Index.BOUNDARY, LabelSource.KEY) if is_embedding else Layer(siblings.index(parts[-1][0]), Index.OUTPUT, LabelSource.KEY)
+    layer = (
+        Layer(0, Index.BOUNDARY, LabelSource.KEY)
+        if is_embedding
+        else Layer(siblings.index(parts[-1][0]), Index.OUTPUT, LabelSource.KEY)
+    )
     if is_embedding and len(entries) != 1:
         return []
     rank, run = rank_and_run(path, _RANK_RE, ctx)
     ids = _token_ids(path.parent, parent, listing)
-    cap = make_capture(table, entries[0], ctx, fmt=KEY, group=f"{run}:{parent.rstrip('-')}", layer=layer, token_ids=ids,
-                       rank=rank, key=module + "output" + ("s summed" if len(entries) > 1 else ""))
+    cap = make_capture(
+        table,
+        entries[0],
+        ctx,
+        fmt=KEY,
+        group=f"{run}:{parent.rstrip('-')}",
+        layer=layer,
+        token_ids=ids,
+        rank=rank,
+        key=module + "output" + ("s summed" if len(entries) > 1 else ""),
+    )
     if len(entries) == 2:
         first, second = entries
         cap = cap.replace(loader=lambda: as_f32(first.loader()) + as_f32(second.loader()), rows=None, dtype="float32")
@@ -119,7 +136,7 @@ def _children(listing: dict[str, list[str]], parent: str) -> list[tuple[int, str
     """(counter, class, module path) of the calls directly under the module path ``parent``, in call order."""
     out = []
     for module in listing:
-        m = _PART_RE.fullmatch(module[len(parent):]) if module.startswith(parent) else None
+        m = _PART_RE.fullmatch(module[len(parent) :]) if module.startswith(parent) else None
         if m is not None:
             out.append((int(m.group(1)), m.group(2), module))
     return sorted(out)
@@ -129,7 +146,7 @@ def _token_ids(d: Path, parent: str, listing: dict[str, list[str]]) -> tuple[int
     """The token ids the embedding under ``parent`` was called with (its positional input), if dumped."""
     for _, cls, module in _children(listing, parent):
         for n in listing[module] if cls.endswith("Embedding") else ():
-            if n[len(module):].startswith("input."):
+            if n[len(module) :].startswith("input."):
                 e = _tensor(d / n)
                 if not e.is_float and len(e.shape) <= 2:
                     return tuple(int(v) for v in e.loader().reshape(-1).tolist())

@@ -42,8 +42,11 @@ _SAMPLE_RE = re.compile(r"^samples\.(\d+)\.input_ids$")
 
 
 def sniff(table: Table) -> bool:
-    return table.container == "torch" and table.extras.get("metadata.format") == "torch_shard" \
+    return (
+        table.container == "torch"
+        and table.extras.get("metadata.format") == "torch_shard"
         and any(_SAMPLE_RE.match(k) for k in table.entries)
+    )
 
 
 def read(table: Table, ctx: ReadContext) -> list[Capture]:
@@ -55,9 +58,13 @@ def read(table: Table, ctx: ReadContext) -> list[Capture]:
 
 def _sample(table: Table, ctx: ReadContext, i: int) -> Capture:
     p = f"samples.{i}."
-    meta = {k[len(p) + 9:]: v for k, v in table.extras.items() if k.startswith(p + "metadata.")}
+    meta = {k[len(p) + 9 :]: v for k, v in table.extras.items() if k.startswith(p + "metadata.")}
     layout = str(meta.get("hidden_states_layout") or "eagle3_aux_plus_last")
-    parts = [e for k, e in table.entries.items() if k == p + "hidden_states" or re.fullmatch(re.escape(p) + r"hidden_states\.\d+", k)]
+    parts = [
+        e
+        for k, e in table.entries.items()
+        if k == p + "hidden_states" or re.fullmatch(re.escape(p) + r"hidden_states\.\d+", k)
+    ]
     final = table.entries.get(p + "last_hidden_states") or table.entries.get(p + "target")
     ids = tuple(int(v) for v in table.entries[p + "input_ids"].loader().reshape(-1).tolist())
     layer_ids = meta.get("target_layer_ids")
@@ -66,34 +73,58 @@ def _sample(table: Table, ctx: ReadContext, i: int) -> Capture:
     rows = {int(np.prod(e.shape[:-1])) for e in parts}
     with_last = LAYOUTS.get(layout)
     blocks = len(layer_ids) + bool(with_last) if isinstance(layer_ids, list) and layer_ids else 0
-    h = final.shape[-1] if final is not None and final.shape else (
-        width // blocks if blocks and width % blocks == 0 else None)
+    h = (
+        final.shape[-1]
+        if final is not None and final.shape
+        else (width // blocks if blocks and width % blocks == 0 else None)
+    )
     if with_last is None or not parts or len(rows) != 1 or (with_last and not h):
         raise FormatError(
-            f"sample {i}: hidden_states layout {layout!r}, widths {widths}, rows {sorted(rows)}; verl-SpeCo's feature store "
+            f"sample {i}: hidden_states layout {layout!r}, widths {widths}, rows {sorted(rows)}; "
+            "verl-SpeCo's feature store "
             f"holds hidden_states [T, W] laid out as one of {sorted(LAYOUTS)} (with metadata.target_layer_ids or "
-            "last_hidden_states telling the final state's width)", path=table.path,
+            "last_hidden_states telling the final state's width)",
+            path=table.path,
             hint="point hsdiff at the shards TorchShardFeatureStore wrote",
         )
     (t,) = rows
     aux = width - h if with_last and h else width  # the trainers take the final state from these columns
     entry = parts[0] if len(parts) == 1 else _joined(parts, t, width)
-    cap = make_capture(table, entry, ctx, fmt=KEY, group=f"{table.path.stem}:{i}", concat=True,
-                       token_ids=ids if len(ids) == t else None, shape=(t, aux), key=f"{p}hidden_states",
-                       final_width=h if with_last else None,
-                       final=_last(entry, aux) if with_last else None,
-                       mask=table.entries[p + "loss_mask"].loader if p + "loss_mask" in table.entries else None)
+    cap = make_capture(
+        table,
+        entry,
+        ctx,
+        fmt=KEY,
+        group=f"{table.path.stem}:{i}",
+        concat=True,
+        token_ids=ids if len(ids) == t else None,
+        shape=(t, aux),
+        key=f"{p}hidden_states",
+        final_width=h if with_last else None,
+        final=_last(entry, aux) if with_last else None,
+        mask=table.entries[p + "loss_mask"].loader if p + "loss_mask" in table.entries else None,
+    )
     k = aux // h if h else None
-    labels = tuple(Layer(int(x), Index.OUTPUT, LabelSource.CLAIMED) for x in layer_ids) \
-        if isinstance(layer_ids, list) and len(layer_ids) == k else ()
+    labels = (
+        tuple(Layer(int(x), Index.OUTPUT, LabelSource.CLAIMED) for x in layer_ids)
+        if isinstance(layer_ids, list) and len(layer_ids) == k
+        else ()
+    )
     window = "" if len(ids) == t else f"; {t} hidden rows for {len(ids)} input_ids (a window: placed by value)"
-    return cap.replace(col_stop=aux if aux != width else None, slot_layers=labels,
-                       variant=f"hidden_states_layout {layout}" + (f", target_layer_ids {layer_ids}" if labels else "") + window)
+    return cap.replace(
+        col_stop=aux if aux != width else None,
+        slot_layers=labels,
+        variant=f"hidden_states_layout {layout}" + (f", target_layer_ids {layer_ids}" if labels else "") + window,
+    )
 
 
 def _joined(parts: list[Entry], t: int, width: int) -> Entry:
-    return Entry(parts[0].name, (t, width), parts[0].dtype,
-                 lambda: np.concatenate([np.asarray(e.loader()).reshape(t, -1) for e in parts], axis=-1))
+    return Entry(
+        parts[0].name,
+        (t, width),
+        parts[0].dtype,
+        lambda: np.concatenate([np.asarray(e.loader()).reshape(t, -1) for e in parts], axis=-1),
+    )
 
 
 def _last(entry: Entry, aux: int):  # type: ignore[no-untyped-def]

@@ -64,8 +64,11 @@ def check_lock(table: Table) -> None:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except OSError as e:
         if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-            raise FormatError(f"vLLM is still writing this file: its companion {lock.name} is locked", path=table.path,
-                              hint="wait for the request to finish (or the server to stop), then run hsdiff again") from None
+            raise FormatError(
+                f"vLLM is still writing this file: its companion {lock.name} is locked",
+                path=table.path,
+                hint="wait for the request to finish (or the server to stop), then run hsdiff again",
+            ) from None
     finally:
         os.close(fd)  # closing releases the shared lock
 
@@ -88,8 +91,15 @@ def read(table: Table, ctx: ReadContext) -> list[Capture]:
             loader = lambda e=entry, s=s: e.loader()[s]  # noqa: E731
             shape = (entry.shape[1], entry.shape[2])
         cap = make_capture(
-            table, entry, ctx, fmt=KEY, group=group, token_ids=ids, key=f"hidden_states[:, {s}]" if layer_axis == 1
-            else f"hidden_states[{s}]", loader=loader, shape=shape,
+            table,
+            entry,
+            ctx,
+            fmt=KEY,
+            group=group,
+            token_ids=ids,
+            key=f"hidden_states[:, {s}]" if layer_axis == 1 else f"hidden_states[{s}]",
+            loader=loader,
+            shape=shape,
         )
         out.append(cap.replace(slot=s))
     return out

@@ -36,7 +36,9 @@ def load_doc(path: str | os.PathLike) -> Doc:
         with open(path, encoding="utf-8") as f:
             obj = json.load(f)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise InputError(f"not a readable JSON report ({e})", path=path, hint="give a file written with --json") from None
+        raise InputError(
+            f"not a readable JSON report ({e})", path=path, hint="give a file written with --json"
+        ) from None
     if not isinstance(obj, dict) or "schema_version" not in obj or "verdict" not in obj:
         raise InputError("not an hsdiff report", path=path, hint="give a file written by hsdiff compare/gate --json")
     return obj
@@ -55,8 +57,9 @@ def writable(report: Doc) -> bool:
     """Whether ``hsdiff fix-config --from-report`` takes this report's ids (its one rule:
     :func:`hsdiff.model.results.why_not_writable`)."""
     slots = [(s.get("boundary_index"), s.get("status"), s.get("evidence")) for s in report.get("slots") or []]
-    return not why_not_writable(str(report.get("verdict")), slots,
-                                (report.get("recommended") or {}).get("boundary_indices") or [])
+    return not why_not_writable(
+        str(report.get("verdict")), slots, (report.get("recommended") or {}).get("boundary_indices") or []
+    )
 
 
 def check_warns(check: Doc) -> bool:

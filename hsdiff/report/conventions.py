@@ -12,7 +12,7 @@ from pathlib import Path
 from ..rules.conventions import TABLE, default_version
 from ..rules.dflash import DFLASH_DEFAULTS, DFLASH_KEYS, DFLASH_WRITES
 from ..rules.kinds import DRAFT_KINDS, EAGLE3_KINDS
-from ..rules.profile import CONFIG_KEYS, ENGINE_INFO, KEY_INDEX, VERSIONS, Rule
+from ..rules.profile import CONFIG_KEYS, ENGINE_INFO, KEY_INDEX, NONE, VERSIONS, Rule
 
 __all__ = ["BEGIN", "END", "render_rules", "render_engines", "render_kinds", "render_keys", "render_block", "update"]
 
@@ -43,7 +43,7 @@ def _versions(r: Rule) -> str:
 
 
 def _range(r: Rule) -> str:
-    if r.reading == "none":
+    if r.reading == NONE:
         return "—"
     low = f"B{r.min_boundary}"
     high = "B(L)" if r.captures_last else "B(L-1)"
@@ -54,8 +54,10 @@ def _range(r: Rule) -> str:
 
 def render_engines() -> str:
     """One row per engine or trainer: where it reads the ids, versions checked, default version."""
-    out = ["| key | name | reads the ids from | versions checked | default `--engine-version` |",
-           "|---|---|---|---|---|"]
+    out = [
+        "| key | name | reads the ids from | versions checked | default `--engine-version` |",
+        "|---|---|---|---|---|",
+    ]
     for e in ENGINE_INFO.values():
         vs = VERSIONS[e.key]
         checked = vs[0] if len(vs) == 1 else f"{vs[0]}–{vs[-1]}"
@@ -65,25 +67,33 @@ def render_engines() -> str:
 
 def render_kinds() -> str:
     """One row per draft kind (``--draft-kind``): the architectures that select it, ids it takes, source."""
-    out = ["| `--draft-kind` | name | read with | selected by architectures containing | ids | source |",
-           "|---|---|---|---|---|---|"]
+    out = [
+        "| `--draft-kind` | name | read with | selected by architectures containing | ids | source |",
+        "|---|---|---|---|---|---|",
+    ]
     for k in DRAFT_KINDS.values():
         read = {"": "— (refused: " + k.note + ")"}.get(k.reading, f"the {k.reading} rows")
         ids = "none" if k.counts == (0, 0) else f"{k.counts[0]}–{k.counts[1]}"
-        out.append(f"| `{k.key}` | {k.title} | {_cell(read)} | {', '.join(k.architectures)} | {ids} | {_cell(k.source)} |")
+        out.append(
+            f"| `{k.key}` | {k.title} | {_cell(read)} | {', '.join(k.architectures)} | {ids} | {_cell(k.source)} |"
+        )
     return "\n".join(out)
 
 
 def render_keys() -> str:
     """Where each engine reads the ids, by draft kind and model runner, first match wins; the key fix-config writes."""
-    out = ["| engine (runner) | draft kinds | keys read, first match wins | key written | default when none |",
-           "|---|---|---|---|---|"]
+    out = [
+        "| engine (runner) | draft kinds | keys read, first match wins | key written | default when none |",
+        "|---|---|---|---|---|",
+    ]
     for key, paths in CONFIG_KEYS.items():
         engine = key.split("-")[0]
         runner = key if "-" in key else ""
         read = ", ".join(".".join(p) + _meaning(runner, p) for p in paths) or "none (not the draft config)"
         writes = ".".join(ENGINE_INFO[engine].writes) or "—"
-        out.append(f"| `{key}` | {', '.join(EAGLE3_KINDS)}{' and every other' if runner else ''} | {read} | {writes} | — |")
+        out.append(
+            f"| `{key}` | {', '.join(EAGLE3_KINDS)}{' and every other' if runner else ''} | {read} | {writes} | — |"
+        )
     for key in dict.fromkeys([*DFLASH_KEYS, *DFLASH_WRITES]):
         engine, _, kind = key.partition(":")
         kinds = kind or "the DFlash family"
@@ -101,16 +111,21 @@ def _meaning(runner: str, path: tuple[str, ...]) -> str:
 
 def render_rules() -> str:
     """One row per rule: engine, draft kinds, family, versions, reading, capturable range, label and source."""
-    out = ["| engine | draft kinds | model family | versions | B for an id | capturable | rule (as reports name it) "
-           "| source |", "|---|---|---|---|---|---|---|---|"]
+    out = [
+        "| engine | draft kinds | model family | versions | B for an id | capturable | rule (as reports name it) "
+        "| source |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r in TABLE:
         fam = ", ".join(r.families) or "(any other)"
         kinds = ", ".join(r.kinds or EAGLE3_KINDS)
         reading = _READING[r.reading] + (" — default B[3, L//2+1, L-2]" if r.default == "shifted" else "")
         if r.note:
             reading += f" — {r.note}"
-        out.append(f"| `{r.engine}` | {kinds} | {fam} | {_versions(r)} | {_cell(reading)} | {_range(r)} "
-                   f"| {_cell(r.label)} | {_cell(r.source)} |")
+        out.append(
+            f"| `{r.engine}` | {kinds} | {fam} | {_versions(r)} | {_cell(reading)} | {_range(r)} "
+            f"| {_cell(r.label)} | {_cell(r.source)} |"
+        )
     return "\n".join(out)
 
 

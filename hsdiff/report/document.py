@@ -37,9 +37,18 @@ def _rows(data: dict) -> list[list[str]]:
     for s in data["slots"]:
         m = s.get("metrics") or {}
         matched = (s.get("matched") or {}).get("label") or "-"
-        rows.append([str(s["slot"]), _b(s.get("boundary_index"), L), _b(s.get("configured_boundary_index"), L),
-                     s.get("status", ""), s.get("evidence", ""), f"{s.get('confidence', 0):.2f}", _pct(m.get("rel_err")),
-                     matched])
+        rows.append(
+            [
+                str(s["slot"]),
+                _b(s.get("boundary_index"), L),
+                _b(s.get("configured_boundary_index"), L),
+                s.get("status", ""),
+                s.get("evidence", ""),
+                f"{s.get('confidence', 0):.2f}",
+                _pct(m.get("rel_err")),
+                matched,
+            ]
+        )
     return rows
 
 
@@ -66,13 +75,17 @@ def render_report_markdown(report: Any) -> str:
     data = report_data(report)
     inputs = data.get("inputs") or {}
     out = [f"## hsdiff compare: {_HEAD.get(data['verdict'], data['verdict'])}", ""]
-    out.append(f"**Training** `{inputs.get('train', '?')}` · **inference** `{inputs.get('infer', '?')}` · "
-               f"**engine** {inputs.get('engine', data['recommended']['engine'])}"
-               + (f" · **target** {data['num_hidden_layers']} layers" if data.get("num_hidden_layers") else ""))
+    out.append(
+        f"**Training** `{inputs.get('train', '?')}` · **inference** `{inputs.get('infer', '?')}` · "
+        f"**engine** {inputs.get('engine', data['recommended']['engine'])}"
+        + (f" · **target** {data['num_hidden_layers']} layers" if data.get("num_hidden_layers") else "")
+    )
     if data.get("configured"):
         c = data["configured"]
-        out.append(f"**Configured ids** `{c['eagle_aux_hidden_state_layer_ids']}` ({c.get('source', '')}) "
-                   f"→ boundaries B{c['boundary_indices']}")
+        out.append(
+            f"**Configured ids** `{c['eagle_aux_hidden_state_layer_ids']}` ({c.get('source', '')}) "
+            f"→ boundaries B{c['boundary_indices']}"
+        )
     out += ["", f"**Cause:** {_cell(data['cause'])}", ""]
     out += ["| " + " | ".join(_COLUMNS) + " |", "|" + "---|" * len(_COLUMNS)]
     out += ["| " + " | ".join(_cell(c) for c in r) + " |" for r in _rows(data)]
@@ -83,7 +96,10 @@ def render_report_markdown(report: Any) -> str:
     if others:
         out += ["", f"Same layers on other engines: {others}."]
     if data["verdict"] != "ok" and writable(data):
-        out += ["", "Or run `hsdiff fix-config DRAFT_CONFIG --from-report REPORT.json` with this run's `--json` report."]
+        out += [
+            "",
+            "Or run `hsdiff fix-config DRAFT_CONFIG --from-report REPORT.json` with this run's `--json` report.",
+        ]
     out += ["", "<details><summary>Settings</summary>", ""] + [f"- {_cell(x)}" for x in settings_lines(data)]
     out += ["", "</details>"]
     if data.get("explanation"):
@@ -106,7 +122,7 @@ table{border-collapse:collapse;font-size:.9em;margin:1em 0}td,th{border:1px soli
 th{background:#f4f4f4}tr.st-ok td:nth-child(4){color:#1a7f37}tr.st-bad td:nth-child(4){color:#cf222e;font-weight:bold}
 pre{background:#f6f8fa;padding:.8em;overflow:auto}img{max-width:100%;border:1px solid #eee;margin:.5em 0}
 .meta{color:#555;font-size:.9em}li{margin:.2em 0}
-"""
+"""  # noqa: E501
 
 
 def render_html(report: Any, *, pictures: bool = True) -> str:
@@ -119,16 +135,23 @@ def render_html(report: Any, *, pictures: bool = True) -> str:
     e = html.escape
     inputs = data.get("inputs") or {}
     verdict = data["verdict"]
-    parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-             f"<title>hsdiff compare: {e(verdict.upper())}</title>", f"<style>{_CSS}</style></head><body>",
-             f'<h1>hsdiff compare: <span class="{e(verdict)}">{e(verdict.upper())}</span></h1>',
-             f'<p class="meta">training <code>{e(str(inputs.get("train", "?")))}</code> · inference '
-             f'<code>{e(str(inputs.get("infer", "?")))}</code> · engine {e(str(inputs.get("engine", "")))}'
-             + (f" · target {data['num_hidden_layers']} layers" if data.get("num_hidden_layers") else "") + "</p>"]
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>hsdiff compare: {e(verdict.upper())}</title>",
+        f"<style>{_CSS}</style></head><body>",
+        f'<h1>hsdiff compare: <span class="{e(verdict)}">{e(verdict.upper())}</span></h1>',
+        f'<p class="meta">training <code>{e(str(inputs.get("train", "?")))}</code> · inference '
+        f"<code>{e(str(inputs.get('infer', '?')))}</code> · engine {e(str(inputs.get('engine', '')))}"
+        + (f" · target {data['num_hidden_layers']} layers" if data.get("num_hidden_layers") else "")
+        + "</p>",
+    ]
     if data.get("configured"):
         c = data["configured"]
-        parts.append(f'<p class="meta">configured ids <code>{e(str(c["eagle_aux_hidden_state_layer_ids"]))}</code> '
-                     f'({e(str(c.get("source", "")))}) → boundaries B{e(str(c["boundary_indices"]))}</p>')
+        parts.append(
+            f'<p class="meta">configured ids <code>{e(str(c["eagle_aux_hidden_state_layer_ids"]))}</code> '
+            f"({e(str(c.get('source', '')))}) → boundaries B{e(str(c['boundary_indices']))}</p>"
+        )
     parts.append(f"<p><b>Cause:</b> {e(data['cause'])}</p>")
     parts.append("<table><tr>" + "".join(f"<th>{e(c)}</th>" for c in _COLUMNS) + "</tr>")
     for r in _rows(data):
@@ -142,13 +165,18 @@ def render_html(report: Any, *, pictures: bool = True) -> str:
     if others:
         parts.append(f"<p>Same layers on other engines: {e(others)}.</p>")
     if pictures:
-        for caption, draw in (("Which inference capture holds each training slot", heatmap),
-                              ("Norm trajectory", norm_trajectory), ("Per-token error of each matched pair", token_errors)):
+        for caption, draw in (
+            ("Which inference capture holds each training slot", heatmap),
+            ("Norm trajectory", norm_trajectory),
+            ("Per-token error of each matched pair", token_errors),
+        ):
             uri = "data:image/png;base64," + base64.b64encode(png_bytes(draw(data))).decode("ascii")
             parts.append(f'<h2>{e(caption)}</h2><img alt="{e(caption)}" src="{uri}">')
     parts.append("<h2>Settings</h2><ul>" + "".join(f"<li>{e(x)}</li>" for x in settings_lines(data)) + "</ul>")
     if data.get("explanation"):
-        parts.append("<h2>How hsdiff decided</h2><ul>" + "".join(f"<li>{e(x)}</li>" for x in data["explanation"]) + "</ul>")
+        parts.append(
+            "<h2>How hsdiff decided</h2><ul>" + "".join(f"<li>{e(x)}</li>" for x in data["explanation"]) + "</ul>"
+        )
     if data.get("warnings"):
         parts.append("<h2>Warnings</h2><ul>" + "".join(f"<li>{e(w)}</li>" for w in data["warnings"]) + "</ul>")
     parts.append("</body></html>")

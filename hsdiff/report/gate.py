@@ -16,8 +16,10 @@ def render_gate_text(result: Doc | _HasDict, *, verbose: bool = True) -> str:
     d = as_doc(result)
     out = [f"hsdiff {d['command']}: {engine_title(d)}, draft config {d['draft_config']}"]
     if d["num_hidden_layers"] or d["hidden_size"]:
-        out.append(f"target: {d['num_hidden_layers'] or '?'} layers, hidden size {d['hidden_size'] or '?'}"
-                   + (f" ({d['target_config']})" if d["target_config"] else ""))
+        out.append(
+            f"target: {d['num_hidden_layers'] or '?'} layers, hidden size {d['hidden_size'] or '?'}"
+            + (f" ({d['target_config']})" if d["target_config"] else "")
+        )
     if d["ids"] is not None:
         out.append(_wrap("ids: " + d["ids"]["note"], "     "))
     out.append("")
@@ -39,5 +41,9 @@ def render_gate_text(result: Doc | _HasDict, *, verbose: bool = True) -> str:
 
 
 def _wrap(text: str, indent: str) -> str:
-    return "\n".join(textwrap.wrap(text, width=110, subsequent_indent=indent, break_on_hyphens=False,
-                                   break_long_words=False)) or text
+    return (
+        "\n".join(
+            textwrap.wrap(text, width=110, subsequent_indent=indent, break_on_hyphens=False, break_long_words=False)
+        )
+        or text
+    )

@@ -40,12 +40,23 @@ def render_github(result: Doc | _HasDict) -> str:
                 b, cfg = s["boundary_index"], s["configured_boundary_index"]
                 trained = "?" if b is None else f"B{b}"
                 got = "nothing" if cfg is None else f"B{cfg}"
-                lines.append(_line("error", f"hsdiff slot {s['slot']}",
-                                   f"slot {s['slot']} {s['status']}: training {trained}, engine captures {got}. {s['note']}",
-                                   d["draft_config"]))
+                lines.append(
+                    _line(
+                        "error",
+                        f"hsdiff slot {s['slot']}",
+                        f"slot {s['slot']} {s['status']}: training {trained}, engine captures {got}. {s['note']}",
+                        d["draft_config"],
+                    )
+                )
         if report["verdict"] != "ok":
-            lines.append(_line("error", f"hsdiff gate {report['verdict']}",
-                               f"{report['cause']} Fix ({rec_words(report['recommended'])}): {config_line(report['recommended'])}", d["draft_config"]))
+            lines.append(
+                _line(
+                    "error",
+                    f"hsdiff gate {report['verdict']}",
+                    f"{report['cause']} Fix ({rec_words(report['recommended'])}): {config_line(report['recommended'])}",
+                    d["draft_config"],
+                )
+            )
     elif d["command"] == "gate":
         lines.append(_line("error", "hsdiff gate", d["cause"], d["draft_config"]))
     if d["verdict"] == GateVerdict.PASS:

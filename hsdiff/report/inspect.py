@@ -36,25 +36,35 @@ def render_inspect_text(info: Any, *, max_captures: int = 40) -> str:
         label = c["layer"] or ("-" if c["slot"] is None else f"slot {c['slot']}")
         if c["label_source"]:
             label += f" ({c['label_source']})"
-        rows.append([
-            _short(f"{c['file']} [{c['key']}]" if c["key"] else c["file"], 56),
-            "x".join(map(str, c["shape"] or [])) or "?", c["dtype"], _short(str(c["group"]), 28), label,
-            "-" if c["rank"] is None else str(c["rank"]), med,
-            ",".join(map(str, norm.get("sink_tokens") or [])) or "-",
-            "-" if c["nonfinite"] is None else str(c["nonfinite"]),
-        ])
+        rows.append(
+            [
+                _short(f"{c['file']} [{c['key']}]" if c["key"] else c["file"], 56),
+                "x".join(map(str, c["shape"] or [])) or "?",
+                c["dtype"],
+                _short(str(c["group"]), 28),
+                label,
+                "-" if c["rank"] is None else str(c["rank"]),
+                med,
+                ",".join(map(str, norm.get("sink_tokens") or [])) or "-",
+                "-" if c["nonfinite"] is None else str(c["nonfinite"]),
+            ]
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     out += ["  " + "  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows]
     if len(d["captures"]) > max_captures:
         out.append(f"  … {len(d['captures']) - max_captures} more (--json lists them all)")
     sampled = {c["sampled_rows"] for c in d["captures"] if c["sampled_rows"]}
     if sampled:
-        out.append(f"  (norms and NaN/Inf counted on up to {max(sampled)} sampled rows per tensor; "
-                   "sink at: positions of the tokens with norm > 8× the median)")
+        out.append(
+            f"  (norms and NaN/Inf counted on up to {max(sampled)} sampled rows per tensor; "
+            "sink at: positions of the tokens with norm > 8× the median)"
+        )
     r = d["ranks"]
     if r["ranks"]:
         out += ["", f"ranks: {r['ranks']} — {r['state']} ({r['tensors']} tensor(s) per rank)"]
-        out += [f"  {x['tensor']}: rank {x['rank']} vs {x['against']}: {x['state']} ({x['why']})" for x in r["detail"][:8]]
+        out += [
+            f"  {x['tensor']}: rank {x['rank']} vs {x['against']}: {x['state']} ({x['why']})" for x in r["detail"][:8]
+        ]
     runs = d["runs"]
     if runs.get("runs"):
         out.append(f"runs: {runs['runs']}, steps {', '.join(runs['steps'][:10])}")
@@ -79,4 +89,4 @@ def _size(n: int | None) -> str:
 
 
 def _short(text: str, n: int) -> str:
-    return text if len(text) <= n else "…" + text[-(n - 1):]
+    return text if len(text) <= n else "…" + text[-(n - 1) :]

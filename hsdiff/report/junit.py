@@ -85,6 +85,11 @@ def _slot_message(s: Doc, report: Doc) -> str:
 
 def _body(report: Doc, first: str) -> str:
     rec = report["recommended"]
-    lines = [first, "", f"cause: {report['cause']}", "", f"fix: {config_line(rec)}"
-             + (f' (under "{nested_in(rec)}")' if nested_in(rec) else "") + f" {rec_words(rec)}"]
+    lines = [
+        first,
+        "",
+        f"cause: {report['cause']}",
+        "",
+        f"fix: {config_line(rec)}" + (f' (under "{nested_in(rec)}")' if nested_in(rec) else "") + f" {rec_words(rec)}",
+    ]
     return "\n".join(lines)

@@ -59,11 +59,20 @@ def render_markdown(result: Doc | _HasDict) -> str:
         if report["verdict"] != "ok":
             rec = report["recommended"]
             where = f' under `"{nested_in(rec)}"`' if nested_in(rec) else ""
-            out += ["", f"**Fix:** put this in the draft's `config.json`{where} ({_cell(rec_words(rec))}):", "", "```json",
-                    config_line(rec), "```"]
+            out += [
+                "",
+                f"**Fix:** put this in the draft's `config.json`{where} ({_cell(rec_words(rec))}):",
+                "",
+                "```json",
+                config_line(rec),
+                "```",
+            ]
             if writable(report):
-                out += ["", "or run `hsdiff fix-config DRAFT_CONFIG --from-report REPORT.json` with this run's "
-                        "`--json` report."]
+                out += [
+                    "",
+                    "or run `hsdiff fix-config DRAFT_CONFIG --from-report REPORT.json` with this run's "
+                    "`--json` report.",
+                ]
     for note in d["notes"]:
         out += ["", f"> {_cell(note)}"]
     out += ["", "<details><summary>Settings</summary>", ""] + [f"- {_cell(x)}" for x in settings_lines(d)]

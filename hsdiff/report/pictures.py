@@ -54,7 +54,7 @@ def _b(b: int | None) -> str:
 
 
 def _short(text: str, n: int = 34) -> str:
-    return text if len(text) <= n else "…" + text[-(n - 1):]
+    return text if len(text) <= n else "…" + text[-(n - 1) :]
 
 
 # ----------------------------------------------------------------------------- heatmap
@@ -64,8 +64,10 @@ def heatmap_grid(data: dict, metric: str = "rel_err") -> tuple[list[dict], list[
     slots = sorted(data["slots"], key=lambda s: (_slot_layer(s) is None, _slot_layer(s) or 0, s["slot"]))
     cols: dict[str, dict] = {}
     for r in data.get("scores") or []:
-        cols.setdefault(r["capture"], {"capture": r["capture"], "boundary": r.get("capture_boundary"),
-                                       "label_source": r.get("label_source")})
+        cols.setdefault(
+            r["capture"],
+            {"capture": r["capture"], "boundary": r.get("capture_boundary"), "label_source": r.get("label_source")},
+        )
     columns = sorted(cols.values(), key=lambda c: (c["boundary"] is None, c["boundary"] or 0, c["capture"]))
     index = {c["capture"]: j for j, c in enumerate(columns)}
     row_of = {s["slot"]: i for i, s in enumerate(slots)}
@@ -87,8 +89,12 @@ def configured_column(slot: dict, columns: list[dict]) -> int | None:
     if b is None:
         return None
     same = [j for j, c in enumerate(columns) if c["boundary"] == b]
-    configured = [j for j in same if columns[j]["label_source"] == LabelSource.CONFIGURED
-                  and f"slot {slot['slot']} " in columns[j]["capture"] + " "]
+    configured = [
+        j
+        for j in same
+        if columns[j]["label_source"] == LabelSource.CONFIGURED
+        and f"slot {slot['slot']} " in columns[j]["capture"] + " "
+    ]
     found = configured or same
     return found[0] if found else None
 
@@ -142,8 +148,12 @@ def heatmap(report: Any, metric: str = "rel_err", ax: Any = None) -> Any:
     many = len(columns) > 24
     ax.set_xticks(range(len(columns)))
     labels = [_b(c["boundary"]) if many and c["boundary"] is not None else _col_label(c, prefix) for c in columns]
-    ax.set_xticklabels(labels, rotation=90 if many else 60 if len(columns) > 6 else 0,
-                       ha="center" if many or len(columns) <= 6 else "right", fontsize=6 if many else 7)
+    ax.set_xticklabels(
+        labels,
+        rotation=90 if many else 60 if len(columns) > 6 else 0,
+        ha="center" if many or len(columns) <= 6 else "right",
+        fontsize=6 if many else 7,
+    )
     ax.set_yticks(range(len(slots)))
     ax.set_yticklabels([_row_label(s) for s in slots], fontsize=8)
     where = f"{prefix.strip()} … " if prefix.strip() else ""
@@ -154,30 +164,61 @@ def heatmap(report: Any, metric: str = "rel_err", ax: Any = None) -> Any:
         matched = (s.get("matched") or {}).get("label")
         if matched in {c["capture"] for c in columns}:
             j = next(k for k, c in enumerate(columns) if c["capture"] == matched)
-            ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor=_MATCH, linewidth=3,
-                                   gid=f"match:slot{s['slot']}"))
+            ax.add_patch(
+                Rectangle(
+                    (j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor=_MATCH, linewidth=3, gid=f"match:slot{s['slot']}"
+                )
+            )
         j2 = configured_column(s, columns)
         if j2 is not None:
-            ax.add_patch(Rectangle((j2 - 0.42, i - 0.42), 0.84, 0.84, fill=False, edgecolor=_CONFIGURED,
-                                   linewidth=2, linestyle="--", gid=f"configured:slot{s['slot']}"))
+            ax.add_patch(
+                Rectangle(
+                    (j2 - 0.42, i - 0.42),
+                    0.84,
+                    0.84,
+                    fill=False,
+                    edgecolor=_CONFIGURED,
+                    linewidth=2,
+                    linestyle="--",
+                    gid=f"configured:slot{s['slot']}",
+                )
+            )
     from matplotlib.lines import Line2D
 
     handles = [Line2D([], [], color=_MATCH, linewidth=3, label="chosen match (value evidence)")]
     if metric != "cosine":
-        handles.append(Line2D([], [], color="white", linewidth=0, label=f"white mark on the colour bar: tolerance {tol:.0%}"))
+        handles.append(
+            Line2D([], [], color="white", linewidth=0, label=f"white mark on the colour bar: tolerance {tol:.0%}")
+        )
     if data.get("configured"):
         ids = data["configured"].get("eagle_aux_hidden_state_layer_ids")
-        handles.append(Line2D([], [], color=_CONFIGURED, linewidth=2, linestyle="--",
-                              label=f"what the configured ids {ids} give the slot"))
-    ax.legend(handles=handles, loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=len(handles), fontsize=8,
-              frameon=False, handlelength=2.5, borderaxespad=0.2)
+        handles.append(
+            Line2D(
+                [],
+                [],
+                color=_CONFIGURED,
+                linewidth=2,
+                linestyle="--",
+                label=f"what the configured ids {ids} give the slot",
+            )
+        )
+    ax.legend(
+        handles=handles,
+        loc="lower left",
+        bbox_to_anchor=(0.0, 1.0),
+        ncol=len(handles),
+        fontsize=8,
+        frameon=False,
+        handlelength=2.5,
+        borderaxespad=0.2,
+    )
     ax.set_title(title, fontsize=10, pad=22)
     fig.tight_layout()
     return fig
 
 
 def _col_label(c: dict, prefix: str) -> str:
-    text = _short(c["capture"][len(prefix):] or c["capture"], 28)
+    text = _short(c["capture"][len(prefix) :] or c["capture"], 28)
     return text + ("" if c["label_source"] != LabelSource.CONFIGURED else "\n(--layer-ids)")
 
 
@@ -224,30 +265,73 @@ def norm_trajectory(report: Any, ax: Any = None) -> Any:
         ax.set_title(title + "\n(no norm profile in this report)")
         ax.axis("off")
         return fig
-    train = sorted(((r.get("boundary") if r.get("boundary") is not None else r.get("claimed_boundary"), r)
-                    for r in norms if r["side"] == "train"), key=lambda t: (t[0] is None, t[0] or 0))
+    train = sorted(
+        (
+            (r.get("boundary") if r.get("boundary") is not None else r.get("claimed_boundary"), r)
+            for r in norms
+            if r["side"] == "train"
+        ),
+        key=lambda t: (t[0] is None, t[0] or 0),
+    )
     infer = [r for r in norms if r["side"] == "infer" and r.get("boundary") is not None]
     unplaced = [r for r in norms if r["side"] == "infer" and r.get("boundary") is None]
     placed = [(b, r) for b, r in train if b is not None]
     if placed:
-        ax.plot([b for b, _ in placed], [r["median_norm"] for _, r in placed], "-o", color="#1f77b4", markersize=7,
-                label="training slots (at the layer the values show)", zorder=3)
+        ax.plot(
+            [b for b, _ in placed],
+            [r["median_norm"] for _, r in placed],
+            "-o",
+            color="#1f77b4",
+            markersize=7,
+            label="training slots (at the layer the values show)",
+            zorder=3,
+        )
         for b, r in placed:
-            ax.annotate(f"slot {r['slot']}", (b, r["median_norm"]), textcoords="offset points", xytext=(0, 9),
-                        ha="center", fontsize=7, color="#1f77b4")
+            ax.annotate(
+                f"slot {r['slot']}",
+                (b, r["median_norm"]),
+                textcoords="offset points",
+                xytext=(0, 9),
+                ha="center",
+                fontsize=7,
+                color="#1f77b4",
+            )
     own = sorted((r for r in infer if r.get("label_source") != LabelSource.CONFIGURED), key=lambda r: r["boundary"])
     cfg = sorted((r for r in infer if r.get("label_source") == LabelSource.CONFIGURED), key=lambda r: r["boundary"])
     if own:
-        ax.plot([r["boundary"] for r in own], [r["median_norm"] for r in own], "-s", color="#ff7f0e", markersize=4,
-                linewidth=1.2, label="inference captures (at their own layer label)", zorder=2)
+        ax.plot(
+            [r["boundary"] for r in own],
+            [r["median_norm"] for r in own],
+            "-s",
+            color="#ff7f0e",
+            markersize=4,
+            linewidth=1.2,
+            label="inference captures (at their own layer label)",
+            zorder=2,
+        )
     if cfg:
-        ax.plot([r["boundary"] for r in cfg], [r["median_norm"] for r in cfg], "--D", color=_CONFIGURED,
-                markerfacecolor="none", markersize=9, linewidth=1,
-                label="engine captures, at the layers the configured ids name", zorder=4)
+        ax.plot(
+            [r["boundary"] for r in cfg],
+            [r["median_norm"] for r in cfg],
+            "--D",
+            color=_CONFIGURED,
+            markerfacecolor="none",
+            markersize=9,
+            linewidth=1,
+            label="engine captures, at the layers the configured ids name",
+            zorder=4,
+        )
         for r in cfg:
             if r.get("slot") is not None:
-                ax.annotate(f"engine slot {r['slot']}", (r["boundary"], r["median_norm"]), textcoords="offset points",
-                            xytext=(0, -14), ha="center", fontsize=7, color=_CONFIGURED)
+                ax.annotate(
+                    f"engine slot {r['slot']}",
+                    (r["boundary"], r["median_norm"]),
+                    textcoords="offset points",
+                    xytext=(0, -14),
+                    ha="center",
+                    fontsize=7,
+                    color=_CONFIGURED,
+                )
     ax.set_yscale("log")
     ax.margins(x=0.04, y=0.12)
     ax.set_xlabel("layer boundary B (B0 = embeddings, Bi = residual stream entering layer i)")
@@ -261,12 +345,16 @@ def norm_trajectory(report: Any, ax: Any = None) -> Any:
         notes.append(f"{len(unplaced)} inference capture(s) carry no layer label and are not drawn")
     sinks = sorted({t for r in norms for t in r.get("sink_tokens", [])})
     if sinks:
-        notes.append("attention-sink tokens (norm > 8× median) at positions "
-                     + ", ".join(map(str, sinks[:6])) + (" …" if len(sinks) > 6 else "")
-                     + "; medians are barely moved by them")
+        notes.append(
+            "attention-sink tokens (norm > 8× median) at positions "
+            + ", ".join(map(str, sinks[:6]))
+            + (" …" if len(sinks) > 6 else "")
+            + "; medians are barely moved by them"
+        )
     if notes:
-        ax.text(0.99, 0.02, "\n".join(notes), transform=ax.transAxes, fontsize=7, color="dimgrey", va="bottom",
-                ha="right")
+        ax.text(
+            0.99, 0.02, "\n".join(notes), transform=ax.transAxes, fontsize=7, color="dimgrey", va="bottom", ha="right"
+        )
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(fontsize=8, loc="upper left")
     ax.set_title(title, fontsize=10)
@@ -283,8 +371,9 @@ def token_errors(report: Any, axes: Any = None) -> Any:
     curves = (data.get("profiles") or {}).get("tokens") or []
     slots = sorted({c["slot"] for c in curves})
     if axes is None:
-        fig, axes = plt.subplots(max(1, len(slots)), 1, figsize=(11, 1.2 + 2.1 * max(1, len(slots))), squeeze=False,
-                                 sharex=True)
+        fig, axes = plt.subplots(
+            max(1, len(slots)), 1, figsize=(11, 1.2 + 2.1 * max(1, len(slots))), squeeze=False, sharex=True
+        )
         axes = list(axes[:, 0])
     fig = axes[0].figure
     if not curves:
@@ -299,9 +388,15 @@ def token_errors(report: Any, axes: Any = None) -> Any:
             xs = [c["first_token"] + i for i in range(len(c["error"]))]
             ys = [math.nan if v is None else max(v, 1e-4) for v in c["error"]]
             match = c["role"] == "match"
-            ax.plot(xs, ys, "-" if match else "--", color=_MATCH if match else _CONFIGURED, linewidth=1.6,
-                    marker="." if len(xs) <= 80 else None,
-                    label=("matched: " if match else "configured ids give: ") + _short(c["capture"], 40))
+            ax.plot(
+                xs,
+                ys,
+                "-" if match else "--",
+                color=_MATCH if match else _CONFIGURED,
+                linewidth=1.6,
+                marker="." if len(xs) <= 80 else None,
+                label=("matched: " if match else "configured ids give: ") + _short(c["capture"], 40),
+            )
             for t in c.get("sink_tokens", []):
                 ax.axvspan(t - 0.5, t + 0.5, color="gold", alpha=0.35, linewidth=0)
         if any(c.get("sink_tokens") for c in curves if c["slot"] == slot):
@@ -310,8 +405,11 @@ def token_errors(report: Any, axes: Any = None) -> Any:
         ax.set_yscale("log")
         ax.set_ylabel("relative error")
         evidence = "" if info.get("evidence") in (None, "observed") else f", {info['evidence']}"
-        ax.set_title(f"training slot {slot} ({_b(info.get('boundary_index'))}{evidence}): {info.get('status', '?')}",
-                     fontsize=9, loc="left")
+        ax.set_title(
+            f"training slot {slot} ({_b(info.get('boundary_index'))}{evidence}): {info.get('status', '?')}",
+            fontsize=9,
+            loc="left",
+        )
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
         ax.grid(True, alpha=0.3)
     axes[-1].set_xlabel("token position in the training sample")

@@ -69,12 +69,48 @@ from .versions import (
 from .words import describe_boundary, final_boundary, name_boundary, parse_ids
 
 __all__ = [
-    "BOUNDARY", "OUTPUT", "ENGINES", "MODEL_FAMILIES", "VLLM_RUNNERS", "DEFAULT_RUNNER", "NESTED_KEY", "TOP_KEY",
-    "EngineInfo", "Rule", "rule", "applied", "parse_version", "default_version", "version_tuple", "version_for", "versions", "normalize_family",
-    "family_from_config", "to_boundary", "from_boundary", "translate", "default_ids", "default_boundaries",
-    "final_boundary", "capturable", "needs_num_layers", "slot_order", "describe_boundary",
-    "name_boundary", "parse_ids", "config_keys", "write_key", "key_name", "VERSIONS", "DRAFT_KINDS", "draft_kind",
-    "kind_from_config", "key_index", "kind_default", "id_keys", "readers_of",
+    "BOUNDARY",
+    "OUTPUT",
+    "ENGINES",
+    "MODEL_FAMILIES",
+    "VLLM_RUNNERS",
+    "DEFAULT_RUNNER",
+    "NESTED_KEY",
+    "TOP_KEY",
+    "EngineInfo",
+    "Rule",
+    "rule",
+    "applied",
+    "parse_version",
+    "default_version",
+    "version_tuple",
+    "version_for",
+    "versions",
+    "normalize_family",
+    "family_from_config",
+    "to_boundary",
+    "from_boundary",
+    "translate",
+    "default_ids",
+    "default_boundaries",
+    "final_boundary",
+    "capturable",
+    "needs_num_layers",
+    "slot_order",
+    "describe_boundary",
+    "name_boundary",
+    "parse_ids",
+    "config_keys",
+    "write_key",
+    "key_name",
+    "VERSIONS",
+    "DRAFT_KINDS",
+    "draft_kind",
+    "kind_from_config",
+    "key_index",
+    "kind_default",
+    "id_keys",
+    "readers_of",
 ]
 
 NESTED_KEY, TOP_KEY = NESTED, TOP
@@ -85,6 +121,7 @@ _FAMILY_ALIASES = {name: key for key, (names, _) in FAMILIES.items() for name in
 
 
 # --------------------------------------------------------------------------- families
+
 
 def normalize_family(family: str | None) -> str:
     """Map a model family or ``model_type`` (``kimi_k25``, ``qwen3``, ...) to a rule key."""
@@ -119,6 +156,7 @@ def family_from_config(config: dict) -> str:
 # --------------------------------------------------------------------------- the row that applies
 
 # --------------------------------------------------------------------------- draft kinds
+
 
 def draft_kind(kind: str | None) -> DraftKind:
     """The :class:`~hsdiff.rules.kinds.DraftKind` of ``--draft-kind`` (None: EAGLE-3); refuses a kind that
@@ -155,8 +193,13 @@ def applied(engine: str, model_family: str | None = None, version: str | None = 
     if info.captures_through and k in RULES_KINDS:  # it captures through another engine's setter: its family rules
         own = _lookup(info.key, "llama", ver, k)
         sg = _lookup(info.captures_through, normalize_family(model_family), ver, k)
-        return replace(sg, engine=info.key, label=f"{info.title} through {rule(sg.engine).title} {ver}: {sg.label}",
-                       min_boundary=max(sg.min_boundary, own.min_boundary), source=f"{own.source}; {sg.source}")
+        return replace(
+            sg,
+            engine=info.key,
+            label=f"{info.title} through {rule(sg.engine).title} {ver}: {sg.label}",
+            min_boundary=max(sg.min_boundary, own.min_boundary),
+            source=f"{own.source}; {sg.source}",
+        )
     return _lookup(info.key, normalize_family(model_family), ver, k)
 
 
@@ -175,8 +218,10 @@ def _lookup(engine: str, family: str, version: str, kind: str = EAGLE3) -> Rule:
     if not own and not general:
         title, which = rule(engine).title, DRAFT_KINDS[kind].title
         readers = sorted({r.engine for r in TABLE if _reads_kind(r, kind)})
-        raise InputError(f"hsdiff's table has no row for {which} drafts on {title}",
-                         hint=f"choose an engine it has rows for: {', '.join(readers)}")
+        raise InputError(
+            f"hsdiff's table has no row for {which} drafts on {title}",
+            hint=f"choose an engine it has rows for: {', '.join(readers)}",
+        )
     return (own or general)[0]
 
 
@@ -188,20 +233,26 @@ def _usable(r: Rule) -> Rule:
 
 def _needs_layers(num_layers: int | None, what: str) -> int:
     if num_layers is None:
-        raise InputError(f"{what} depends on the number of target layers",
-                         hint="pass --num-layers or --model-config (the target's config.json)")
+        raise InputError(
+            f"{what} depends on the number of target layers",
+            hint="pass --num-layers or --model-config (the target's config.json)",
+        )
     return num_layers
 
 
-def _check_range(boundaries: Iterable[int], num_layers: int | None, *, final: bool = True, rule_label: str = "") -> None:
+def _check_range(
+    boundaries: Iterable[int], num_layers: int | None, *, final: bool = True, rule_label: str = ""
+) -> None:
     """Boundaries lie in 0..L or are the final post-norm state (``final``: L + 1); never below 0, whatever L."""
     top = None if num_layers is None else final_boundary(num_layers) if final else num_layers
     for b in boundaries:
         if b < 0 or (top is not None and b > top):
             span = "below 0" if num_layers is None else f"outside 0..{num_layers} for a {num_layers}-layer target"
             read = f" (the ids read by {rule_label})" if rule_label else ""
-            raise InputError(f"layer id names boundary {b}, {span}{read}",
-                             hint="check the ids, the engine version and model family (their rule), and --num-layers")
+            raise InputError(
+                f"layer id names boundary {b}, {span}{read}",
+                hint="check the ids, the engine version and model family (their rule), and --num-layers",
+            )
 
 
 def _shift(r: Rule, ids: Sequence[int], num_layers: int | None) -> int:
@@ -261,8 +312,14 @@ def to_boundary(
     return out
 
 
-def capturable(b: int, engine: str, num_layers: int | None, model_family: str | None = None,
-               version: str | None = None, kind: str | None = None) -> bool:
+def capturable(
+    b: int,
+    engine: str,
+    num_layers: int | None,
+    model_family: str | None = None,
+    version: str | None = None,
+    kind: str | None = None,
+) -> bool:
     """Whether ``engine`` has an id that captures boundary ``b`` (for a draft of ``kind``)."""
     info = rule(engine)
     r = _usable(applied(info.key, info.family_for(model_family), version, kind))
@@ -345,12 +402,22 @@ def translate(
     """
     return from_boundary(
         to_boundary(ids, src, num_layers=num_layers, model_family=src_family, version=src_version, kind=kind),
-        dst, num_layers=num_layers, model_family=dst_family, version=dst_version, kind=kind,
+        dst,
+        num_layers=num_layers,
+        model_family=dst_family,
+        version=dst_version,
+        kind=kind,
     )
 
 
-def default_boundaries(num_layers: int, engine: str | None = None, model_family: str | None = None,
-                       version: str | None = None, kind: str | None = None, count: int | None = None) -> list[int]:
+def default_boundaries(
+    num_layers: int,
+    engine: str | None = None,
+    model_family: str | None = None,
+    version: str | None = None,
+    kind: str | None = None,
+    count: int | None = None,
+) -> list[int]:
     """The default as boundary indices: EAGLE-3's ``[2, L//2, L-3]`` (SGLang's minimax_m3_vl: ``[3, L//2+1, L-2]``);
     a DFlash engine's ``count`` output indices evenly spaced over 1..L-3 (``count``: the draft's layers).
 
@@ -364,8 +431,10 @@ def default_boundaries(num_layers: int, engine: str | None = None, model_family:
     r = _usable(applied(info.key, info.family_for(model_family), version, kind))
     if r.default == "spaced":
         if count is None:
-            raise InputError(f"the default of {r.label} depends on the number of draft layers",
-                             hint="give the draft config (its num_hidden_layers)")
+            raise InputError(
+                f"the default of {r.label} depends on the number of draft layers",
+                hint="give the draft config (its num_hidden_layers)",
+            )
         if count == 1:
             return [num_layers // 2 + 1]
         span = num_layers - 3 - 1  # dflash_utils.py:348-385 (sglang 0.5.23): round(start + i * span / (k - 1))
@@ -373,24 +442,32 @@ def default_boundaries(num_layers: int, engine: str | None = None, model_family:
     return [b + 1 for b in standard] if r.default == "shifted" else standard
 
 
-def default_ids(engine: str, num_layers: int, model_family: str | None = None, version: str | None = None,
-                kind: str | None = None, count: int | None = None) -> list[int]:
+def default_ids(
+    engine: str,
+    num_layers: int,
+    model_family: str | None = None,
+    version: str | None = None,
+    kind: str | None = None,
+    count: int | None = None,
+) -> list[int]:
     """The ids ``engine`` uses when the draft config names none (most name B ``[2, L//2, L-3]``)."""
     bs = default_boundaries(num_layers, engine, model_family, version, kind, count)
     ids = from_boundary(bs, engine, num_layers=num_layers, model_family=model_family, version=version, kind=kind)
     return [i for i in ids if i is not None]
 
 
-def needs_num_layers(engine: str, model_family: str | None = None, version: str | None = None,
-                     kind: str | None = None) -> bool:
+def needs_num_layers(
+    engine: str, model_family: str | None = None, version: str | None = None, kind: str | None = None
+) -> bool:
     """Whether reading ids on ``engine`` depends on the target's ``num_hidden_layers`` (SGLang's gpt-oss rule)."""
     info = rule(engine)
     fam = info.family_for(model_family, shifts=True)
     return applied(info.key, fam, version, kind).reading == GPT_OSS
 
 
-def slot_order(boundaries: Sequence[int], engine: str, num_layers: int | None = None,
-               version: str | None = None) -> list[int]:
+def slot_order(
+    boundaries: Sequence[int], engine: str, num_layers: int | None = None, version: str | None = None
+) -> list[int]:
     """The slots ``engine`` fills for boundaries read in list order: ascending and once each if it sorts.
 
     TensorRT-LLM sorts its ids, -1 (the final post-norm state) first; its default one-model path
@@ -407,12 +484,18 @@ def slot_order(boundaries: Sequence[int], engine: str, num_layers: int | None = 
     if not info.sorts:
         return list(boundaries)
     out = sorted(set(boundaries))
-    if info.final_first and version not in info.final_last_in and num_layers is not None and final_boundary(num_layers) in out:
+    if (
+        info.final_first
+        and version not in info.final_last_in
+        and num_layers is not None
+        and final_boundary(num_layers) in out
+    ):
         out = [final_boundary(num_layers)] + out[:-1]
     return out
 
 
 # --------------------------------------------------------------------------- config keys
+
 
 def _kind_entry(table: dict, engine: str, kind: str | None) -> object:
     """A DFlash-family table's entry for ``engine``: its ``engine:kind`` entry, else its own, else None."""
@@ -420,7 +503,9 @@ def _kind_entry(table: dict, engine: str, kind: str | None) -> object:
     return table.get(f"{key}:{draft_kind(kind).key}", table.get(key))
 
 
-def config_keys(engine: str, *, vllm_runner: str = DEFAULT_RUNNER, kind: str | None = None) -> tuple[tuple[str, ...], ...]:
+def config_keys(
+    engine: str, *, vllm_runner: str = DEFAULT_RUNNER, kind: str | None = None
+) -> tuple[tuple[str, ...], ...]:
     """Where ``engine`` reads the ids in a draft (or run) config for a draft of ``kind``, first match wins.
 
     >>> config_keys("vllm")[:2]
@@ -431,7 +516,9 @@ def config_keys(engine: str, *, vllm_runner: str = DEFAULT_RUNNER, kind: str | N
     info = rule(engine)
     if info.runners:
         if vllm_runner not in info.runners:
-            raise InputError(f"unknown {info.title} runner {vllm_runner!r}", hint=f"choose one of: {', '.join(info.runners)}")
+            raise InputError(
+                f"unknown {info.title} runner {vllm_runner!r}", hint=f"choose one of: {', '.join(info.runners)}"
+            )
         return CONFIG_KEYS[f"{info.key}-{vllm_runner}"]  # one reading function for every method
     if draft_kind(kind).reading == DFLASH:
         return cast(tuple, _kind_entry(DFLASH_KEYS, info.key, kind) or ())
@@ -460,7 +547,9 @@ def write_key(engine: str, kind: str | None = None) -> tuple[str, ...]:
     ('dflash_config', 'target_layer_ids')
     """
     r = rule(engine)
-    writes = r.writes if draft_kind(kind).reading == EAGLE3 else cast(tuple, _kind_entry(DFLASH_WRITES, r.key, kind) or ())
+    writes = (
+        r.writes if draft_kind(kind).reading == EAGLE3 else cast(tuple, _kind_entry(DFLASH_WRITES, r.key, kind) or ())
+    )
     if not writes:
         readers = [e for e in ENGINES if config_keys(e)]
         raise InputError(
@@ -471,14 +560,19 @@ def write_key(engine: str, kind: str | None = None) -> tuple[str, ...]:
 
 
 def key_name(path: Sequence[str]) -> str:
-    """``("eagle_config", "eagle_aux_hidden_state_layer_ids")`` -> ``"eagle_config.eagle_aux_hidden_state_layer_ids"``."""
+    """``("eagle_config", "eagle_aux_hidden_state_layer_ids")`` ->
+    ``"eagle_config.eagle_aux_hidden_state_layer_ids"``."""
     return ".".join(path)
 
 
 def id_keys(kind: str | None = None) -> tuple[tuple[str, ...], ...]:
     """Every draft-config key some engine or trainer reads ids from for a draft of ``kind``, in table order."""
-    keys = [k for e in ENGINES for r in (rule(e).runners or (DEFAULT_RUNNER,))
-            for k in config_keys(e, vllm_runner=r, kind=kind)]
+    keys = [
+        k
+        for e in ENGINES
+        for r in (rule(e).runners or (DEFAULT_RUNNER,))
+        for k in config_keys(e, vllm_runner=r, kind=kind)
+    ]
     return tuple(dict.fromkeys(keys))
 
 
@@ -488,5 +582,8 @@ def readers_of(key: Sequence[str], kind: str | None = None) -> list[str]:
     >>> readers_of(("target_layer_ids",), "dflash")
     ['sglang', 'vllm', 'tokenspeed', 'deepspec']
     """
-    return [e for e in ENGINES if any(tuple(key) in config_keys(e, vllm_runner=r, kind=kind)
-                                      for r in (rule(e).runners or (DEFAULT_RUNNER,)))]
+    return [
+        e
+        for e in ENGINES
+        if any(tuple(key) in config_keys(e, vllm_runner=r, kind=kind) for r in (rule(e).runners or (DEFAULT_RUNNER,)))
+    ]

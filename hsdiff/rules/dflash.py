@@ -17,57 +17,161 @@ __all__ = ["DFLASH_RULES", "DFLASH_KEYS", "DFLASH_WRITES", "DFLASH_DEFAULTS"]
 _SG = "sglang"
 _ALL = DFLASH_KINDS
 _NOT2 = tuple(k for k in DFLASH_KINDS if k != "dflash2")
-_SG_SETTER = ("sglang==0.5.23 sglang/srt/models/llama.py:943-953, qwen3.py:793-805, qwen3_moe.py:1145-1155, "
-              "laguna.py:833-844, mimo_v2.py:1501-1513, gpt_oss.py:1354-1364, deepseek_v2.py:3475-3485 "
-              "(layers_to_capture = [val + 1 for val in layer_ids]); the loop captures before layer i, "
-              "llama.py:485-494, so B = L is never captured")
+_SG_SETTER = (
+    "sglang==0.5.23 sglang/srt/models/llama.py:943-953, qwen3.py:793-805, qwen3_moe.py:1145-1155, "
+    "laguna.py:833-844, mimo_v2.py:1501-1513, gpt_oss.py:1354-1364, deepseek_v2.py:3475-3485 "
+    "(layers_to_capture = [val + 1 for val in layer_ids]); the loop captures before layer i, "
+    "llama.py:485-494, so B = L is never captured"
+)
 
 DFLASH_RULES: tuple[Rule, ...] = (
     # ---------------------------------------------------------------- SGLang
-    Rule(_SG, (), None, None, OUTPUT, "SGLang DFlash, +1 setter (output index)", _SG_SETTER,
-         captures_last=False, default="spaced", kinds=_ALL),
-    Rule(_SG, ("qwen3_next",), None, None, OUTPUT, "SGLang DFlash, Qwen3-Next / Qwen3.5 (+1, per-layer flag)",
-         "sglang==0.5.23 sglang/srt/models/qwen3_next.py:1303-1313 (+1), :959-962 (flag on layers[id + 1]: "
-         "id L-1 raises IndexError at startup); qwen3_5.py:1889-1892", captures_last=False, last_fails=True,
-         default="spaced", kinds=_ALL),
-    Rule(_SG, ("after_layer",), None, None, OUTPUT, "SGLang DFlash, capture after the layer (raw id = O)",
-         "sglang==0.5.23 sglang/srt/models/beam.py:1160-1168,1360-1374 (after layer id, before the final norm), "
-         "muse_spark.py:1336-1354, bailing_moe_v3.py:1348-1368,1731-1749", default="spaced", kinds=_ALL),
-    Rule(_SG, ("muse_glimmer",), None, None, OUTPUT, "SGLang DFlash2 on Muse Glimmer (+1 for layer-output drafts)",
-         "sglang==0.5.23 sglang/srt/model_executor/model_runner_components/spec_aux_hidden_state.py:17-29,252-258 "
-         "(+1 for DFlash2DraftModel / MuseGlimmerAssistantModel); muse_glimmer.py:421-423 (before layer i), "
-         ":866-879 (0 <= id < L)", captures_last=False, default="spaced", kinds=("dflash2",)),
-    Rule(_SG, ("muse_glimmer",), None, None, BOUNDARY, "SGLang DFlash on Muse Glimmer (layer-input ids, raw)",
-         "sglang==0.5.23 sglang/srt/model_executor/model_runner_components/spec_aux_hidden_state.py:17-29,252-258 "
-         "(legacy drafts store layer-input ids); muse_glimmer.py:421-423, :866-879", captures_last=False,
-         default="spaced", kinds=_NOT2),
-    Rule(_SG, ("deepseek_v4",), None, None, BOUNDARY, "SGLang DSpark on DeepSeek-V4 (raw: the input of layer id)",
-         "sglang==0.5.23 sglang/srt/models/deepseek_v4.py:4853-4861 (set_dspark_layers_to_capture, ids as given), "
-         ":4203-4209 (\"the attention input of its target layers\")", captures_last=False, default="spaced",
-         kinds=_ALL),
+    Rule(
+        _SG,
+        (),
+        None,
+        None,
+        OUTPUT,
+        "SGLang DFlash, +1 setter (output index)",
+        _SG_SETTER,
+        captures_last=False,
+        default="spaced",
+        kinds=_ALL,
+    ),
+    Rule(
+        _SG,
+        ("qwen3_next",),
+        None,
+        None,
+        OUTPUT,
+        "SGLang DFlash, Qwen3-Next / Qwen3.5 (+1, per-layer flag)",
+        "sglang==0.5.23 sglang/srt/models/qwen3_next.py:1303-1313 (+1), :959-962 (flag on layers[id + 1]: "
+        "id L-1 raises IndexError at startup); qwen3_5.py:1889-1892",
+        captures_last=False,
+        last_fails=True,
+        default="spaced",
+        kinds=_ALL,
+    ),
+    Rule(
+        _SG,
+        ("after_layer",),
+        None,
+        None,
+        OUTPUT,
+        "SGLang DFlash, capture after the layer (raw id = O)",
+        "sglang==0.5.23 sglang/srt/models/beam.py:1160-1168,1360-1374 (after layer id, before the final norm), "
+        "muse_spark.py:1336-1354, bailing_moe_v3.py:1348-1368,1731-1749",
+        default="spaced",
+        kinds=_ALL,
+    ),
+    Rule(
+        _SG,
+        ("muse_glimmer",),
+        None,
+        None,
+        OUTPUT,
+        "SGLang DFlash2 on Muse Glimmer (+1 for layer-output drafts)",
+        "sglang==0.5.23 sglang/srt/model_executor/model_runner_components/spec_aux_hidden_state.py:17-29,252-258 "
+        "(+1 for DFlash2DraftModel / MuseGlimmerAssistantModel); muse_glimmer.py:421-423 (before layer i), "
+        ":866-879 (0 <= id < L)",
+        captures_last=False,
+        default="spaced",
+        kinds=("dflash2",),
+    ),
+    Rule(
+        _SG,
+        ("muse_glimmer",),
+        None,
+        None,
+        BOUNDARY,
+        "SGLang DFlash on Muse Glimmer (layer-input ids, raw)",
+        "sglang==0.5.23 sglang/srt/model_executor/model_runner_components/spec_aux_hidden_state.py:17-29,252-258 "
+        "(legacy drafts store layer-input ids); muse_glimmer.py:421-423, :866-879",
+        captures_last=False,
+        default="spaced",
+        kinds=_NOT2,
+    ),
+    Rule(
+        _SG,
+        ("deepseek_v4",),
+        None,
+        None,
+        BOUNDARY,
+        "SGLang DSpark on DeepSeek-V4 (raw: the input of layer id)",
+        "sglang==0.5.23 sglang/srt/models/deepseek_v4.py:4853-4861 (set_dspark_layers_to_capture, ids as given), "
+        ':4203-4209 ("the attention input of its target layers")',
+        captures_last=False,
+        default="spaced",
+        kinds=_ALL,
+    ),
     # ---------------------------------------------------------------- vLLM
-    Rule("vllm", (), None, None, OUTPUT, "vLLM DFlash (dflash_config.target_layer_ids + 1)",
-         "vllm==0.33.0 vllm/v1/worker/gpu/spec_decode/eagle/eagle3_utils.py:113-150 (V2: + 1 for "
-         "dflash_config.target_layer_ids, dspark_target_layer_ids, target_layer_ids), v1/worker/"
-         "gpu_model_runner.py:5207-5222 (V1: dflash_config only); capture as for EAGLE-3, "
-         "model_executor/models/interfaces.py:1617,1640-1650 (B = L before the final norm)",
-         default="standard", kinds=_ALL),
-    Rule("vllm", ("deepseek", "deepseek-legacy"), None, None, OUTPUT, "vLLM DFlash, DeepSeek models (+1, no B0)",
-         "vllm==0.33.0 vllm/v1/worker/gpu/spec_decode/eagle/eagle3_utils.py:113-150; "
-         "model_executor/models/deepseek_v2.py:1525,1561-1568,1586-1587", min_boundary=1, kinds=_ALL),
-    Rule("tokenspeed", (), None, None, OUTPUT, "TokenSpeed DFlash (+1, ids 0..L-2 checked at startup)",
-         "lightseekorg/tokenspeed@f4d8ec6e python/tokenspeed/runtime/models/base/causal_lm.py:146-171 (+1, sorted; "
-         "an id outside 0..L-2 raises ValueError), deepseek_v3.py:1697-1705", captures_last=False, last_fails=True,
-         default="", kinds=_ALL),
+    Rule(
+        "vllm",
+        (),
+        None,
+        None,
+        OUTPUT,
+        "vLLM DFlash (dflash_config.target_layer_ids + 1)",
+        "vllm==0.33.0 vllm/v1/worker/gpu/spec_decode/eagle/eagle3_utils.py:113-150 (V2: + 1 for "
+        "dflash_config.target_layer_ids, dspark_target_layer_ids, target_layer_ids), v1/worker/"
+        "gpu_model_runner.py:5207-5222 (V1: dflash_config only); capture as for EAGLE-3, "
+        "model_executor/models/interfaces.py:1617,1640-1650 (B = L before the final norm)",
+        default="standard",
+        kinds=_ALL,
+    ),
+    Rule(
+        "vllm",
+        ("deepseek", "deepseek-legacy"),
+        None,
+        None,
+        OUTPUT,
+        "vLLM DFlash, DeepSeek models (+1, no B0)",
+        "vllm==0.33.0 vllm/v1/worker/gpu/spec_decode/eagle/eagle3_utils.py:113-150; "
+        "model_executor/models/deepseek_v2.py:1525,1561-1568,1586-1587",
+        min_boundary=1,
+        kinds=_ALL,
+    ),
+    Rule(
+        "tokenspeed",
+        (),
+        None,
+        None,
+        OUTPUT,
+        "TokenSpeed DFlash (+1, ids 0..L-2 checked at startup)",
+        "lightseekorg/tokenspeed@f4d8ec6e python/tokenspeed/runtime/models/base/causal_lm.py:146-171 (+1, sorted; "
+        "an id outside 0..L-2 raises ValueError), deepseek_v3.py:1697-1705",
+        captures_last=False,
+        last_fails=True,
+        default="",
+        kinds=_ALL,
+    ),
     # ---------------------------------------------------------------- trainers
-    Rule("deepspec", (), None, None, OUTPUT, "DeepSpec DFlash/DSpark (hidden_states[id + 1], -1 the embeddings)",
-         "deepseek-ai/DeepSpec@afdfa7c deepspec/modeling/dspark/common.py:54 (hidden_states[0 if id == -1 else "
-         "id + 1]), deepspec/eval/base_evaluator.py:100-112 (id L-1 refused)", captures_last=False, default="",
-         kinds=_ALL),
-    Rule("specforge", (), None, None, OUTPUT, "SpecForge DFlash (Hugging Face hidden_states[id + 1])",
-         "SpecForge@a6b6b02 specforge/modeling/draft/dflash.py:284-293 (offset = 1), :271-281 (default, evenly "
-         "spaced 1..L-3), :356-358 (dflash_config.target_layer_ids)", captures_last=False, default="spaced",
-         kinds=_ALL),
+    Rule(
+        "deepspec",
+        (),
+        None,
+        None,
+        OUTPUT,
+        "DeepSpec DFlash/DSpark (hidden_states[id + 1], -1 the embeddings)",
+        "deepseek-ai/DeepSpec@afdfa7c deepspec/modeling/dspark/common.py:54 (hidden_states[0 if id == -1 else "
+        "id + 1]), deepspec/eval/base_evaluator.py:100-112 (id L-1 refused)",
+        captures_last=False,
+        default="",
+        kinds=_ALL,
+    ),
+    Rule(
+        "specforge",
+        (),
+        None,
+        None,
+        OUTPUT,
+        "SpecForge DFlash (Hugging Face hidden_states[id + 1])",
+        "SpecForge@a6b6b02 specforge/modeling/draft/dflash.py:284-293 (offset = 1), :271-281 (default, evenly "
+        "spaced 1..L-3), :356-358 (dflash_config.target_layer_ids)",
+        captures_last=False,
+        default="spaced",
+        kinds=_ALL,
+    ),
 )
 
 #: Where each engine reads DFlash-family ids in a draft config (vLLM: the same keys as for EAGLE-3, one

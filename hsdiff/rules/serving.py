@@ -33,8 +33,17 @@ from ..errors import InputError
 from . import conventions as conv
 from .profile import DEEPSEEK, FINAL_L
 
-__all__ = ["ObstacleKind", "Obstacle", "Serving", "serve", "as_written", "serving_engines", "boundary_label", "boundary_list",
-           "max_capturable"]
+__all__ = [
+    "ObstacleKind",
+    "Obstacle",
+    "Serving",
+    "serve",
+    "as_written",
+    "serving_engines",
+    "boundary_label",
+    "boundary_list",
+    "max_capturable",
+]
 
 #: The engines that serve a draft (the trainers only capture training data).
 serving_engines: tuple[str, ...] = tuple(k for k, e in conv.ENGINE_INFO.items() if e.kind == "engine")
@@ -113,28 +122,38 @@ def serve(
     obstacles: list[Obstacle] = []
     bad = [b for b in dict.fromkeys(known) if not conv.capturable(b, key, L, fam, ver, kind)]
     for b in bad:
-        obstacles.append(Obstacle(ObstacleKind.UNCAPTURABLE, (b,), _why(b, key, r, L),
-                                  _instead(b, key, fam, ver, L, kind)))
+        obstacles.append(
+            Obstacle(ObstacleKind.UNCAPTURABLE, (b,), _why(b, key, r, L), _instead(b, key, fam, ver, L, kind))
+        )
     if r.reading == DEEPSEEK and not bad and known and any(i is None for b, i in zip(bs, ids) if b is not None):
-        obstacles.append(Obstacle(
-            ObstacleKind.UNCAPTURABLE, (1,),
-            f"{r.label} adds 1 to every id when the first id is 1, so id 1 alone names "
-            f"{conv.name_boundary(2, L)}: {conv.name_boundary(1, L)} cannot be captured on its own (source: {r.source}).",
-            "What would work: SGLang ≤ 0.5.12 (id 0), vLLM (id 1), or retraining with another layer beside it "
-            "(written first, as in [15, 1]: the engine captures in layer order whatever the order of the list)."))
+        obstacles.append(
+            Obstacle(
+                ObstacleKind.UNCAPTURABLE,
+                (1,),
+                f"{r.label} adds 1 to every id when the first id is 1, so id 1 alone names "
+                f"{conv.name_boundary(2, L)}: {conv.name_boundary(1, L)} cannot be captured on its own "
+                f"(source: {r.source}).",
+                "What would work: SGLang ≤ 0.5.12 (id 0), vLLM (id 1), or retraining with another layer beside it "
+                "(written first, as in [15, 1]: the engine captures in layer order whatever the order of the list).",
+            )
+        )
     fc_order = None
     if conv.rule(key).sorts and known:
         known = [b for b in known if b not in bad]  # the order of what it can capture
         served = conv.slot_order(list(dict.fromkeys(known)), key, L, ver)
         if len(set(known)) < len(known):
             dup = sorted({b for b in known if known.count(b) > 1})
-            obstacles.append(Obstacle(
-                ObstacleKind.REPEATED, tuple(dup),
-                f"The training slots repeat {_listed(dup, L)}, but {title} captures each layer once: it delivers "
-                f"{len(served)} slots where the draft's fc takes {len(known)}.",
-                "What would work: retraining on distinct layers, or summing the draft's fc input blocks of the "
-                "repeated slots into one (exact, since both receive the same tensor) and lowering "
-                "num_aux_hidden_states to match."))
+            obstacles.append(
+                Obstacle(
+                    ObstacleKind.REPEATED,
+                    tuple(dup),
+                    f"The training slots repeat {_listed(dup, L)}, but {title} captures each layer once: it delivers "
+                    f"{len(served)} slots where the draft's fc takes {len(known)}.",
+                    "What would work: retraining on distinct layers, or summing the draft's fc input blocks of the "
+                    "repeated slots into one (exact, since both receive the same tensor) and lowering "
+                    "num_aux_hidden_states to match.",
+                )
+            )
         elif known != served:
             order = tuple(known.index(b) for b in served) if len(known) == len(bs) else None
             fc_order = order
@@ -142,37 +161,56 @@ def serve(
             how = ""
             if order is not None:
                 perm = "(" + ", ".join(map(str, order)) + ")"
-                how = (f"reordering the draft's fc input columns, one block of H (the hidden size) per slot, to "
-                       f"{perm} — fc.weight = cat([W[:, j*H:(j+1)*H] for j in {perm}], dim=1) — and then "
-                       f"configuring ids {list(fix)}, or ")
-            obstacles.append(Obstacle(
-                ObstacleKind.ORDER, tuple(known),
-                f"The training slots hold {_listed(known, L)} in that order, but {title} "
-                f"{_order_words(key, ver, L)}, so it feeds the draft {_listed(served, L)} whatever the order of "
-                f"the ids: no id list reproduces the training order (source: {_order_source(key)}).",
-                f"What would work: {how}retraining the draft on the layers in the order {title} delivers them."))
+                how = (
+                    f"reordering the draft's fc input columns, one block of H (the hidden size) per slot, to "
+                    f"{perm} — fc.weight = cat([W[:, j*H:(j+1)*H] for j in {perm}], dim=1) — and then "
+                    f"configuring ids {list(fix)}, or "
+                )
+            obstacles.append(
+                Obstacle(
+                    ObstacleKind.ORDER,
+                    tuple(known),
+                    f"The training slots hold {_listed(known, L)} in that order, but {title} "
+                    f"{_order_words(key, ver, L)}, so it feeds the draft {_listed(served, L)} whatever the order of "
+                    f"the ids: no id list reproduces the training order (source: {_order_source(key)}).",
+                    f"What would work: {how}retraining the draft on the layers in the order {title} delivers them.",
+                )
+            )
     if any(o.kind in (ObstacleKind.ORDER, ObstacleKind.REPEATED) for o in obstacles):
         ids = [None] * len(bs)
     notes = []
     if r.reading == DEEPSEEK and not obstacles and 1 in known and ids and ids[0] is not None and ids[0] != 1:
-        plain = conv.to_boundary(sorted(i for i in ids if i is not None), key, num_layers=L, model_family=fam,
-                                 version=ver, check_range=False)
-        notes.append(f"write the ids as {list(ids)}, id {ids[0]} first: {r.label} adds 1 to every id when "
-                     f"the first id is 1, so the ascending {sorted(i for i in ids if i is not None)} would capture "
-                     f"{_listed(plain, L)} instead; it captures in layer order whatever the order of the list "
-                     f"(source: {r.source})")
+        plain = conv.to_boundary(
+            sorted(i for i in ids if i is not None), key, num_layers=L, model_family=fam, version=ver, check_range=False
+        )
+        notes.append(
+            f"write the ids as {list(ids)}, id {ids[0]} first: {r.label} adds 1 to every id when "
+            f"the first id is 1, so the ascending {sorted(i for i in ids if i is not None)} would capture "
+            f"{_listed(plain, L)} instead; it captures in layer order whatever the order of the list "
+            f"(source: {r.source})"
+        )
     return Serving(key, tuple(bs), tuple(ids), tuple(obstacles), r.label, fc_order, tuple(notes))
 
 
-def max_capturable(engine: str, num_layers: int, model_family: str | None = None, version: str | None = None,
-                   kind: str | None = None) -> int:
+def max_capturable(
+    engine: str, num_layers: int, model_family: str | None = None, version: str | None = None, kind: str | None = None
+) -> int:
     """The largest boundary before the final norm ``engine`` can capture (L-1 where nothing runs after
     the last layer)."""
-    return num_layers if conv.capturable(num_layers, engine, num_layers, model_family, version, kind) else num_layers - 1
+    return (
+        num_layers if conv.capturable(num_layers, engine, num_layers, model_family, version, kind) else num_layers - 1
+    )
 
 
-def as_written(ids: Sequence[int], engine: str, *, num_layers: int | None = None, model_family: str | None = None,
-               version: str | None = None, kind: str | None = None) -> bool:
+def as_written(
+    ids: Sequence[int],
+    engine: str,
+    *,
+    num_layers: int | None = None,
+    model_family: str | None = None,
+    version: str | None = None,
+    kind: str | None = None,
+) -> bool:
     """Whether ``ids`` are written the way :func:`serve` writes the layers the engine captures for them:
     ascending without repeats, or (SGLang's DeepSeek rule) with another id before 1.
 
@@ -186,8 +224,11 @@ def as_written(ids: Sequence[int], engine: str, *, num_layers: int | None = None
     fam = _family(key, model_family)
     try:
         captured = conv.to_boundary(ids, key, num_layers=num_layers, model_family=fam, version=version, kind=kind)
-        return len(set(ids)) == len(ids) and conv.from_boundary(
-            captured, key, num_layers=num_layers, model_family=fam, version=version, kind=kind) == ids
+        return (
+            len(set(ids)) == len(ids)
+            and conv.from_boundary(captured, key, num_layers=num_layers, model_family=fam, version=version, kind=kind)
+            == ids
+        )
     except InputError:  # out of range: not a writing of anything the engine captures
         return False
 
@@ -206,7 +247,9 @@ def boundary_list(bs: Sequence[int | None], num_layers: int | None = None) -> st
     final = None if num_layers is None else conv.final_boundary(num_layers)
     if final is None or final not in bs:
         return "B[" + ", ".join("?" if b is None else str(b) for b in bs) + "]"
-    return "[" + ", ".join("?" if b is None else "the final post-norm state" if b == final else f"B{b}" for b in bs) + "]"
+    return (
+        "[" + ", ".join("?" if b is None else "the final post-norm state" if b == final else f"B{b}" for b in bs) + "]"
+    )
 
 
 def _listed(bs: Sequence[int], L: int | None) -> str:
@@ -226,18 +269,26 @@ def _order_source(key: str) -> str:
 def _why(b: int, key: str, r: conv.Rule, L: int | None) -> str:
     what = conv.name_boundary(b, L)
     if L is not None and b == L and conv.rule(key).final_id == FINAL_L:  # its index L is the post-norm state
-        return (f"{r.label} cannot capture {what}: its tuple index {L} is the state after the final norm, and the "
-                f"pre-norm one has no index (source: {r.source}).")
+        return (
+            f"{r.label} cannot capture {what}: its tuple index {L} is the state after the final norm, and the "
+            f"pre-norm one has no index (source: {r.source})."
+        )
     if L is not None and b == L and r.last_fails:
-        return (f"{r.label} cannot capture {what}: it marks each captured layer with a flag on that layer, and "
-                f"there is no layer {L}, so the id for it makes the server fail at startup (source: {r.source}).")
+        return (
+            f"{r.label} cannot capture {what}: it marks each captured layer with a flag on that layer, and "
+            f"there is no layer {L}, so the id for it makes the server fail at startup (source: {r.source})."
+        )
     if L is not None and b == L:
-        return (f"{r.label} cannot capture {what}: it captures each slot as the input of a layer, and no "
-                f"layer runs after layer {L - 1}, so the id for it is dropped and the draft's fc gets fewer slots "
-                f"than it was trained on (source: {r.source}).")
+        return (
+            f"{r.label} cannot capture {what}: it captures each slot as the input of a layer, and no "
+            f"layer runs after layer {L - 1}, so the id for it is dropped and the draft's fc gets fewer slots "
+            f"than it was trained on (source: {r.source})."
+        )
     if L is not None and b == conv.final_boundary(L):
-        return (f"{r.label} cannot capture {what}: no id of its convention names it; only TensorRT-LLM "
-                f"(-1) does (source: {r.source}).")
+        return (
+            f"{r.label} cannot capture {what}: no id of its convention names it; only TensorRT-LLM "
+            f"(-1) does (source: {r.source})."
+        )
     return f"{r.label} cannot capture {what}: no id of its convention names it (source: {r.source})."
 
 
@@ -247,8 +298,11 @@ def _instead(b: int, key: str, family: str | None, version: str, L: int | None, 
     for e in serving_engines:
         fam = conv.rule(e).family_for(family, own_row=True)
         if e == key:
-            later = [v for v in conv.VERSIONS[e] if conv.version_tuple(v) > conv.version_tuple(version)
-                     and _id_for(b, e, L, fam, v, kind) is not None]
+            later = [
+                v
+                for v in conv.VERSIONS[e]
+                if conv.version_tuple(v) > conv.version_tuple(version) and _id_for(b, e, L, fam, v, kind) is not None
+            ]
             if later:
                 where.append(f"{conv.rule(e).title} ≥ {later[0]} (id {_id_for(b, e, L, fam, later[0], kind)})")
             continue
@@ -264,8 +318,9 @@ def _instead(b: int, key: str, family: str | None, version: str, L: int | None, 
     return f"What would work: {served_by}retraining the draft on a layer {conv.rule(key).title} captures{near}."
 
 
-def _id_for(b: int, engine: str, L: int | None, family: str | None, version: str | None,
-            kind: str | None = None) -> int | None:
+def _id_for(
+    b: int, engine: str, L: int | None, family: str | None, version: str | None, kind: str | None = None
+) -> int | None:
     """The id that makes ``engine`` capture ``b`` alone; None where it cannot, or its rule cannot be applied
     without what is not known (or has no row for the draft kind)."""
     try:

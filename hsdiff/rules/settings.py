@@ -42,11 +42,19 @@ def engine_version(engine: str, version: str | None, model_family: str | None = 
     key = conv.rule(engine).key
     ver = conv.parse_version(key, version)
     fam = family_key(model_family)
-    return EngineVersion(key, TITLES[key], ver, conv.applied(key, fam if fam in conv.MODEL_FAMILIES else None, ver).label)
+    return EngineVersion(
+        key, TITLES[key], ver, conv.applied(key, fam if fam in conv.MODEL_FAMILIES else None, ver).label
+    )
 
 
-def assumed_versions(engine: str, version: str | None, model_family: str | None, given: Sequence[str] = (),
-                     train_engine: str | None = None, train_version: str | None = None) -> tuple[EngineVersion, ...]:
+def assumed_versions(
+    engine: str,
+    version: str | None,
+    model_family: str | None,
+    given: Sequence[str] = (),
+    train_engine: str | None = None,
+    train_version: str | None = None,
+) -> tuple[EngineVersion, ...]:
     """The version assumed for every engine of the table: ``engine``'s own ``version``, the training
     engine's ``train_version``, and for the others the one ``given`` names (``vllm==0.31``), else the newest."""
     key = conv.rule(engine).key
@@ -87,9 +95,20 @@ def settings_for(
         given = (f"{own.engine}=={own.version}",)
     train = None if train_engine is None else engine_version(train_engine, train_version, model_family)
     return Settings(
-        own, family_key(model_family), family_source, tuple(given),
-        assumed_versions(own.engine, own.version, model_family, given, train_engine,
-                         None if train is None else train.version),
-        Index(infer_index), Index(train_index), train, tolerance, num_layers, num_layers_source, hidden_size, hidden_size_source,
+        own,
+        family_key(model_family),
+        family_source,
+        tuple(given),
+        assumed_versions(
+            own.engine, own.version, model_family, given, train_engine, None if train is None else train.version
+        ),
+        Index(infer_index),
+        Index(train_index),
+        train,
+        tolerance,
+        num_layers,
+        num_layers_source,
+        hidden_size,
+        hidden_size_source,
         vllm_runner,
     )

@@ -11,7 +11,16 @@ from collections.abc import Sequence
 from ..errors import InputError
 from .profile import DEFAULT_VERSIONS, ENGINE_INFO, VERSIONS, EngineInfo, Rule
 
-__all__ = ["ENGINES", "rule", "version_tuple", "default_version", "parse_version", "version_for", "versions", "in_range"]
+__all__ = [
+    "ENGINES",
+    "rule",
+    "version_tuple",
+    "default_version",
+    "parse_version",
+    "version_for",
+    "versions",
+    "in_range",
+]
 
 ENGINES: tuple[str, ...] = tuple(ENGINE_INFO)
 
@@ -48,14 +57,23 @@ def parse_version(engine: str, text: str | None) -> str:
     ver = ver.strip().lstrip("v")
     if ver in VERSIONS[key] and not version_tuple(ver):
         return ver  # a label such as TensorRT-LLM's "main": one rule for all
-    if (name and name not in known_names) or not ver or not version_tuple(ver) or not all(p.isdigit() for p in ver.split(".")):
-        raise InputError(f"--engine-version {text!r} is not a version of {rule(key).title}",
-                         hint=f"write it as {key}=={default_version(key)}")
+    if (
+        (name and name not in known_names)
+        or not ver
+        or not version_tuple(ver)
+        or not all(p.isdigit() for p in ver.split("."))
+    ):
+        raise InputError(
+            f"--engine-version {text!r} is not a version of {rule(key).title}",
+            hint=f"write it as {key}=={default_version(key)}",
+        )
     oldest = VERSIONS[key][0]
     if version_tuple(ver) < version_tuple(oldest):
-        raise InputError(f"{rule(key).title} {ver} is older than any version hsdiff's convention table was checked "
-                         f"against ({oldest}–{default_version(key)})",
-                         hint="upgrade the engine, or check its set_eagle3_layers_to_capture by hand")
+        raise InputError(
+            f"{rule(key).title} {ver} is older than any version hsdiff's convention table was checked "
+            f"against ({oldest}–{default_version(key)})",
+            hint="upgrade the engine, or check its set_eagle3_layers_to_capture by hand",
+        )
     return ver
 
 
@@ -92,13 +110,17 @@ def versions(given: Sequence[str] | None, engines: Sequence[str]) -> dict[str, s
     for v in values:
         if "==" not in v:
             if len(values) > 1:
-                raise InputError(f"--engine-version {v!r} names no engine",
-                                 hint=f"write NAME==VERSION, e.g. {keys[0]}=={default_version(keys[0])}")
+                raise InputError(
+                    f"--engine-version {v!r} names no engine",
+                    hint=f"write NAME==VERSION, e.g. {keys[0]}=={default_version(keys[0])}",
+                )
             continue
         name = v.split("==")[0].strip().lower()
         if not any(name in rule(k).names for k in keys):
-            raise InputError(f"--engine-version {v!r} names an engine this command does not use",
-                             hint=f"give a version of {' or '.join(dict.fromkeys(keys))}")
+            raise InputError(
+                f"--engine-version {v!r} names an engine this command does not use",
+                hint=f"give a version of {' or '.join(dict.fromkeys(keys))}",
+            )
     out: dict[str, str] = {}
     for i, k in enumerate(keys):
         vals = values if i == 0 else [v for v in values if "==" in v]
@@ -109,4 +131,6 @@ def versions(given: Sequence[str] | None, engines: Sequence[str]) -> dict[str, s
 def in_range(r: Rule, version: str) -> bool:
     """Whether ``version`` lies in the versions of row ``r`` (inclusive)."""
     v = version_tuple(version)
-    return (r.since is None or v >= version_tuple(r.since)) and (r.until is None or v[:len(version_tuple(r.until))] <= version_tuple(r.until))
+    return (r.since is None or v >= version_tuple(r.since)) and (
+        r.until is None or v[: len(version_tuple(r.until))] <= version_tuple(r.until)
+    )

@@ -21,7 +21,9 @@ def kinds(report: dict) -> dict[str, set[str]]:
 
 
 def comparable(report: dict) -> dict:
-    return {k: v for k, v in report.items() if k not in ("execution", "checkpoint", "files_resumed", "dataset", "_stdout")}
+    return {
+        k: v for k, v in report.items() if k not in ("execution", "checkpoint", "files_resumed", "dataset", "_stdout")
+    }
 
 
 def run(*args: str) -> tuple[int, str, str]:

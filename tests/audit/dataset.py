@@ -84,6 +84,11 @@ def build(root: Path, *, good: int = 12, shallow_every: int = 4, extra_copies: i
 
 def draft_config(root: Path) -> None:
     """The draft config SpecForge trains with (nested eagle_config ids [1, 14, 26])."""
-    cfg = {"architectures": ["LlamaForCausalLMEagle3"], "hidden_size": B.H, "num_hidden_layers": 1,
-           "target_hidden_size": B.H, "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 14, 26]}}
+    cfg = {
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "hidden_size": B.H,
+        "num_hidden_layers": 1,
+        "target_hidden_size": B.H,
+        "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 14, 26]},
+    }
     (root / "config.json").write_text(json.dumps(cfg, indent=2))

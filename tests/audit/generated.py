@@ -17,7 +17,9 @@ import numpy as np
 
 from hsdiff.audit.fingerprint import PREFIX_TOKENS, FileSummary, NonFinite, _projection
 
-STATES = Path(__file__).resolve().parents[2] / "fixtures" / "smollm2" / "states"  # tests.builders.SMOLLM2, without torch
+STATES = (
+    Path(__file__).resolve().parents[2] / "fixtures" / "smollm2" / "states"
+)  # tests.builders.SMOLLM2, without torch
 
 GOOD, SHALLOW = (2, 15, 27), (1, 14, 26)
 SHARED = 11  # tokens of the chat template the three samples share
@@ -64,13 +66,24 @@ class Source:
         who = k - 1 if k % DUPLICATE_EVERY == DUPLICATE_EVERY - 1 else k
         nf = (NonFinite(1, 5, 8, 4, 4, 0),) if k % NAN_EVERY == NAN_EVERY - 1 else ()
         return FileSummary(
-            file=name(k), size=86_000_000, format="specforge", dtype="bfloat16", tokens=2048, slots=3, hidden_size=576,
-            hidden_size_source="final hidden_state width", ids_tokens=2048, mask_tokens=2048,
+            file=name(k),
+            size=86_000_000,
+            format="specforge",
+            dtype="bfloat16",
+            tokens=2048,
+            slots=3,
+            hidden_size=576,
+            hidden_size_source="final hidden_state width",
+            ids_tokens=2048,
+            mask_tokens=2048,
             ids_digest=hashlib.blake2b(f"ids{who}".encode(), digest_size=12).hexdigest(),
-            values_digest=hashlib.blake2b(f"values{k}".encode(), digest_size=12).hexdigest(), non_finite=nf,
-            prefix_ids=prefix, prefix_proj=proj, prefix_norms=norms,
-            median_norms=tuple(float(m * (1 + 0.02 * rng.standard_normal())) for m in medians))
-
+            values_digest=hashlib.blake2b(f"values{k}".encode(), digest_size=12).hexdigest(),
+            non_finite=nf,
+            prefix_ids=prefix,
+            prefix_proj=proj,
+            prefix_norms=norms,
+            median_norms=tuple(float(m * (1 + 0.02 * rng.standard_normal())) for m in medians),
+        )
 
 
 def expected(n: int) -> dict[str, int]:

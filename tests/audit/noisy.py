@@ -28,13 +28,30 @@ from .. import builders as B
 SYSTEM = "You are a helpful assistant."
 #: Conversations sharing the system prompt: ~16 template tokens, then the user's words.
 USERS = (
-    "Say hello.", "What is two plus two?", "Name a colour.", "Is water wet?", "Why is the sky blue?",
-    "Give me a word that rhymes with cat.", "Count to five.", "Tell me a fun fact about owls and their eyes.",
-    "What do bees make?", "Spell the word house.", "Which is bigger, a cat or a mouse?", "Is ice cold?",
-    "Name a planet.", "What colour is grass?", "Say goodbye politely.", "What day comes after Monday?",
-    "How many legs does a spider have?", "Write one short sentence about rain.", "Name a fruit that is yellow.",
-    "Can fish swim?", "What is the opposite of hot?", "Tell me a number between one and ten.",
-    "Is the sun a star?", "What sound does a dog make?",
+    "Say hello.",
+    "What is two plus two?",
+    "Name a colour.",
+    "Is water wet?",
+    "Why is the sky blue?",
+    "Give me a word that rhymes with cat.",
+    "Count to five.",
+    "Tell me a fun fact about owls and their eyes.",
+    "What do bees make?",
+    "Spell the word house.",
+    "Which is bigger, a cat or a mouse?",
+    "Is ice cold?",
+    "Name a planet.",
+    "What colour is grass?",
+    "Say goodbye politely.",
+    "What day comes after Monday?",
+    "How many legs does a spider have?",
+    "Write one short sentence about rain.",
+    "Name a fruit that is yellow.",
+    "Can fish swim?",
+    "What is the opposite of hot?",
+    "Tell me a number between one and ten.",
+    "Is the sun a star?",
+    "What sound does a dog make?",
 )
 #: Plain text with no chat template: each starts with its own tokens, so shares no prefix with any file.
 TEXTS = (
@@ -70,7 +87,9 @@ def _tokenizer():
 def chat_ids(user: str) -> list[int]:
     tok = _tokenizer()
     msgs = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
-    return tok(tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True), add_special_tokens=False)["input_ids"]
+    return tok(tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True), add_special_tokens=False)[
+        "input_ids"
+    ]
 
 
 def text_ids(text: str) -> list[int]:
@@ -97,8 +116,10 @@ def other_model():
         emb.copy_(c * emb @ rot.T)  # rows are token vectors: e -> c R e
         for layer in m.model.layers:
             att, mlp = layer.self_attn, layer.mlp
-            for norm, readers in ((layer.input_layernorm, (att.q_proj, att.k_proj, att.v_proj)),
-                                  (layer.post_attention_layernorm, (mlp.gate_proj, mlp.up_proj))):
+            for norm, readers in (
+                (layer.input_layernorm, (att.q_proj, att.k_proj, att.v_proj)),
+                (layer.post_attention_layernorm, (mlp.gate_proj, mlp.up_proj)),
+            ):
                 for lin in readers:
                     lin.weight.copy_(lin.weight * norm.weight[None, :] @ rot.T)
                 norm.weight.fill_(1.0)
@@ -108,8 +129,9 @@ def other_model():
     return m.to(torch.bfloat16).eval()
 
 
-def capture(model, requests: Sequence[Sequence[int]], batches: Sequence[int] = BATCHES,
-            left_every: int = 2) -> list[Captured]:
+def capture(
+    model, requests: Sequence[Sequence[int]], batches: Sequence[int] = BATCHES, left_every: int = 2
+) -> list[Captured]:
     """Run ``requests`` in consecutive batches of the given sizes (the rest one by one), padded to the
     longest of each batch: right padding, and left padding (with position ids) every ``left_every``-th batch."""
     out: list[Captured] = []
@@ -137,24 +159,33 @@ def _run(model, batch: list[list[int]], *, left: bool, batch_no: int) -> list[Ca
         pos[i, sl] = torch.arange(len(s))
         where.append(sl)
     last: list[torch.Tensor] = []
-    hook = model.model.layers[-1].register_forward_hook(lambda m, a, o: last.append(o[0] if isinstance(o, tuple) else o))
+    hook = model.model.layers[-1].register_forward_hook(
+        lambda m, a, o: last.append(o[0] if isinstance(o, tuple) else o)
+    )
     try:
         with torch.no_grad():
-            hs = model(input_ids=x, attention_mask=mask, position_ids=pos, output_hidden_states=True, use_cache=False).hidden_states
+            hs = model(
+                input_ids=x, attention_mask=mask, position_ids=pos, output_hidden_states=True, use_cache=False
+            ).hidden_states
     finally:
         hook.remove()
     stack = torch.stack(list(hs[:-1]) + [last[-1]])  # [31, batch, t, H]: B0..B30, before the final norm
-    return [Captured(torch.tensor(s), stack[:, i, sl].contiguous(), hs[-1][i, sl].contiguous(), batch_no)
-            for i, (s, sl) in enumerate(zip(batch, where))]
+    return [
+        Captured(torch.tensor(s), stack[:, i, sl].contiguous(), hs[-1][i, sl].contiguous(), batch_no)
+        for i, (s, sl) in enumerate(zip(batch, where))
+    ]
 
 
 def record(c: Captured, boundaries: Sequence[int], reply_start: int | None = None) -> dict[str, torch.Tensor]:
     """The SpecForge record of one captured request with slots at ``boundaries`` (bf16, as captured)."""
     mask = torch.zeros_like(c.ids)
     mask[reply_start if reply_start is not None else len(c.ids) // 2 :] = 1
-    return {"input_ids": c.ids.clone(), "loss_mask": mask,
-            "aux_hidden_state": torch.cat([c.boundaries[b] for b in boundaries], dim=-1).unsqueeze(0).contiguous(),
-            "hidden_state": c.final.unsqueeze(0).contiguous()}
+    return {
+        "input_ids": c.ids.clone(),
+        "loss_mask": mask,
+        "aux_hidden_state": torch.cat([c.boundaries[b] for b in boundaries], dim=-1).unsqueeze(0).contiguous(),
+        "hidden_state": c.final.unsqueeze(0).contiguous(),
+    }
 
 
 def write(root: Path, items: Sequence[tuple[Captured, Sequence[int]]], start: int = 0) -> list[str]:

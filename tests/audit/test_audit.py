@@ -18,8 +18,11 @@ def test_acceptance_flags_exactly_the_bad_files(acceptance, local_report):
     r = local_report
     assert r["execution"]["mode"] == "local" and r["execution"]["workers"] >= 1
     assert r["files_scanned"] == 18 and r["bytes_read"] > 3_000_000
-    assert kinds(r) == {"layer_mapping_outlier": set(truth["shallow"]), "non_finite": set(truth["nan"]),
-                        "unreadable": set(truth["truncated"])}
+    assert kinds(r) == {
+        "layer_mapping_outlier": set(truth["shallow"]),
+        "non_finite": set(truth["nan"]),
+        "unreadable": set(truth["truncated"]),
+    }
     flagged = {p["file"] for p in r["problems"]}
     assert not flagged & set(truth["good"])
     major = [g for g in r["groups"] if g["majority"]]
@@ -64,9 +67,13 @@ def test_shape_mismatch_duplicate_and_slot_shift(tmp_path):
         torch.save(D.sample(i, n, (0, 2, 15)), rows / f"data_{9 + k}.ckpt")
     report = audit(root, AuditOptions(workers=0, checkpoint=str(tmp_path / "ck.jsonl")))
     got = {(p.file.split("/")[-1], p.kind): p.detail for p in report.problems}
-    assert set(got) == {("data_6.ckpt", "duplicate"), ("data_7.ckpt", "shape_mismatch"),
-                        ("data_8.ckpt", "shape_mismatch"), ("data_9.ckpt", "layer_mapping_outlier"),
-                        ("data_10.ckpt", "layer_mapping_outlier")}
+    assert set(got) == {
+        ("data_6.ckpt", "duplicate"),
+        ("data_7.ckpt", "shape_mismatch"),
+        ("data_8.ckpt", "shape_mismatch"),
+        ("data_9.ckpt", "layer_mapping_outlier"),
+        ("data_10.ckpt", "layer_mapping_outlier"),
+    }
     assert "same input_ids as rows_0-2000/data_1.ckpt (identical values)" in got[("data_6.ckpt", "duplicate")]
     assert "dtype bfloat16 (others: float32)" in got[("data_7.ckpt", "shape_mismatch")]
     assert "loss_mask has 18" in got[("data_8.ckpt", "shape_mismatch")]
@@ -101,8 +108,17 @@ def test_resume_reads_no_finished_file(acceptance, local_report, tmp_path):
     for name in finished:
         p = root / name
         p.write_bytes(b"\0" * p.stat().st_size)
-    code, out, _ = run("audit", str(root), "--workers", "0", "--resume", "--checkpoint", str(ck),
-                       "--json", str(tmp_path / "resumed.json"))
+    code, out, _ = run(
+        "audit",
+        str(root),
+        "--workers",
+        "0",
+        "--resume",
+        "--checkpoint",
+        str(ck),
+        "--json",
+        str(tmp_path / "resumed.json"),
+    )
     assert code == 1, out
     resumed = json.loads((tmp_path / "resumed.json").read_text())
     assert resumed["files_resumed"] == 6 and resumed["execution"]["files_read"] == 12
@@ -129,11 +145,14 @@ def test_fsspec_memory_filesystem_and_sample(acceptance, local_report, tmp_path)
     assert {p.file for p in sampled.problems} <= {p["file"] for p in local_report["problems"]}
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["--workers", "2", "--cluster", "tcp://127.0.0.1:1"], "--workers applies to local processes"),
-    (["--json", "{root}/report.json"], "inside the dataset"),
-    (["--checkpoint", "{root}/rows_0-2000/ck.jsonl"], "inside the dataset"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--workers", "2", "--cluster", "tcp://127.0.0.1:1"], "--workers applies to local processes"),
+        (["--json", "{root}/report.json"], "inside the dataset"),
+        (["--checkpoint", "{root}/rows_0-2000/ck.jsonl"], "inside the dataset"),
+    ],
+)
 def test_bad_usage_exits_2(acceptance, args, needle):
     root, _ = acceptance
     before = sorted(p.name for p in root.rglob("*"))

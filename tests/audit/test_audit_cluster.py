@@ -25,8 +25,13 @@ TIMEOUT = 300  # generous: the machine may be loaded
 
 
 def _start(args: list[str], log: Path) -> subprocess.Popen:
-    return subprocess.Popen(args, stdout=open(log, "wb"), stderr=subprocess.STDOUT, start_new_session=True,
-                            env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    return subprocess.Popen(
+        args,
+        stdout=open(log, "wb"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )
 
 
 def _stop(p: subprocess.Popen) -> None:
@@ -47,13 +52,44 @@ def _wait(cond, what: str, timeout: float = TIMEOUT) -> None:
 def cluster(tmp_path_factory):
     d = tmp_path_factory.mktemp("cluster")
     sched_file = d / "scheduler.json"
-    procs = [_start([DASK, "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
-                     "--scheduler-file", str(sched_file)], d / "scheduler.log")]
+    procs = [
+        _start(
+            [
+                DASK,
+                "scheduler",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "0",
+                "--no-dashboard",
+                "--scheduler-file",
+                str(sched_file),
+            ],
+            d / "scheduler.log",
+        )
+    ]
     try:
         _wait(lambda: sched_file.exists() and "address" in sched_file.read_text(), "the scheduler")
         address = json.loads(sched_file.read_text())["address"]
-        workers = [_start([DASK, "worker", address, "--nthreads", "1", "--no-nanny", "--no-dashboard",
-                           "--host", "127.0.0.1", "--name", f"w{i}"], d / f"worker{i}.log") for i in range(2)]
+        workers = [
+            _start(
+                [
+                    DASK,
+                    "worker",
+                    address,
+                    "--nthreads",
+                    "1",
+                    "--no-nanny",
+                    "--no-dashboard",
+                    "--host",
+                    "127.0.0.1",
+                    "--name",
+                    f"w{i}",
+                ],
+                d / f"worker{i}.log",
+            )
+            for i in range(2)
+        ]
         procs += workers
 
         from distributed import Client
@@ -70,8 +106,12 @@ def test_cluster_gives_the_same_report(acceptance, local_report, cluster, tmp_pa
     root, _ = acceptance
     address, _, _ = cluster
     out = tmp_path / "cluster.json"
-    p = subprocess.run([HSDIFF, "audit", str(root), "--cluster", address, "--json", str(out)],
-                       capture_output=True, text=True, timeout=TIMEOUT)
+    p = subprocess.run(
+        [HSDIFF, "audit", str(root), "--cluster", address, "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
     assert p.returncode == 1, p.stderr
     report = json.loads(out.read_text())
     assert report["execution"]["mode"] == "cluster" and report["execution"]["workers"] == 2
@@ -162,5 +202,8 @@ def test_interrupted_audit_resumes_without_rereading_and_survives_a_killed_worke
     assert report["files_scanned"] == total and report["files_resumed"] == len(finished)
     assert report["execution"]["files_read"] == total - len(finished)
     got = kinds(report)
-    assert got == {"unreadable": set(truth["truncated"]) | {f"{D.ROWS}/data_99.ckpt"}, "non_finite": set(truth["nan"]),
-                   "layer_mapping_outlier": set(truth["shallow"])}
+    assert got == {
+        "unreadable": set(truth["truncated"]) | {f"{D.ROWS}/data_99.ckpt"},
+        "non_finite": set(truth["nan"]),
+        "layer_mapping_outlier": set(truth["shallow"]),
+    }

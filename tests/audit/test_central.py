@@ -44,7 +44,9 @@ def test_central_pass_names_the_planted_problems_holding_few_summaries():
     for p in found.problems:
         kinds.setdefault(p.kind, set()).add(p.file)
     assert {k: len(v) for k, v in kinds.items()} == G.expected(n)
-    shallow = {G.name(k) for k in range(n) if k % G.SHALLOW_EVERY == G.SHALLOW_EVERY - 1 and k % G.NAN_EVERY != G.NAN_EVERY - 1}
+    shallow = {
+        G.name(k) for k in range(n) if k % G.SHALLOW_EVERY == G.SHALLOW_EVERY - 1 and k % G.NAN_EVERY != G.NAN_EVERY - 1
+    }
     assert kinds["layer_mapping_outlier"] == shallow
     assert [g.files for g in found.groups] == [n - len(shallow) - n // G.NAN_EVERY, len(shallow)]
     assert found.groups[1].relation.startswith("shallower layers")

@@ -72,8 +72,15 @@ def test_clean_noisy_set_is_one_group_and_the_tolerance_comes_from_its_spread(ru
     spread = [max(_shared_prefix_errors(run, b)) for b in GOOD]
     assert spread[-1] > 0, "the batches gave bit-identical prefixes: this run has no rounding to measure"
     for b, noise, tol in zip(GOOD, spread, report.tolerance):
-        neighbours = [float(((run[0].boundaries[b + d, 1:] - run[0].boundaries[b, 1:]).float().norm(dim=-1)
-                             / run[0].boundaries[b, 1:].float().norm(dim=-1)).median()) for d in (-1, 1)]
+        neighbours = [
+            float(
+                (
+                    (run[0].boundaries[b + d, 1:] - run[0].boundaries[b, 1:]).float().norm(dim=-1)
+                    / run[0].boundaries[b, 1:].float().norm(dim=-1)
+                ).median()
+            )
+            for d in (-1, 1)
+        ]
         assert noise < tol < min(neighbours) / 2, (b, noise, tol, neighbours)
 
 
@@ -109,8 +116,9 @@ def _user_only(user: str) -> list[int]:
 @pytest.fixture(scope="module")
 def strangers(run) -> list[N.Captured]:
     """Three conversations that share no prefix with the run's files, captured in the same way."""
-    return N.capture(N.bf16_model(), [_user_only(u) for u in ("Say hello.", "Name a colour.", "Is ice cold?")],
-                     batches=(2,))
+    return N.capture(
+        N.bf16_model(), [_user_only(u) for u in ("Say hello.", "Name a colour.", "Is ice cold?")], batches=(2,)
+    )
 
 
 def test_files_sharing_no_prefix_are_placed_by_norm_profile(run, strangers, tmp_path):
@@ -155,7 +163,10 @@ def test_a_worker_holds_one_file_at_a_time(tmp_path):
     tile = 640
     paths = []
     for k in range(2):
-        obj = {key: (v.repeat(*([1] * (v.dim() - 2)), tile, 1) if v.dim() >= 2 else v.repeat(tile)) for key, v in rows.items()}
+        obj = {
+            key: (v.repeat(*([1] * (v.dim() - 2)), tile, 1) if v.dim() >= 2 else v.repeat(tile))
+            for key, v in rows.items()
+        }
         obj["aux_hidden_state"] = obj["aux_hidden_state"] * (1 + k)  # two different files
         torch.save(obj, tmp_path / f"big{k}.ckpt")
         paths.append(tmp_path / f"big{k}.ckpt")
@@ -163,8 +174,13 @@ def test_a_worker_holds_one_file_at_a_time(tmp_path):
     torch.save(rows, small)
     size = paths[0].stat().st_size
     assert size > 100e6
-    p = subprocess.run([sys.executable, "-c", _PEAK, str(small), *map(str, paths)], capture_output=True, text=True,
-                       timeout=600, cwd=B.ROOT)
+    p = subprocess.run(
+        [sys.executable, "-c", _PEAK, str(small), *map(str, paths)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=B.ROOT,
+    )
     assert p.returncode == 0, p.stderr
     got = json.loads(p.stdout)
     assert got["errors"] == [None, None]
@@ -175,6 +191,7 @@ def test_a_worker_holds_one_file_at_a_time(tmp_path):
 def test_norm_profiles_of_the_run_are_tight(run):
     """What norm-profile placement relies on: within one run, each slot's median norm varies by a few
     percent from file to file, while a layer off (B 1, 14, 26 against B 2, 15, 27) moves slot 0 by a third."""
+
     def medians(c: N.Captured, bs) -> np.ndarray:
         out = []
         for b in bs:

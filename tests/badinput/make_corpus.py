@@ -78,8 +78,15 @@ class Built:
 CASES: list[Case] = []
 
 
-def case(name: str, what: str, kind: str, *mentions: str, exits: tuple[int, ...] | None = None,
-         needs: str | None = None, large: bool = False):
+def case(
+    name: str,
+    what: str,
+    kind: str,
+    *mentions: str,
+    exits: tuple[int, ...] | None = None,
+    needs: str | None = None,
+    large: bool = False,
+):
     def register(fn: Callable[[Kit, Path], list[str]]):
         ex = exits if exits is not None else ((0, 1) if kind == "verdict" else (2,))
         CASES.append(Case(name, what, Expect(kind, tuple(mentions), ex), fn, needs, large))
@@ -145,17 +152,24 @@ def st_patch(data: bytes, edit: Callable[[dict], object], *, raw: bytes | None =
     return struct.pack("<Q", len(raw)) + raw + body
 
 
-def sglang_files(root: Path, values: list[torch.Tensor], *, ids: torch.Tensor | None = None, extra_tags: str = "") -> Path:
+def sglang_files(
+    root: Path, values: list[torch.Tensor], *, ids: torch.Tensor | None = None, extra_tags: str = ""
+) -> Path:
     """An SGLang dumper run directory with one ``aux_hidden_states`` tensor per rank."""
     exp = root / "dump_20261130_000000_000001"
     exp.mkdir(parents=True, exist_ok=True)
     ids = B.states(SAMPLE)["input_ids"].clone() if ids is None else ids
     for r, v in enumerate(values):
         base = {"step": 0, "rank": r, "recompute_status": "disabled", "world_rank": r, "world_size": len(values)}
-        torch.save({"value": ids.clone(), "meta": {**base, "dump_index": 0, "name": "input_ids"}},
-                   exp / f"step=0___rank={r}___dump_index=0___name=input_ids___recompute_status=disabled.pt")
-        torch.save({"value": v, "meta": {**base, "dump_index": 1, "name": "aux_hidden_states"}},
-                   exp / f"step=0___rank={r}___dump_index=1___name=aux_hidden_states___recompute_status=disabled{extra_tags}.pt")
+        torch.save(
+            {"value": ids.clone(), "meta": {**base, "dump_index": 0, "name": "input_ids"}},
+            exp / f"step=0___rank={r}___dump_index=0___name=input_ids___recompute_status=disabled.pt",
+        )
+        torch.save(
+            {"value": v, "meta": {**base, "dump_index": 1, "name": "aux_hidden_states"}},
+            exp
+            / f"step=0___rank={r}___dump_index=1___name=aux_hidden_states___recompute_status=disabled{extra_tags}.pt",
+        )
     return root
 
 
@@ -163,8 +177,15 @@ def specforge_file(path: Path, aux: torch.Tensor, *, ids: torch.Tensor | None = 
     s = B.states(SAMPLE)
     ids = s["input_ids"].clone() if ids is None else ids
     path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save({"input_ids": ids, "loss_mask": torch.ones_like(ids), "aux_hidden_state": aux.unsqueeze(0).clone(),
-                "hidden_state": s["fp32"][B.L].unsqueeze(0).clone()}, path)
+    torch.save(
+        {
+            "input_ids": ids,
+            "loss_mask": torch.ones_like(ids),
+            "aux_hidden_state": aux.unsqueeze(0).clone(),
+            "hidden_state": s["fp32"][B.L].unsqueeze(0).clone(),
+        },
+        path,
+    )
     return path
 
 
@@ -207,14 +228,22 @@ def _(kit: Kit, d: Path) -> list[str]:
     return kit.against_train(d / "req-0.safetensors")
 
 
-@case("st_short_in_dir", "a 5-byte .safetensors file inside a dump directory", "error", "req-0.safetensors", "truncated")
+@case(
+    "st_short_in_dir", "a 5-byte .safetensors file inside a dump directory", "error", "req-0.safetensors", "truncated"
+)
 def _(kit: Kit, d: Path) -> list[str]:
     (d / "dump").mkdir()
     (d / "dump" / "req-0.safetensors").write_bytes(_vllm_bytes()[:5])
     return kit.against_train(d / "dump")
 
 
-@case("st_header_length_lies", "safetensors whose header length is larger than the file", "error", "req-0.safetensors", "header")
+@case(
+    "st_header_length_lies",
+    "safetensors whose header length is larger than the file",
+    "error",
+    "req-0.safetensors",
+    "header",
+)
 def _(kit: Kit, d: Path) -> list[str]:
     data = bytearray(_vllm_bytes())
     data[:8] = struct.pack("<Q", len(data) + 4096)
@@ -230,14 +259,22 @@ def _(kit: Kit, d: Path) -> list[str]:
     return kit.against_train(d / "req-0.safetensors")
 
 
-@case("st_truncated", "safetensors cut in half (offsets point past the end)", "error", "req-0.safetensors", "past the end")
+@case(
+    "st_truncated", "safetensors cut in half (offsets point past the end)", "error", "req-0.safetensors", "past the end"
+)
 def _(kit: Kit, d: Path) -> list[str]:
     data = _vllm_bytes()
     (d / "req-0.safetensors").write_bytes(data[: len(data) // 2])
     return kit.against_train(d / "req-0.safetensors")
 
 
-@case("st_offsets_lie", "safetensors whose data offsets disagree with the tensor shape", "error", "req-0.safetensors", "hidden_states")
+@case(
+    "st_offsets_lie",
+    "safetensors whose data offsets disagree with the tensor shape",
+    "error",
+    "req-0.safetensors",
+    "hidden_states",
+)
 def _(kit: Kit, d: Path) -> list[str]:
     def edit(h: dict) -> None:
         h["hidden_states"]["data_offsets"] = [0, 8]
@@ -265,13 +302,17 @@ def _(kit: Kit, d: Path) -> list[str]:
 
 @case("st_header_not_utf8", "safetensors whose header is not UTF-8", "error", "req-0.safetensors", "header")
 def _(kit: Kit, d: Path) -> list[str]:
-    (d / "req-0.safetensors").write_bytes(st_patch(_vllm_bytes(), None, raw=b"{\xff\xfe\xfd\"a\": 1}"))  # type: ignore[arg-type]
+    (d / "req-0.safetensors").write_bytes(st_patch(_vllm_bytes(), None, raw=b'{\xff\xfe\xfd"a": 1}'))  # type: ignore[arg-type]
     return kit.against_train(d / "req-0.safetensors")
 
 
-@case("st_header_deep_nesting", "safetensors whose header nests 100000 JSON lists", "error", "req-0.safetensors", "header")
+@case(
+    "st_header_deep_nesting", "safetensors whose header nests 100000 JSON lists", "error", "req-0.safetensors", "header"
+)
 def _(kit: Kit, d: Path) -> list[str]:
-    (d / "req-0.safetensors").write_bytes(st_patch(_vllm_bytes(), None, raw=b"{\"a\":" + b"[" * 100000 + b"]" * 100000 + b"}"))  # type: ignore[arg-type]
+    (d / "req-0.safetensors").write_bytes(
+        st_patch(_vllm_bytes(), None, raw=b'{"a":' + b"[" * 100000 + b"]" * 100000 + b"}")
+    )  # type: ignore[arg-type]
     return kit.against_train(d / "req-0.safetensors")
 
 
@@ -287,7 +328,13 @@ def _(kit: Kit, d: Path) -> list[str]:
     return kit.against_train(d / "req-0.safetensors")
 
 
-@case("st_entry_not_object", "safetensors whose entry is a number, not an object", "error", "req-0.safetensors", "malformed")
+@case(
+    "st_entry_not_object",
+    "safetensors whose entry is a number, not an object",
+    "error",
+    "req-0.safetensors",
+    "malformed",
+)
 def _(kit: Kit, d: Path) -> list[str]:
     def edit(h: dict) -> None:
         h["hidden_states"] = 7
@@ -344,12 +391,24 @@ def _(kit: Kit, d: Path) -> list[str]:
     return _in_train_dir(kit, d, data[: len(data) // 2])
 
 
-@case("pt_truncated_head", "a torch zip archive of which only the first 10 bytes were written", "error", "data_0.ckpt", "truncated")
+@case(
+    "pt_truncated_head",
+    "a torch zip archive of which only the first 10 bytes were written",
+    "error",
+    "data_0.ckpt",
+    "truncated",
+)
 def _(kit: Kit, d: Path) -> list[str]:
     return _in_train_dir(kit, d, kit.ckpt_bytes()[:10])
 
 
-@case("pt_truncated_tail", "a torch zip archive missing its last 30 bytes (end of central directory)", "error", "data_0.ckpt", "truncated")
+@case(
+    "pt_truncated_tail",
+    "a torch zip archive missing its last 30 bytes (end of central directory)",
+    "error",
+    "data_0.ckpt",
+    "truncated",
+)
 def _(kit: Kit, d: Path) -> list[str]:
     return _in_train_dir(kit, d, kit.ckpt_bytes()[:-30])
 
@@ -394,8 +453,13 @@ def _(kit: Kit, d: Path) -> list[str]:
     return _in_train_dir(kit, d, data[: len(data) // 2])
 
 
-@case("pt_protocol4", "a torch file saved with pickle_protocol=4, which the safe loader cannot read", "error",
-      "data_0.ckpt", "protocol 4")
+@case(
+    "pt_protocol4",
+    "a torch file saved with pickle_protocol=4, which the safe loader cannot read",
+    "error",
+    "data_0.ckpt",
+    "protocol 4",
+)
 def _(kit: Kit, d: Path) -> list[str]:
     buf = io.BytesIO()
     s = B.states(SAMPLE)
@@ -417,7 +481,9 @@ def _(kit: Kit, d: Path) -> list[str]:
     return _in_train_dir(kit, d, rng.integers(0, 256, 4096, dtype=np.uint8).tobytes(), "data_0.ckpt.gz")
 
 
-@case("gz_not_gzip_html", "a .ckpt.gz that is an HTML error page (a failed download)", "error", "data_0.ckpt.gz", "gzip")
+@case(
+    "gz_not_gzip_html", "a .ckpt.gz that is an HTML error page (a failed download)", "error", "data_0.ckpt.gz", "gzip"
+)
 def _(kit: Kit, d: Path) -> list[str]:
     page = b"<html><head><title>404 Not Found</title></head><body>Not Found</body></html>\n"
     return _in_train_dir(kit, d, page, "data_0.ckpt.gz")
@@ -487,25 +553,46 @@ def _marker(d: Path) -> Path:
 for _kind in ("os.system", "builtins.eval", "subprocess.call"):
     _fn_name = _kind.split(".")[-1]
 
-    @case(f"pickle_zip_{_kind.replace('.', '_')}", f"a torch zip .pt whose pickle calls {_kind}", "refused",
-          "data_0.ckpt", "refused", _fn_name)
+    @case(
+        f"pickle_zip_{_kind.replace('.', '_')}",
+        f"a torch zip .pt whose pickle calls {_kind}",
+        "refused",
+        "data_0.ckpt",
+        "refused",
+        _fn_name,
+    )
     def _(kit: Kit, d: Path, _kind=_kind) -> list[str]:
         payload = evil_payloads(_marker(d))[_kind]
         return _in_train_dir(kit, d, torch_bytes({"aux_hidden_state": payload}))
 
-    @case(f"pickle_legacy_{_kind.replace('.', '_')}", f"a legacy torch file whose pickle calls {_kind}", "refused",
-          "data_0.ckpt", "refused", _fn_name)
+    @case(
+        f"pickle_legacy_{_kind.replace('.', '_')}",
+        f"a legacy torch file whose pickle calls {_kind}",
+        "refused",
+        "data_0.ckpt",
+        "refused",
+        _fn_name,
+    )
     def _(kit: Kit, d: Path, _kind=_kind) -> list[str]:
         payload = evil_payloads(_marker(d))[_kind]
         return _in_train_dir(kit, d, torch_bytes({"aux_hidden_state": payload}, legacy=True))
 
 
-@case("pickle_raw_protocol2", "a bare pickle (protocol 2) calling os.system, named .pt", "refused", "data_0.ckpt", "refused", "system")
+@case(
+    "pickle_raw_protocol2",
+    "a bare pickle (protocol 2) calling os.system, named .pt",
+    "refused",
+    "data_0.ckpt",
+    "refused",
+    "system",
+)
 def _(kit: Kit, d: Path) -> list[str]:
     return _in_train_dir(kit, d, pickle.dumps(evil_payloads(_marker(d))["os.system"], protocol=2))
 
 
-@case("pickle_gzipped", "a .ckpt.gz whose torch pickle calls os.system", "refused", "data_0.ckpt.gz", "refused", "system")
+@case(
+    "pickle_gzipped", "a .ckpt.gz whose torch pickle calls os.system", "refused", "data_0.ckpt.gz", "refused", "system"
+)
 def _(kit: Kit, d: Path) -> list[str]:
     return _in_train_dir(kit, d, gzip.compress(torch_bytes(evil_payloads(_marker(d))["os.system"])), "data_0.ckpt.gz")
 
@@ -557,8 +644,14 @@ def _(kit: Kit, d: Path) -> list[str]:
     return kit.against_train(d / "h3.npy")
 
 
-@case("npy_float128", "an .npy of float128, a type no engine writes", "error", "h3.npy", "not a number type hsdiff reads",
-      needs="float128")
+@case(
+    "npy_float128",
+    "an .npy of float128, a type no engine writes",
+    "error",
+    "h3.npy",
+    "not a number type hsdiff reads",
+    needs="float128",
+)
 def _(kit: Kit, d: Path) -> list[str]:
     np.save(d / "h3.npy", B.states(SAMPLE)["bf16"][3].float().numpy().astype(np.longdouble))
     return kit.against_train(d / "h3.npy")
@@ -611,8 +704,13 @@ def _(kit: Kit, d: Path) -> list[str]:
     return kit.against_train(d / "loop")
 
 
-@case("symlink_loop_files", "a training directory holding two symbolic links that point at each other",
-      "verdict", "symbolic link", exits=(0,))
+@case(
+    "symlink_loop_files",
+    "a training directory holding two symbolic links that point at each other",
+    "verdict",
+    "symbolic link",
+    exits=(0,),
+)
 def _(kit: Kit, d: Path) -> list[str]:
     shutil.copytree(kit.train, d / "train")
     os.symlink("b.ckpt", d / "train" / "rows_0-2000" / "a.ckpt")
@@ -620,7 +718,12 @@ def _(kit: Kit, d: Path) -> list[str]:
     return kit.against_infer(d / "train")
 
 
-@case("symlink_loop_dirs", "a training directory holding a symbolic link to itself and to its parent", "verdict", exits=(0,))
+@case(
+    "symlink_loop_dirs",
+    "a training directory holding a symbolic link to itself and to its parent",
+    "verdict",
+    exits=(0,),
+)
 def _(kit: Kit, d: Path) -> list[str]:
     shutil.copytree(kit.train, d / "train")
     os.symlink(".", d / "train" / "rows_0-2000" / "again")
@@ -657,7 +760,14 @@ def _(kit: Kit, d: Path) -> list[str]:
 # --------------------------------------------------------------------------- logs (need the text-log reader)
 
 
-@case("log_not_utf8", "a server log in latin-1 with no captures", "error", "server.log", "no printed tensor", needs="debuglog")
+@case(
+    "log_not_utf8",
+    "a server log in latin-1 with no captures",
+    "error",
+    "server.log",
+    "no printed tensor",
+    needs="debuglog",
+)
 def _(kit: Kit, d: Path) -> list[str]:
     (d / "server.log").write_bytes(b"[2026-11-30] caf\xe9 started\n\xff\xfe garbage \xe9\xe8\n" * 200)
     return kit.against_train(d / "server.log")
@@ -720,15 +830,23 @@ def _(kit: Kit, d: Path) -> list[str]:
     return kit.against_infer(d / "train")
 
 
-@case("zero_token_rows", "an inference capture whose later tokens are zero (partly written)", "verdict", "12 of 24 tokens")
+@case(
+    "zero_token_rows", "an inference capture whose later tokens are zero (partly written)", "verdict", "12 of 24 tokens"
+)
 def _(kit: Kit, d: Path) -> list[str]:
     v = kit.aux()
     v[12:] = 0
     return kit.against_train(sglang_files(d / "infer", [v]))
 
 
-@case("hidden_size_not_dividing", "--hidden-size 500 does not divide the training width 1728", "error",
-      "data_0.ckpt", "not a multiple", "hidden")
+@case(
+    "hidden_size_not_dividing",
+    "--hidden-size 500 does not divide the training width 1728",
+    "error",
+    "data_0.ckpt",
+    "not a multiple",
+    "hidden",
+)
 def _(kit: Kit, d: Path) -> list[str]:
     return kit.compare(kit.train, kit.infer, "--hidden-size", "500")
 
@@ -776,7 +894,12 @@ def _(kit: Kit, d: Path) -> list[str]:
     return kit.against_train(sglang_files(d / "infer", [v, w]))
 
 
-@case("tp_ranks_shape_disagree", "two tensor-parallel ranks whose captures have different shapes", "verdict", "ranks disagree")
+@case(
+    "tp_ranks_shape_disagree",
+    "two tensor-parallel ranks whose captures have different shapes",
+    "verdict",
+    "ranks disagree",
+)
 def _(kit: Kit, d: Path) -> list[str]:
     v = kit.aux()
     return kit.against_train(sglang_files(d / "infer", [v, v[:10].clone()]))
@@ -788,8 +911,13 @@ def _(kit: Kit, d: Path) -> list[str]:
     return kit.against_train(sglang_files(d / "infer", [v, v.clone()]))
 
 
-@case("same_sample_twice_train", "the training directory holds the same sample twice", "verdict", "same sample twice",
-      exits=(0,))
+@case(
+    "same_sample_twice_train",
+    "the training directory holds the same sample twice",
+    "verdict",
+    "same sample twice",
+    exits=(0,),
+)
 def _(kit: Kit, d: Path) -> list[str]:
     shutil.copytree(kit.train, d / "train")
     shutil.copy(kit.train_file, d / "train" / "rows_0-2000" / "data_0_copy.ckpt")
@@ -815,10 +943,14 @@ def _(kit: Kit, d: Path) -> list[str]:
 
 @case("shape_infer_one_token_1d", "an inference capture that is one 1-D token [1728]", "verdict")
 def _(kit: Kit, d: Path) -> list[str]:
-    return kit.against_train(sglang_files(d / "infer", [kit.aux()[5].clone()], ids=B.states(SAMPLE)["input_ids"][5:6].clone()))
+    return kit.against_train(
+        sglang_files(d / "infer", [kit.aux()[5].clone()], ids=B.states(SAMPLE)["input_ids"][5:6].clone())
+    )
 
 
-@case("shape_infer_batch_of_two", "an inference capture with a batch dimension of 2 [2, 24, 1728]", "verdict", "token ids")
+@case(
+    "shape_infer_batch_of_two", "an inference capture with a batch dimension of 2 [2, 24, 1728]", "verdict", "token ids"
+)
 def _(kit: Kit, d: Path) -> list[str]:
     v = kit.aux()
     return kit.against_train(sglang_files(d / "infer", [torch.stack([v, v])]))
@@ -829,10 +961,13 @@ def _(kit: Kit, d: Path) -> list[str]:
     return kit.against_train(sglang_files(d / "infer", [torch.tensor(1.5)]))
 
 
-@case("shape_train_no_tokens", "a training tensor with zero tokens [1, 0, 1728]", "error", "data_0.ckpt", "[1, 0, 1728]")
+@case(
+    "shape_train_no_tokens", "a training tensor with zero tokens [1, 0, 1728]", "error", "data_0.ckpt", "[1, 0, 1728]"
+)
 def _(kit: Kit, d: Path) -> list[str]:
-    specforge_file(d / "train" / "rows_0-2000" / "data_0.ckpt", kit.aux("fp32")[:0].clone(),
-                   ids=torch.zeros(0, dtype=torch.int64))
+    specforge_file(
+        d / "train" / "rows_0-2000" / "data_0.ckpt", kit.aux("fp32")[:0].clone(), ids=torch.zeros(0, dtype=torch.int64)
+    )
     return kit.against_infer(d / "train")
 
 
@@ -884,8 +1019,16 @@ def cleanup_large(built: Built) -> None:
 
 def manifest(built: dict[str, Built]) -> list[dict]:
     return [
-        {"name": b.case.name, "input": b.case.what, "expect": b.case.expect.kind, "exit": list(b.case.expect.exits),
-         "mentions": list(b.case.expect.mentions), "argv": b.argv, "needs": b.case.needs, "large": b.case.large}
+        {
+            "name": b.case.name,
+            "input": b.case.what,
+            "expect": b.case.expect.kind,
+            "exit": list(b.case.expect.exits),
+            "mentions": list(b.case.expect.mentions),
+            "argv": b.argv,
+            "needs": b.case.needs,
+            "large": b.case.large,
+        }
         for b in built.values()
     ]
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import math
 
-from hsdiff import decide, separation
+from hsdiff import decide
+from hsdiff.align import separation
 from hsdiff.model import (
     Candidate,
     Capture,
@@ -24,8 +25,15 @@ from hsdiff.rules.settings import settings_for
 TOL = decide.NOISE_TOLERANCE
 
 
-def cand(b: int | None, err: float, *, sink_only: bool = False, printed: int | None = None,
-         source: str = "tag", tokens: int = 8) -> Candidate:
+def cand(
+    b: int | None,
+    err: float,
+    *,
+    sink_only: bool = False,
+    printed: int | None = None,
+    source: str = "tag",
+    tokens: int = 8,
+) -> Candidate:
     obs = None
     if printed is not None:
         import numpy as np
@@ -99,8 +107,9 @@ def test_over_few_tokens_the_best_of_neighbours_must_be_clearer() -> None:
 
 
 def test_with_both_neighbours_captured_a_clear_best_decides() -> None:
-    d = decide.decide_slot(0, [cand(63, 0.026, tokens=24), cand(62, 0.05, tokens=24), cand(64, 0.071, tokens=24)],
-                           TOL, 126)
+    d = decide.decide_slot(
+        0, [cand(63, 0.026, tokens=24), cand(62, 0.05, tokens=24), cand(64, 0.071, tokens=24)], TOL, 126
+    )
     assert d.status == Status.IDENTIFIED and d.boundary == 63 and d.measured
     assert d.confidence < decide.AMBIGUOUS_CONFIDENCE and "the best of B63" in d.note
     d = decide.decide_slot(0, [cand(63, 0.026), cand(64, 0.071)], TOL, 126)  # B62 not captured: no say
@@ -134,8 +143,9 @@ def test_a_slot_the_labels_name_but_the_values_leave_open_is_never_ok() -> None:
     # consistent, recommended, and not passed (labels can be wrong the same way as the configuration)
     c = cand(101, 0.03, source="configured")
     d = decide.decide_slot(0, [c], TOL, 126)
-    res = decide.resolve([d], [101], "config.json", Configured("sglang", (100,), (101,)), {0: [c]}, TOL,
-                         "sglang", "llama", 126)
+    res = decide.resolve(
+        [d], [101], "config.json", Configured("sglang", (100,), (101,)), {0: [c]}, TOL, "sglang", "llama", 126
+    )
     s = res.slots[0]
     assert s.evidence == Evidence.CONSISTENT and s.boundary_index == 101 and s.status == Status.UNVERIFIED
     assert decide.verdict(res.slots, Configured("sglang", (100,), (101,))) == "inconclusive"
@@ -144,8 +154,9 @@ def test_a_slot_the_labels_name_but_the_values_leave_open_is_never_ok() -> None:
 def test_the_configured_ids_are_not_evidence_for_themselves() -> None:
     c = cand(101, 0.05, source="configured")
     d = decide.decide_slot(0, [c], TOL, 126)
-    res = decide.resolve([d], [None], "none", Configured("sglang", (100,), (101,)), {0: [c]}, TOL,
-                         "sglang", "llama", 126)
+    res = decide.resolve(
+        [d], [None], "none", Configured("sglang", (100,), (101,)), {0: [c]}, TOL, "sglang", "llama", 126
+    )
     s = res.slots[0]
     assert s.evidence == Evidence.NONE and s.boundary_index is None and s.status != Status.OK
     assert "not evidence for itself" in s.note and "B100 and B102" in s.note

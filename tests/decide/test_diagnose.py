@@ -32,9 +32,18 @@ def cand(b: int, err: float) -> Candidate:
 
 
 def slot(s: int, b: int | None, cfg: int | None, status: Status, matched: bool = True) -> SlotResult:
-    return SlotResult(s, b, None if b is None else b - 1, Evidence.OBSERVED if matched else Evidence.INFERRED,
-                      0.9 if matched else 0.4, None, cand(b or 0, 0.01) if matched else None, None,
-                      configured_boundary=cfg, status=status)
+    return SlotResult(
+        s,
+        b,
+        None if b is None else b - 1,
+        Evidence.OBSERVED if matched else Evidence.INFERRED,
+        0.9 if matched else 0.4,
+        None,
+        cand(b or 0, 0.01) if matched else None,
+        None,
+        configured_boundary=cfg,
+        status=status,
+    )
 
 
 def rec(bs: tuple[int | None, ...], unservable: tuple[str, ...] = ()) -> Recommendation:
@@ -58,8 +67,11 @@ def test_every_slot_one_layer_deep_is_a_layer_shift_of_plus_one_and_the_cause_sa
 
 def test_the_seed_story_is_a_slot_shift_with_the_last_layer_never_captured() -> None:
     cfg = configured((0, 3, 31))
-    results = [slot(0, 3, 0, Status.MISMATCH), slot(1, 31, 3, Status.MISMATCH),
-               slot(2, 59, 31, Status.MISMATCH, matched=False)]
+    results = [
+        slot(0, 3, 0, Status.MISMATCH),
+        slot(1, 31, 3, Status.MISMATCH),
+        slot(2, 59, 31, Status.MISMATCH, matched=False),
+    ]
     d = dg.diagnose(Verdict.MISMATCH, results, cfg, rec((3, 31, 59)))
     assert (d.kind, d.offset, d.missing) == (Finding.SLOT_SHIFT, 1, (59,))
     words = explain.explain(results, Verdict.MISMATCH, d, cfg, [None] * 3, "none", None, rec((3, 31, 59)), 61, False)
@@ -89,9 +101,18 @@ def test_match_open_identified_no_match_and_unservable() -> None:
 
 def test_the_diagnosis_is_in_the_json_report() -> None:
     d = Diagnosis(Finding.SLOT_SHIFT, offset=1, slots=(0, 1, 2), missing=(59,), run="dump_1")
-    assert d.to_dict() == {"kind": "slot-shift", "offset": 1, "slots": [0, 1, 2], "missing_boundaries": [59],
-                           "overrides": [], "run": "dump_1", "miss": None, "torn_slots": [], "rank_conflicts": [],
-                           "norm_findings": []}
+    assert d.to_dict() == {
+        "kind": "slot-shift",
+        "offset": 1,
+        "slots": [0, 1, 2],
+        "missing_boundaries": [59],
+        "overrides": [],
+        "run": "dump_1",
+        "miss": None,
+        "torn_slots": [],
+        "rank_conflicts": [],
+        "norm_findings": [],
+    }
 
 
 def test_overrides_are_records_first_and_lead_the_words() -> None:
@@ -109,9 +130,15 @@ def test_overrides_are_records_first_and_lead_the_words() -> None:
     assert found.diagnosis.overrides == (Override.TORN_TOKENS, Override.RANK_CONFLICT)
     assert found.diagnosis.torn == (1,) and found.diagnosis.conflicts == ("rank 1 differs by 71% on hidden_states",)
     assert found.diagnosis.to_dict()["torn_slots"] == [1]
-    words = explain.explain(results, Verdict.OK, found.diagnosis, cfg, [None] * 3, "none", None, rec((2, 15, 27)), 30,
-                            False, tolerance=0.10)
+    words = explain.explain(
+        results, Verdict.OK, found.diagnosis, cfg, [None] * 3, "none", None, rec((2, 15, 27)), 30, False, tolerance=0.10
+    )
     assert words.cause.startswith("Tensor-parallel ranks disagree: rank 1 differs by 71%")
     assert "Part of the sequence differs: slot 1: median error 1%, but the worst tenth of its 40" in words.cause
-    assert words.cause.index("Tensor-parallel") < words.cause.index("Part of the sequence") < words.cause.index(
-        explain.explain(results, Verdict.OK, d, cfg, [None] * 3, "none", None, rec((2, 15, 27)), 30, False).cause)
+    assert (
+        words.cause.index("Tensor-parallel")
+        < words.cause.index("Part of the sequence")
+        < words.cause.index(
+            explain.explain(results, Verdict.OK, d, cfg, [None] * 3, "none", None, rec((2, 15, 27)), 30, False).cause
+        )
+    )

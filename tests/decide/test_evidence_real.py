@@ -33,8 +33,10 @@ def seed_every_layer(tmp_path_factory) -> Path:
     """An SGLang dumper run at the input of every layer of the seed target (tags B 0..60)."""
     s = seed_states()
     root = tmp_path_factory.mktemp("seed-all")
-    dumper_records(root / "dump_20261201_000000_000001", [("input_ids", s["input_ids"], {})]
-                   + [("layer_input", s["bf16"][b], {"layer_id": b}) for b in range(61)])
+    dumper_records(
+        root / "dump_20261201_000000_000001",
+        [("input_ids", s["input_ids"], {})] + [("layer_input", s["bf16"][b], {"layer_id": b}) for b in range(61)],
+    )
     return root
 
 
@@ -63,8 +65,11 @@ def test_seed_print_on_the_attention_sink_with_agreeing_labels_is_consistent(tmp
     s = seed_states()
     lines = ["[2026-11-30 01:15:00 TP0] The server is fired up and ready to roll!"] + [
         f"[2026-11-30 01:15:05 TP0] aux_hidden_states[{j}] layer={b} h[0, :5]="
-        + "[" + ", ".join(f"{float(v):.4g}" for v in s["bf16"][b][0, :5].float()) + "]"
-        for j, b in enumerate((3, 31, 59))]
+        + "["
+        + ", ".join(f"{float(v):.4g}" for v in s["bf16"][b][0, :5].float())
+        + "]"
+        for j, b in enumerate((3, 31, 59))
+    ]
     log = tmp_path / "server.log"
     log.write_text("\n".join(lines) + "\n")
     r = hsdiff.compare(SEED_TRAIN, log, layer_ids=SEED_IDS)

@@ -30,11 +30,15 @@ MAX_NEW = 100
 #: SGLang (llama rule) ids -> boundaries it captures: B = id + 1, id -1 = the embeddings.
 CASES = {
     "right": ([1, 14, 26], [2, 15, 27]),
-    "shifted": ([2, 15, 27], [3, 16, 28]),       # every slot one layer too deep
-    "incident": ([-1, 1, 14], [0, 2, 15]),       # embeddings in slot 0, the rest shifted
+    "shifted": ([2, 15, 27], [3, 16, 28]),  # every slot one layer too deep
+    "incident": ([-1, 1, 14], [0, 2, 15]),  # embeddings in slot 0, the rest shifted
 }
-PROMPTS = ["Explain deserts in simple terms.", "Why is chess important?", "Describe the weather to a child.",
-           "Give three facts about bicycles."]
+PROMPTS = [
+    "Explain deserts in simple terms.",
+    "Why is chess important?",
+    "Describe the weather to a child.",
+    "Give three facts about bicycles.",
+]
 
 pytestmark = pytest.mark.slow
 
@@ -57,8 +61,11 @@ def measured(smollm2, tmp_path_factory):
     ref = tiny.reference_module()
     from safetensors.torch import load_file
 
-    draft = tiny.reference_draft(load_file(str(DRAFT / "model.safetensors")), json.loads((DRAFT / "config.json").read_text()),
-                                 model.model.embed_tokens.weight.detach())
+    draft = tiny.reference_draft(
+        load_file(str(DRAFT / "model.safetensors")),
+        json.loads((DRAFT / "config.json").read_text()),
+        model.model.embed_tokens.weight.detach(),
+    )
     prompts = [ref_ids(tok, p) for p in PROMPTS]
     results: dict[str, dict] = {}
     texts = None
@@ -69,8 +76,11 @@ def measured(smollm2, tmp_path_factory):
             gen, acc = ref.speculative_generate(model, draft, p, boundaries, NUM_STEPS, MAX_NEW, eos=2)
             seqs.append(torch.cat([p, torch.tensor(gen)]))
             accepted += acc
-        results[case] = {"accept_len": 1 + sum(accepted) / len(accepted), "steps": len(accepted),
-                         "tokens": sum(len(s) - len(p) for s, p in zip(seqs, prompts))}
+        results[case] = {
+            "accept_len": 1 + sum(accepted) / len(accepted),
+            "steps": len(accepted),
+            "tokens": sum(len(s) - len(p) for s, p in zip(seqs, prompts)),
+        }
         if texts is None:
             texts = seqs
         else:  # greedy verification is lossless: every case emits the target's own greedy text
@@ -84,11 +94,19 @@ def measured(smollm2, tmp_path_factory):
         for i, ids in enumerate(texts):
             out = model(input_ids=ids[None], output_hidden_states=True, use_cache=False)
             hs = out.hidden_states  # B0..B29, then the post-norm final state
-            torch.save({"input_ids": ids.clone(), "loss_mask": (torch.arange(len(ids)) >= prompt_len[i]).long(),
-                        "aux_hidden_state": torch.cat([hs[b] for b in CASES["right"][1]], -1).clone(),
-                        "hidden_state": hs[-1].clone()}, train / f"data_{i}.ckpt")
-            save_file({"hidden_states": torch.cat(hs).contiguous(), "input_ids": ids.clone()},
-                      str(infer / f"request-{i}.safetensors"))
+            torch.save(
+                {
+                    "input_ids": ids.clone(),
+                    "loss_mask": (torch.arange(len(ids)) >= prompt_len[i]).long(),
+                    "aux_hidden_state": torch.cat([hs[b] for b in CASES["right"][1]], -1).clone(),
+                    "hidden_state": hs[-1].clone(),
+                },
+                train / f"data_{i}.ckpt",
+            )
+            save_file(
+                {"hidden_states": torch.cat(hs).contiguous(), "input_ids": ids.clone()},
+                str(infer / f"request-{i}.safetensors"),
+            )
     return results, root / "train", infer, target_dir
 
 
@@ -101,7 +119,13 @@ def ref_ids(tok, user: str) -> torch.Tensor:
 def test_fixture_draft_has_the_engine_layout(smollm2):
     _, target_dir, _ = smollm2
     d = load_draft(DRAFT, target=target_dir)
-    assert (d.num_aux, d.target_hidden_size, d.hidden_size, d.draft_vocab_size, d.vocab_size) == (3, 576, 576, 1024, 49152)
+    assert (d.num_aux, d.target_hidden_size, d.hidden_size, d.draft_vocab_size, d.vocab_size) == (
+        3,
+        576,
+        576,
+        1024,
+        49152,
+    )
     assert d.layer_ids == (1, 14, 26) and d.embeddings_from == str(target_dir)
     assert d.weights["fc.weight"].shape == (576, 3 * 576)
     assert d.weights["layers.0.self_attn.q_proj.weight"].shape[1] == 2 * 576
@@ -109,7 +133,9 @@ def test_fixture_draft_has_the_engine_layout(smollm2):
 
 def test_prediction_from_dumps_matches_the_real_loop(measured):
     results, train, infer, target_dir = measured
-    assert sum(r["tokens"] for r in results.values()) / len(results) >= 250  # a few hundred tokens each (replies may end early)
+    assert (
+        sum(r["tokens"] for r in results.values()) / len(results) >= 250
+    )  # a few hundred tokens each (replies may end early)
     predicted = {}
     for case, (ids, boundaries) in CASES.items():
         report = hsdiff.compare(train, infer, layer_ids=ids)
@@ -122,8 +148,10 @@ def test_prediction_from_dumps_matches_the_real_loop(measured):
             assert pa.recommended.acceptance_length == pytest.approx(predicted.get("right", 0), rel=1e-6)
             assert {"all +1", "all -1"} <= {r.name for r in pa.rows}
             assert pa.training.acceptance_length >= pa.recommended.acceptance_length - 1e-6
-    lines = [f"{c}: measured {results[c]['accept_len']:.3f} ({results[c]['steps']} steps), "
-             f"predicted {predicted[c]:.3f}" for c in CASES]
+    lines = [
+        f"{c}: measured {results[c]['accept_len']:.3f} ({results[c]['steps']} steps), predicted {predicted[c]:.3f}"
+        for c in CASES
+    ]
     print("\n".join(lines))
     for case in CASES:
         assert predicted[case] == pytest.approx(results[case]["accept_len"], rel=0.10), lines

@@ -62,15 +62,22 @@ def test_a_pickle_with_code_is_refused_and_never_run(tmp_path, target, monkeypat
     assert not (tmp_path / "PWNED").exists()
 
 
-@pytest.mark.parametrize("change, error, words", [
-    (lambda w, c: w.pop("midlayer.self_attn.k_proj.weight"), FormatError, "lack midlayer|lack layers.0.self_attn.k_proj"),
-    (lambda w, c: w.update({"fc.weight": torch.zeros(32, 64)}), FormatError, "fc.weight has shape \\[32, 64\\]"),
-    (lambda w, c: c["eagle_config"].update(eagle_aux_hidden_state_layer_ids=[1, 2]), FormatError, "fc.weight"),
-    (lambda w, c: w.pop("d2t"), FormatError, "no d2t"),
-    (lambda w, c: w.update({"d2t": torch.full((20,), 40)}), FormatError, "outside the target vocabulary"),
-    (lambda w, c: c.update(architectures=["LlamaForCausalLM"]), ConfigError, "not an EAGLE-3 draft"),
-    (lambda w, c: c.update(num_hidden_layers=2), ConfigError, "single-layer"),
-])
+@pytest.mark.parametrize(
+    "change, error, words",
+    [
+        (
+            lambda w, c: w.pop("midlayer.self_attn.k_proj.weight"),
+            FormatError,
+            "lack midlayer|lack layers.0.self_attn.k_proj",
+        ),
+        (lambda w, c: w.update({"fc.weight": torch.zeros(32, 64)}), FormatError, "fc.weight has shape \\[32, 64\\]"),
+        (lambda w, c: c["eagle_config"].update(eagle_aux_hidden_state_layer_ids=[1, 2]), FormatError, "fc.weight"),
+        (lambda w, c: w.pop("d2t"), FormatError, "no d2t"),
+        (lambda w, c: w.update({"d2t": torch.full((20,), 40)}), FormatError, "outside the target vocabulary"),
+        (lambda w, c: c.update(architectures=["LlamaForCausalLM"]), ConfigError, "not an EAGLE-3 draft"),
+        (lambda w, c: c.update(num_hidden_layers=2), ConfigError, "single-layer"),
+    ],
+)
 def test_malformed_drafts_get_one_line_errors(tmp_path, target, change, error, words):
     w, c = tiny.weights(), tiny.config()
     change(w, c)
@@ -126,9 +133,9 @@ def test_tree_with_topk_keeps_the_best_paths(tmp_path, target):
     chain = draft_tree(d, pre, torch.arange(T), 3)
     tree = draft_tree(d, pre, torch.arange(T), 3, topk=2, num_draft_tokens=6)
     assert tree.tokens.shape == (T, 2 + 2 * 4) and tree.selected.sum(1).tolist() == [5] * T
-    assert torch.equal(tree.tokens[:, 0], chain.tokens[:, 0])      # the top-1 first token is always drafted
+    assert torch.equal(tree.tokens[:, 0], chain.tokens[:, 0])  # the top-1 first token is always drafted
     assert (tree.depth[:2] == 1).all() and (tree.parents[:, :2] == -1).all()
-    assert tree.selected[:, :2].all()   # both depth-1 nodes outscore their own children
+    assert tree.selected[:, :2].all()  # both depth-1 nodes outscore their own children
 
 
 def test_greedy_verification_walks_the_selected_tree():
@@ -140,8 +147,8 @@ def test_greedy_verification_walks_the_selected_tree():
     ok = torch.ones(1, 3, dtype=torch.bool)
     walk = lambda refs, s=sel, k=ok: int(acceptance_from_tree(tokens, parents, depth, s, torch.tensor([refs]), k))  # noqa: E731
     assert walk([6, 8, 9]) == 3
-    assert walk([5, 8, 9]) == 1          # 8 is a child of node 1, not of node 0
+    assert walk([5, 8, 9]) == 1  # 8 is a child of node 1, not of node 0
     assert walk([6, 7, 9]) == 2
     assert walk([4, 8, 9]) == 0
     assert walk([6, 8, 9], sel & torch.tensor([[1, 1, 1, 1, 0]], dtype=torch.bool)) == 2  # node 4 not sent
-    assert walk([6, 8, 9], sel, torch.tensor([[True, True, False]])) == 2                 # reference unknown
+    assert walk([6, 8, 9], sel, torch.tensor([[True, True, False]])) == 2  # reference unknown

@@ -23,7 +23,7 @@ from hsdiff.rules.conventions import from_boundary
 from . import tiny
 
 L = 6
-RIGHT, SHIFTED, WRONG = [1, 3, 5], [2, 4, 5], [0, 1, 3]   # boundaries; SGLang ids are B - 1
+RIGHT, SHIFTED, WRONG = [1, 3, 5], [2, 4, 5], [0, 1, 3]  # boundaries; SGLang ids are B - 1
 NUM_STEPS = 4
 
 
@@ -36,18 +36,35 @@ def world(tmp_path_factory):
     tf = pytest.importorskip("transformers")
     torch.manual_seed(0)
     random.seed(0)
-    cfg = tf.LlamaConfig(vocab_size=tiny.V, hidden_size=tiny.H, intermediate_size=64, num_hidden_layers=L,
-                         num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=256,
-                         initializer_range=0.2, tie_word_embeddings=False, rope_theta=10000.0)
+    cfg = tf.LlamaConfig(
+        vocab_size=tiny.V,
+        hidden_size=tiny.H,
+        intermediate_size=64,
+        num_hidden_layers=L,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        max_position_embeddings=256,
+        initializer_range=0.2,
+        tie_word_embeddings=False,
+        rope_theta=10000.0,
+    )
     model = tf.LlamaForCausalLM(cfg).eval()
     root = tmp_path_factory.mktemp("tiny-world")
     model.save_pretrained(root / "target")
     with torch.no_grad():
         prompts = torch.randint(3, tiny.V, (24, 6))
-        seqs = model.generate(input_ids=prompts, attention_mask=torch.ones_like(prompts), max_new_tokens=40,
-                              do_sample=False, pad_token_id=0)
+        seqs = model.generate(
+            input_ids=prompts,
+            attention_mask=torch.ones_like(prompts),
+            max_new_tokens=40,
+            do_sample=False,
+            pad_token_id=0,
+        )
     ref = tiny.reference_module()
-    dcfg = tiny.config(draft_vocab_size=tiny.V, eagle_config={"eagle_aux_hidden_state_layer_ids": [b - 1 for b in RIGHT]})
+    dcfg = tiny.config(
+        draft_vocab_size=tiny.V, eagle_config={"eagle_aux_hidden_state_layer_ids": [b - 1 for b in RIGHT]}
+    )
     embed = model.model.embed_tokens.weight.detach().clone()
     draft = ref.Eagle3Draft(dcfg, embed, torch.zeros(tiny.V, dtype=torch.long))
     with torch.no_grad():
@@ -60,8 +77,12 @@ def world(tmp_path_factory):
     opt = torch.optim.Adam(draft.parameters(), lr=3e-3)
     for _ in range(150):
         logits = draft.ttt(feats, toks, torch.ones(20, T, dtype=torch.bool), 3)
-        loss = sum(torch.nn.functional.cross_entropy(lg.reshape(-1, tiny.V), tgt[:, k + 1 : k + 1 + T].reshape(-1),
-                                                     ignore_index=-100) for k, lg in enumerate(logits))
+        loss = sum(
+            torch.nn.functional.cross_entropy(
+                lg.reshape(-1, tiny.V), tgt[:, k + 1 : k + 1 + T].reshape(-1), ignore_index=-100
+            )
+            for k, lg in enumerate(logits)
+        )
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -69,8 +90,17 @@ def world(tmp_path_factory):
     w = {}
     for name, p in draft.state_dict().items():
         mod = name.split(".")[0]
-        w[names.get(mod) or ("midlayer.self_attn." if "proj" in mod and mod[0] in "qkvo" else
-                             "midlayer.mlp." if "proj" in mod else "midlayer.") + name] = p.detach().clone()
+        w[
+            names.get(mod)
+            or (
+                "midlayer.self_attn."
+                if "proj" in mod and mod[0] in "qkvo"
+                else "midlayer.mlp."
+                if "proj" in mod
+                else "midlayer."
+            )
+            + name
+        ] = p.detach().clone()
     w["d2t"] = torch.zeros(tiny.V, dtype=torch.long)
     tiny.write_draft(root / "draft", w, dcfg)
     # the real loop on held-out prompts, for each set of layers
@@ -91,13 +121,27 @@ def world(tmp_path_factory):
     with torch.no_grad():
         for i, ids in enumerate(texts):
             hs = model(input_ids=ids[None], output_hidden_states=True).hidden_states
-            torch.save({"input_ids": ids, "loss_mask": (torch.arange(len(ids)) >= 6).long(),  # the reply, as SpecForge masks it
-                        "aux_hidden_state": torch.cat([hs[b] for b in RIGHT], -1), "hidden_state": hs[-1]},
-                       train / f"data_{i}.ckpt")
-            save_file({"hidden_states": torch.cat(hs).contiguous(), "input_ids": ids.clone()},
-                      str(infer / f"req-{i}.safetensors"))
-    return {"root": root, "train": root / "train", "infer": infer, "draft": root / "draft",
-            "target": root / "target", "measured": measured}
+            torch.save(
+                {
+                    "input_ids": ids,
+                    "loss_mask": (torch.arange(len(ids)) >= 6).long(),  # the reply, as SpecForge masks it
+                    "aux_hidden_state": torch.cat([hs[b] for b in RIGHT], -1),
+                    "hidden_state": hs[-1],
+                },
+                train / f"data_{i}.ckpt",
+            )
+            save_file(
+                {"hidden_states": torch.cat(hs).contiguous(), "input_ids": ids.clone()},
+                str(infer / f"req-{i}.safetensors"),
+            )
+    return {
+        "root": root,
+        "train": root / "train",
+        "infer": infer,
+        "draft": root / "draft",
+        "target": root / "target",
+        "measured": measured,
+    }
 
 
 def test_prediction_matches_the_loop_on_a_small_model(world):
@@ -106,8 +150,9 @@ def test_prediction_matches_the_loop_on_a_small_model(world):
     predicted = {}
     for case, bs in (("right", RIGHT), ("shifted", SHIFTED), ("wrong", WRONG)):
         report = hsdiff.compare(world["train"], world["infer"], layer_ids=[b - 1 for b in bs])
-        pa = predict_acceptance(world["train"], world["infer"], report, world["draft"], target=world["target"],
-                                tree=Speculation(NUM_STEPS))
+        pa = predict_acceptance(
+            world["train"], world["infer"], report, world["draft"], target=world["target"], tree=Speculation(NUM_STEPS)
+        )
         predicted[case] = pa.configured.acceptance_length
         assert pa.configured.boundaries == tuple(sorted(bs))
     print("measured", m, "predicted", predicted)
@@ -119,9 +164,25 @@ def test_prediction_matches_the_loop_on_a_small_model(world):
 def test_compare_cli_json_carries_the_prediction(world, tmp_path):
     out = tmp_path / "r.json"
     plot = tmp_path / "acc.png"
-    r = CliRunner().invoke(cli, ["compare", str(world["train"]), str(world["infer"]), f"--layer-ids={sglang_ids(WRONG)}",
-                                 "--draft", str(world["draft"]), "--target-model", str(world["target"]),
-                                 "--num-steps", str(NUM_STEPS), "--json", str(out), "--acceptance-plot", str(plot)])
+    r = CliRunner().invoke(
+        cli,
+        [
+            "compare",
+            str(world["train"]),
+            str(world["infer"]),
+            f"--layer-ids={sglang_ids(WRONG)}",
+            "--draft",
+            str(world["draft"]),
+            "--target-model",
+            str(world["target"]),
+            "--num-steps",
+            str(NUM_STEPS),
+            "--json",
+            str(out),
+            "--acceptance-plot",
+            str(plot),
+        ],
+    )
     assert r.exit_code == 1, r.output
     assert "predicted acceptance" in r.output and "your config:" in r.output
     d = json.loads(out.read_text())
@@ -145,26 +206,51 @@ def test_what_if_ids_are_for_the_report_s_engine_version(world, tmp_path):
     for version in ("0.5.12", "0.5.23"):
         doc = json.loads(json.dumps(report))
         doc["recommended"].update(model_family="deepseek", engine_version=version)
-        pa = predict_acceptance(world["train"], world["infer"], doc, world["draft"], target=world["target"],
-                                tree=Speculation(NUM_STEPS))
+        pa = predict_acceptance(
+            world["train"], world["infer"], doc, world["draft"], target=world["target"], tree=Speculation(NUM_STEPS)
+        )
         assert pa.ids_for.startswith(f"for SGLang {version}, rule: SGLang")
         rows[version] = {r.name: (r.boundaries, r.ids) for r in pa.rows if r.side == "infer" and r.name != "configured"}
     assert rows["0.5.12"].keys() == rows["0.5.23"].keys() and len(rows["0.5.12"]) > 3
     for name, (bs, ids) in rows["0.5.12"].items():
         assert ids == tuple(b - 1 for b in bs)  # +1 always
-        assert rows["0.5.23"][name][1] == tuple(from_boundary(list(bs), "sglang", num_layers=L, model_family="deepseek",
-                                                               version="0.5.23"))
+        assert rows["0.5.23"][name][1] == tuple(
+            from_boundary(list(bs), "sglang", num_layers=L, model_family="deepseek", version="0.5.23")
+        )
 
 
 def test_gate_fails_below_min_acceptance(world, tmp_path):
     threshold = (world["measured"]["right"] + world["measured"]["wrong"]) / 2
     cfg = tmp_path / "draft-config.json"
     base = json.loads((world["draft"] / "config.json").read_text())
-    common = [str(world["train"]), str(world["infer"]), "--draft", str(world["draft"]), "--target-model",
-              str(world["target"]), "--num-steps", str(NUM_STEPS), "--num-layers", str(L), "--hidden-size", str(tiny.H)]
+    common = [
+        str(world["train"]),
+        str(world["infer"]),
+        "--draft",
+        str(world["draft"]),
+        "--target-model",
+        str(world["target"]),
+        "--num-steps",
+        str(NUM_STEPS),
+        "--num-layers",
+        str(L),
+        "--hidden-size",
+        str(tiny.H),
+    ]
     cfg.write_text(json.dumps(base))
-    ok = CliRunner().invoke(cli, ["gate", *common, "--draft-config", str(cfg), "--min-acceptance", f"{threshold:.3f}",
-                                  "--json", str(tmp_path / "g.json")])
+    ok = CliRunner().invoke(
+        cli,
+        [
+            "gate",
+            *common,
+            "--draft-config",
+            str(cfg),
+            "--min-acceptance",
+            f"{threshold:.3f}",
+            "--json",
+            str(tmp_path / "g.json"),
+        ],
+    )
     assert ok.exit_code == 0, ok.output
     g = json.loads((tmp_path / "g.json").read_text())
     check = next(c for c in g["checks"] if c["name"] == "predicted-acceptance")
@@ -174,8 +260,9 @@ def test_gate_fails_below_min_acceptance(world, tmp_path):
     cfg.write_text(json.dumps(base))
     bad = CliRunner().invoke(cli, ["gate", *common, "--draft-config", str(cfg), "--min-acceptance", f"{threshold:.3f}"])
     assert bad.exit_code == 1 and "predicted-acceptance" in bad.output and "< --min-acceptance" in bad.output
-    usage = CliRunner().invoke(cli, ["gate", str(world["train"]), str(world["infer"]), "--draft-config", str(cfg),
-                                     "--min-acceptance", "2"])
+    usage = CliRunner().invoke(
+        cli, ["gate", str(world["train"]), str(world["infer"]), "--draft-config", str(cfg), "--min-acceptance", "2"]
+    )
     assert usage.exit_code == 2 and "--draft" in usage.output
 
 
@@ -183,8 +270,18 @@ def test_malformed_draft_on_the_command_line_is_exit_2_one_line(world, tmp_path)
     w = tiny.weights()
     del w["lm_head.weight"]
     bad = tiny.write_draft(tmp_path / "bad", w)
-    r = CliRunner().invoke(cli, ["compare", str(world["train"]), str(world["infer"]), "--draft", str(bad),
-                                 "--target-model", str(world["target"])])
+    r = CliRunner().invoke(
+        cli,
+        [
+            "compare",
+            str(world["train"]),
+            str(world["infer"]),
+            "--draft",
+            str(bad),
+            "--target-model",
+            str(world["target"]),
+        ],
+    )
     assert r.exit_code == 2
     err = [line for line in r.output.splitlines() if "error" in line]
     assert len(err) == 1 and "lm_head.weight" in err[0] and str(bad) in err[0]

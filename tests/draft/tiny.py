@@ -15,10 +15,22 @@ H, NH, NKV, HD, FF, V, VD, K = 32, 4, 2, 8, 48, 50, 20, 3
 
 
 def config(**changes) -> dict:
-    cfg = {"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_size": H,
-           "intermediate_size": FF, "num_hidden_layers": 1, "num_attention_heads": NH, "num_key_value_heads": NKV,
-           "head_dim": HD, "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "vocab_size": V, "draft_vocab_size": VD,
-           "tie_word_embeddings": False, "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 2, 3]}}
+    cfg = {
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "model_type": "llama",
+        "hidden_size": H,
+        "intermediate_size": FF,
+        "num_hidden_layers": 1,
+        "num_attention_heads": NH,
+        "num_key_value_heads": NKV,
+        "head_dim": HD,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 10000.0,
+        "vocab_size": V,
+        "draft_vocab_size": VD,
+        "tie_word_embeddings": False,
+        "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 2, 3]},
+    }
     cfg.update(changes)
     return cfg
 
@@ -39,7 +51,7 @@ def weights(seed: int = 0, prefix: str = "midlayer.") -> dict[str, torch.Tensor]
     w[f"{prefix}mlp.gate_proj.weight"] = r(FF, H)
     w[f"{prefix}mlp.up_proj.weight"] = r(FF, H)
     w[f"{prefix}mlp.down_proj.weight"] = r(H, FF)
-    hot = torch.arange(VD) * 2 + 1                     # draft id d -> target id 2d + 1
+    hot = torch.arange(VD) * 2 + 1  # draft id d -> target id 2d + 1
     w["d2t"] = hot - torch.arange(VD)
     t2d = torch.zeros(V, dtype=torch.bool)
     t2d[hot] = True
@@ -47,8 +59,9 @@ def weights(seed: int = 0, prefix: str = "midlayer.") -> dict[str, torch.Tensor]
     return w
 
 
-def write_draft(folder: Path, w: dict[str, torch.Tensor] | None = None, cfg: dict | None = None,
-                fmt: str = "safetensors") -> Path:
+def write_draft(
+    folder: Path, w: dict[str, torch.Tensor] | None = None, cfg: dict | None = None, fmt: str = "safetensors"
+) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     w = weights() if w is None else w
     (folder / "config.json").write_text(json.dumps(config() if cfg is None else cfg))
@@ -62,10 +75,13 @@ def write_draft(folder: Path, w: dict[str, torch.Tensor] | None = None, cfg: dic
 def write_target(folder: Path, seed: int = 1) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     g = torch.Generator().manual_seed(seed)
-    save_file({"model.embed_tokens.weight": torch.randn(V, H, generator=g),
-               "model.norm.weight": torch.ones(H)}, str(folder / "model.safetensors"))
-    (folder / "config.json").write_text(json.dumps({"hidden_size": H, "vocab_size": V, "rms_norm_eps": 1e-6,
-                                                    "tie_word_embeddings": True}))
+    save_file(
+        {"model.embed_tokens.weight": torch.randn(V, H, generator=g), "model.norm.weight": torch.ones(H)},
+        str(folder / "model.safetensors"),
+    )
+    (folder / "config.json").write_text(
+        json.dumps({"hidden_size": H, "vocab_size": V, "rms_norm_eps": 1e-6, "tie_word_embeddings": True})
+    )
     return folder
 
 

@@ -34,8 +34,12 @@ NUM_STEPS = 5
 #: Prompts in no file of the project: the draft's chat templates (fixtures/train_draft.py) on topics it
 #: never saw — on other templates this small draft gains almost nothing (vLLM measured 1.08 for the
 #: right ids), too little to rank id sets by.
-PROMPTS = ["Explain glaciers in simple terms.", "Why is sleep important?", "Describe thunderstorms to a child.",
-           "Give three facts about owls."]
+PROMPTS = [
+    "Explain glaciers in simple terms.",
+    "Why is sleep important?",
+    "Describe thunderstorms to a child.",
+    "Give three facts about owls.",
+]
 SYSTEM = "You are a helpful assistant."
 TRAINER = Path(__file__).with_name("train_eagle3.py")
 CACHE = Path(os.environ.get("HSDIFF_ENGINE_CACHE", Path.home() / ".cache" / "hsdiff-engine"))
@@ -46,23 +50,23 @@ class Run:
     """One engine load: the draft config it was given and, for acceptance runs, a real generation."""
 
     name: str
-    top: list[int] | None      # top-level eagle_aux_hidden_state_layer_ids
-    nested: list[int] | None   # eagle_config.eagle_aux_hidden_state_layer_ids
-    acceptance: bool           # generate the prompts' replies and measure acceptance
+    top: list[int] | None  # top-level eagle_aux_hidden_state_layer_ids
+    nested: list[int] | None  # eagle_config.eagle_aux_hidden_state_layer_ids
+    acceptance: bool  # generate the prompts' replies and measure acceptance
     draft: str = field(default="fixture")  # "fixture" or "independent" (train_eagle3.py's)
 
 
 #: Ids are vLLM's (boundary indices). Both drafts were trained on B[2, 15, 27].
 RUNS = [
-    Run("right", [2, 15, 27], None, True),                    # top-level key: the training layers
-    Run("deeper", [3, 16, 28], [1, 14, 26], True),            # both keys (the top-level wins): every slot one deeper
-    Run("incident", [15, 0, 2], None, True),                  # unsorted, id 0: embeddings in slot 0
-    Run("nested", None, [1, 14, 26], True),                   # the fixture as shipped (SGLang's ids), nested only
-    Run("ends", [0, L - 1, L - 1, L], None, False),           # id 0, L-1 twice, L (pre-norm last layer)
-    Run("default", None, None, False),                        # no ids at all
-    Run("indep-right", [2, 15, 27], None, True, "independent"),      # the independent draft's training layers
-    Run("indep-deeper", [3, 16, 28], None, True, "independent"),     # every slot one deeper
-    Run("indep-incident", [15, 0, 2], None, True, "independent"),    # embeddings in slot 0
+    Run("right", [2, 15, 27], None, True),  # top-level key: the training layers
+    Run("deeper", [3, 16, 28], [1, 14, 26], True),  # both keys (the top-level wins): every slot one deeper
+    Run("incident", [15, 0, 2], None, True),  # unsorted, id 0: embeddings in slot 0
+    Run("nested", None, [1, 14, 26], True),  # the fixture as shipped (SGLang's ids), nested only
+    Run("ends", [0, L - 1, L - 1, L], None, False),  # id 0, L-1 twice, L (pre-norm last layer)
+    Run("default", None, None, False),  # no ids at all
+    Run("indep-right", [2, 15, 27], None, True, "independent"),  # the independent draft's training layers
+    Run("indep-deeper", [3, 16, 28], None, True, "independent"),  # every slot one deeper
+    Run("indep-incident", [15, 0, 2], None, True, "independent"),  # embeddings in slot 0
 ]
 MAX_TOKENS = {"fixture": 64, "independent": 96}
 
@@ -88,7 +92,9 @@ def engine_python() -> Path:
 
 def _skip_reason() -> str | None:
     if not (ENGINE_VENV / ".installed").exists():
-        return f"no engine venv ({ENGINE_VENV.name}/.installed missing): `make engine` builds it (needs the package index)"
+        return (
+            f"no engine venv ({ENGINE_VENV.name}/.installed missing): `make engine` builds it (needs the package index)"
+        )
     if not (TARGET / "config.json").exists():
         return f"no SmolLM2 Hugging Face folder in {ENGINE_VENV.name}: `make engine` writes it"
     return None
@@ -114,11 +120,18 @@ def independent_draft() -> Path:
     part = CACHE / f"draft-{key}.partial"
     shutil.rmtree(part, ignore_errors=True)
     t0 = time.time()
-    proc = subprocess.run([sys.executable, str(TRAINER), str(TARGET), str(part)], capture_output=True, text=True,
-                          timeout=1500, env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
+    proc = subprocess.run(
+        [sys.executable, str(TRAINER), str(TARGET), str(part)],
+        capture_output=True,
+        text=True,
+        timeout=1500,
+        env={**os.environ, "TOKENIZERS_PARALLELISM": "false"},
+    )
     if proc.returncode != 0:
-        pytest.fail(f"training the independent draft failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n"
-                    f"{proc.stderr[-3000:]}")
+        pytest.fail(
+            f"training the independent draft failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n"
+            f"{proc.stderr[-3000:]}"
+        )
     part.rename(out)
     sys.stderr.write(f"\n[engine] trained the independent draft in {time.time() - t0:.0f} s: {out}\n")
     return out
@@ -149,8 +162,10 @@ def prompts(target_tokenizer) -> dict[str, list[list[int]]]:
     draft's held-out set, each in its draft's chat template."""
     from .train_eagle3 import EVAL_PROMPTS, chat
 
-    return {"fixture": [chat_ids(target_tokenizer, p) for p in PROMPTS],
-            "independent": [chat(target_tokenizer, p) for p in EVAL_PROMPTS]}
+    return {
+        "fixture": [chat_ids(target_tokenizer, p) for p in PROMPTS],
+        "independent": [chat(target_tokenizer, p) for p in EVAL_PROMPTS],
+    }
 
 
 @pytest.fixture(scope="session")
@@ -159,22 +174,45 @@ def engine(prompts, tmp_path_factory) -> dict[str, EngineRun]:
     kept = os.environ.get("HSDIFF_ENGINE_OUT")  # a folder to run into, reused while its plan is the same
     out = Path(kept) if kept else tmp_path_factory.mktemp("vllm")
     out.mkdir(parents=True, exist_ok=True)
-    plan = {"target": str(TARGET), "draft": str(DRAFT), "dtype": "float32", "max_model_len": 512, "runs": [
-        {"name": r.name, "config": draft_config(r), "draft": str(draft_dir(r)), "num_speculative_tokens": NUM_STEPS,
-         "prompts": prompts[r.draft] if r.acceptance else prompts[r.draft][:1],
-         "max_tokens": MAX_TOKENS[r.draft] if r.acceptance else 8}
-        for r in RUNS]}
+    plan = {
+        "target": str(TARGET),
+        "draft": str(DRAFT),
+        "dtype": "float32",
+        "max_model_len": 512,
+        "runs": [
+            {
+                "name": r.name,
+                "config": draft_config(r),
+                "draft": str(draft_dir(r)),
+                "num_speculative_tokens": NUM_STEPS,
+                "prompts": prompts[r.draft] if r.acceptance else prompts[r.draft][:1],
+                "max_tokens": MAX_TOKENS[r.draft] if r.acceptance else 8,
+            }
+            for r in RUNS
+        ],
+    }
     done = [out / r.name / "result.json" for r in RUNS]
-    if (out / "plan.json").exists() and json.loads((out / "plan.json").read_text()) == plan and all(map(Path.exists, done)):
+    if (
+        (out / "plan.json").exists()
+        and json.loads((out / "plan.json").read_text()) == plan
+        and all(map(Path.exists, done))
+    ):
         return {r.name: EngineRun(r, out / r.name, json.loads(f.read_text())) for r, f in zip(RUNS, done)}
     (out / "plan.json").write_text(json.dumps(plan))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "PYTEST", "OMP_"))}
     iomp = ENGINE_VENV / "lib" / "libiomp5.so"
-    if iomp.exists():  # as vLLM's CPU worker asks (vllm==0.32.0 v1/worker/cpu_worker.py:128-137): 14x faster drafting here
+    if (
+        iomp.exists()
+    ):  # as vLLM's CPU worker asks (vllm==0.32.0 v1/worker/cpu_worker.py:128-137): 14x faster drafting here
         env["LD_PRELOAD"] = " ".join(x for x in (str(iomp), env.get("LD_PRELOAD", "")) if x)
     t0 = time.time()
-    proc = subprocess.run([str(engine_python()), str(Path(__file__).with_name("vllm_run.py")), str(out / "plan.json"),
-                           str(out)], env=env, capture_output=True, text=True, timeout=1500)
+    proc = subprocess.run(
+        [str(engine_python()), str(Path(__file__).with_name("vllm_run.py")), str(out / "plan.json"), str(out)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1500,
+    )
     (out / "engine.stderr").write_text(proc.stderr)
     if proc.returncode != 0:
         pytest.fail(f"the engine run failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
@@ -195,7 +233,9 @@ def hf_states():
         key = tuple(int(t) for t in tokens)
         if key not in cache:
             last: list[torch.Tensor] = []
-            h = model.model.layers[-1].register_forward_hook(lambda m, a, o: last.append(o[0] if isinstance(o, tuple) else o))
+            h = model.model.layers[-1].register_forward_hook(
+                lambda m, a, o: last.append(o[0] if isinstance(o, tuple) else o)
+            )
             with torch.no_grad():
                 out = model(input_ids=torch.tensor([key]), output_hidden_states=True, use_cache=False)
             h.remove()

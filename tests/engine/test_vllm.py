@@ -13,11 +13,11 @@ from click.testing import CliRunner
 from safetensors.torch import load_file
 
 import hsdiff
-from hsdiff import conventions as conv
 from hsdiff.cli import cli as hsdiff_cli
 from hsdiff.configs import read_ids
 from hsdiff.draft import Speculation, predict_acceptance
 from hsdiff.engine_log import read_engine_log
+from hsdiff.rules import conventions as conv
 
 from .conftest import NUM_STEPS, RUNS, TARGET, EngineRun, L, draft_config, draft_dir
 
@@ -40,9 +40,13 @@ def test_vllm_captures_the_boundaries_hsdiff_reads(run, engine, hf_states):
     got: EngineRun = engine[run.name]
     ids = read_ids(draft_config(run), "vllm", num_layers=L, vllm_runner=RUNNER)
     assert got.result["aux_layers"] == list(ids.boundaries), ids
-    expected_key = (None if run.top is None and run.nested is None else
-                    "eagle_aux_hidden_state_layer_ids" if run.top is not None else
-                    "eagle_config.eagle_aux_hidden_state_layer_ids")
+    expected_key = (
+        None
+        if run.top is None and run.nested is None
+        else "eagle_aux_hidden_state_layer_ids"
+        if run.top is not None
+        else "eagle_config.eagle_aux_hidden_state_layer_ids"
+    )
     assert ids.key == expected_key and ids.fallback == (expected_key is None)
     if ids.fallback:
         assert list(ids.boundaries) == conv.default_boundaries(L, "vllm")
@@ -68,9 +72,15 @@ def _train_dump(root, engine_run: EngineRun, hf_states, prompts) -> None:
         tokens = load_file(str(f))["token_ids"].long()
         layers, final = hf_states(tokens.tolist())
         assert tokens[: len(prompts[i])].tolist() == prompts[i]
-        torch.save({"input_ids": tokens, "loss_mask": (torch.arange(len(tokens)) >= len(prompts[i])).long(),
-                    "aux_hidden_state": torch.cat([layers[b] for b in TRAINED], -1)[None].clone(),
-                    "hidden_state": final[None].clone()}, out / f"data_{i}.ckpt")
+        torch.save(
+            {
+                "input_ids": tokens,
+                "loss_mask": (torch.arange(len(tokens)) >= len(prompts[i])).long(),
+                "aux_hidden_state": torch.cat([layers[b] for b in TRAINED], -1)[None].clone(),
+                "hidden_state": final[None].clone(),
+            },
+            out / f"data_{i}.ckpt",
+        )
 
 
 @pytest.fixture(scope="module")
@@ -92,34 +102,73 @@ def test_compare_reads_vllm_dumps_and_log(engine, train_dumps):
     """The connector-format dumps as INFER, the ids from the engine's log line: the right ids pass,
     the incident's are found a slot late, the fixture's SGLang ids (one layer shallow on vLLM) match nothing."""
     cfg = TARGET / "config.json"
-    right = cli("compare", train_dumps["right"], engine["right"].dump, "--engine-log", engine["right"].log,
-                "--model-config", cfg, "--json", "-")
+    right = cli(
+        "compare",
+        train_dumps["right"],
+        engine["right"].dump,
+        "--engine-log",
+        engine["right"].log,
+        "--model-config",
+        cfg,
+        "--json",
+        "-",
+    )
     assert right.exit_code == 0, right.output
     doc = json.loads(right.output)
     assert doc["configured"]["boundary_indices"] == TRAINED and doc["verdict"] == "ok"
     assert doc["engine_log"]["eagle_aux_hidden_state_layer_ids"] == [2, 15, 27]
     assert doc["measured_acceptance"]["acceptance_length"] > 1.0
 
-    inc = hsdiff.compare(train_dumps["incident"], engine["incident"].dump, engine="vllm", layer_ids=[15, 0, 2],
-                         model_config=str(cfg))
+    inc = hsdiff.compare(
+        train_dumps["incident"], engine["incident"].dump, engine="vllm", layer_ids=[15, 0, 2], model_config=str(cfg)
+    )
     assert inc.verdict == "mismatch" and list(inc.configured.boundary_indices) == [0, 2, 15]
     # slots 0 and 1 are found one slot late; B27 was never captured, so slot 2 stays open
     assert list(inc.recommended.boundary_indices) == [2, 15, None]
     assert [s.boundary_index for s in inc.slots][:2] == [2, 15]
     assert "slot" in inc.cause and "embeddings" in inc.cause
 
-    nested = cli("compare", train_dumps["nested"], engine["nested"].dump, "--engine-log", engine["nested"].log,
-                 "--model-config", cfg)
+    nested = cli(
+        "compare",
+        train_dumps["nested"],
+        engine["nested"].dump,
+        "--engine-log",
+        engine["nested"].log,
+        "--model-config",
+        cfg,
+    )
     assert nested.exit_code == 1 and "MISMATCH" in nested.output  # B[1, 14, 26]: each slot one layer shallow
     assert "about one layer shallower" in nested.output and "measured by vllm" in nested.output
-    doc = json.loads(cli("compare", train_dumps["nested"], engine["nested"].dump, "--engine-log", engine["nested"].log,
-                         "--model-config", cfg, "--json", "-").output)
+    doc = json.loads(
+        cli(
+            "compare",
+            train_dumps["nested"],
+            engine["nested"].dump,
+            "--engine-log",
+            engine["nested"].log,
+            "--model-config",
+            cfg,
+            "--json",
+            "-",
+        ).output
+    )
     # SGLang's ids on vLLM: the training layers, inferred from the way every capture misses (not observed)
     assert doc["diagnosis"]["miss"]["direction"] == "shallower" and "SGLang" in doc["diagnosis"]["miss"]["explained_by"]
     assert doc["recommended"]["eagle_aux_hidden_state_layer_ids"] == [2, 15, 27]
     assert {s["evidence"] for s in doc["slots"]} == {"inferred"}
-    deeper = json.loads(cli("compare", train_dumps["deeper"], engine["deeper"].dump, "--engine-log",
-                            engine["deeper"].log, "--model-config", cfg, "--json", "-").output)
+    deeper = json.loads(
+        cli(
+            "compare",
+            train_dumps["deeper"],
+            engine["deeper"].dump,
+            "--engine-log",
+            engine["deeper"].log,
+            "--model-config",
+            cfg,
+            "--json",
+            "-",
+        ).output
+    )
     # [3, 16, 28] on vLLM: one layer deep, which no engine's reading of those ids explains; the errors
     # are what one layer moves the states by, so each id moves one layer shallower in vLLM's own
     # convention: the training layers, inferred (not observed), and the gate still fails
@@ -130,8 +179,17 @@ def test_compare_reads_vllm_dumps_and_log(engine, train_dumps):
     assert {s["evidence"] for s in deeper["slots"]} == {"inferred"}
     assert "dump the layers B2, B15 and B27" in deeper["cause"]
 
-    clash = cli("compare", train_dumps["right"], engine["right"].dump, "--engine-log", engine["right"].log,
-                "--layer-ids", "1,14,26", "--model-config", cfg)
+    clash = cli(
+        "compare",
+        train_dumps["right"],
+        engine["right"].dump,
+        "--engine-log",
+        engine["right"].log,
+        "--layer-ids",
+        "1,14,26",
+        "--model-config",
+        cfg,
+    )
     assert clash.exit_code == 2 and "differ from the ids the engine logged" in clash.output
 
 
@@ -141,8 +199,23 @@ def test_gate_uses_the_measured_acceptance(engine, train_dumps):
     r = engine["right"]
     m = read_engine_log(r.log).acceptance
     assert m is not None
-    base = ["gate", train_dumps["right"], r.dump, "--draft-config", r.dir / "draft" / "config.json", "--engine", "vllm",
-            "--vllm-runner", RUNNER, "--target-config", TARGET / "config.json", "--engine-log", r.log, "--json", "-"]
+    base = [
+        "gate",
+        train_dumps["right"],
+        r.dump,
+        "--draft-config",
+        r.dir / "draft" / "config.json",
+        "--engine",
+        "vllm",
+        "--vllm-runner",
+        RUNNER,
+        "--target-config",
+        TARGET / "config.json",
+        "--engine-log",
+        r.log,
+        "--json",
+        "-",
+    ]
     ok = cli(*base, "--min-acceptance", f"{m.acceptance_length - 0.05:.2f}")
     assert ok.exit_code == 0, ok.output
     checks = {c["name"]: c for c in json.loads(ok.output)["checks"]}
@@ -181,18 +254,22 @@ def predictions(engine, train_dumps):
             continue
         got = engine[r.name]
         ids = list(r.top or r.nested or [])
-        report = hsdiff.compare(train_dumps[r.name], got.dump, engine="vllm", layer_ids=ids,
-                                model_config=str(TARGET / "config.json"))
-        pa = predict_acceptance(train_dumps[r.name], got.dump, report, draft_dir(r), target=TARGET,
-                                tree=Speculation(NUM_STEPS))
+        report = hsdiff.compare(
+            train_dumps[r.name], got.dump, engine="vllm", layer_ids=ids, model_config=str(TARGET / "config.json")
+        )
+        pa = predict_acceptance(
+            train_dumps[r.name], got.dump, report, draft_dir(r), target=TARGET, tree=Speculation(NUM_STEPS)
+        )
         measured = read_engine_log(got.log).acceptance
         assert measured is not None and pa.configured is not None
         out[r.name] = (pa, measured)
-    lines = [f"{n}: vLLM {m.acceptance_length:.3f} ({m.drafts} steps; per position "
-             f"{', '.join(f'{p:.3f}' for p in m.per_position or ())}), hsdiff {p.configured.acceptance_length:.3f} "
-             f"(per position {', '.join(f'{x:.3f}' for x in p.configured.per_position)}), "
-             f"error {p.configured.acceptance_length / m.acceptance_length - 1:+.1%}"
-             for n, (p, m) in out.items()]
+    lines = [
+        f"{n}: vLLM {m.acceptance_length:.3f} ({m.drafts} steps; per position "
+        f"{', '.join(f'{p:.3f}' for p in m.per_position or ())}), hsdiff {p.configured.acceptance_length:.3f} "
+        f"(per position {', '.join(f'{x:.3f}' for x in p.configured.per_position)}), "
+        f"error {p.configured.acceptance_length / m.acceptance_length - 1:+.1%}"
+        for n, (p, m) in out.items()
+    ]
     print("\n" + "\n".join(lines))
     return out
 
@@ -214,7 +291,9 @@ def test_prediction_ranks_the_ids_as_vllm_does(predictions):
         for b in three:
             ma, mb = predictions[a][1].acceptance_length, predictions[b][1].acceptance_length
             if ma > mb * 1.02:
-                assert predictions[a][0].configured.acceptance_length > predictions[b][0].configured.acceptance_length, (a, b)
+                assert (
+                    predictions[a][0].configured.acceptance_length > predictions[b][0].configured.acceptance_length
+                ), (a, b)
     assert predictions["incident"][1].acceptance_length * 1.02 < predictions["right"][1].acceptance_length
 
 

@@ -8,9 +8,10 @@ Nothing is shared with the fixture draft or with ``fixtures/eagle3_ref.py``: ano
 written as vLLM's top-level ``eagle_aux_hidden_state_layer_ids``), another architecture (the
 target's 9 query / 3 KV heads, a 1,536-token draft vocabulary), another recipe (the head started
 from the target's own output rows, three test-time-training steps with equal weights, loss on the
-replies only, warm-up and cosine schedule, gradient clipping, seed 1234) and another implementation of the layer: ``transformers``' own Llama pieces
-(``LlamaRMSNorm``, ``LlamaMLP``, ``LlamaRotaryEmbedding``, ``apply_rotary_pos_emb``) and
-``scaled_dot_product_attention`` over the steps' keys laid side by side under a block mask.
+replies only, warm-up and cosine schedule, gradient clipping, seed 1234) and another implementation
+of the layer: ``transformers``' own Llama pieces (``LlamaRMSNorm``, ``LlamaMLP``,
+``LlamaRotaryEmbedding``, ``apply_rotary_pos_emb``) and ``scaled_dot_product_attention`` over the
+steps' keys laid side by side under a block mask.
 
 Output: ``config.json`` and ``model.safetensors`` (``fc``, ``midlayer.*``, ``norm``, ``lm_head``,
 ``d2t``, ``t2d``; no ``embed_tokens``: the engine takes the target's), the names vLLM's
@@ -34,21 +35,40 @@ from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 from transformers.models.llama.modeling_llama import LlamaMLP, LlamaRMSNorm, LlamaRotaryEmbedding, apply_rotary_pos_emb
 
 SEED = 1234
-LAYERS = [2, 15, 27]          # vLLM ids = boundaries: vLLM's default for a 30-layer target
+LAYERS = [2, 15, 27]  # vLLM ids = boundaries: vLLM's default for a 30-layer target
 DRAFT_VOCAB = 1536
 INTERMEDIATE = 768
 TTT_STEPS = 3
 EPOCHS = 5
 MAX_NEW = 80
 SYSTEM = "You are a patient assistant who gives practical advice."
-TEMPLATES = ["How do I {}?", "What should I know before I {}?", "Give me some tips to {}.",
-             "What are common mistakes when people {}?"]
-TRAIN_TASKS = ["bake bread", "plant tomatoes", "learn to swim", "paint a room", "change a tire", "start running",
-               "save money", "write a resume", "train a puppy", "make pancakes", "clean a kitchen",
-               "study for an exam"]
+TEMPLATES = [
+    "How do I {}?",
+    "What should I know before I {}?",
+    "Give me some tips to {}.",
+    "What are common mistakes when people {}?",
+]
+TRAIN_TASKS = [
+    "bake bread",
+    "plant tomatoes",
+    "learn to swim",
+    "paint a room",
+    "change a tire",
+    "start running",
+    "save money",
+    "write a resume",
+    "train a puppy",
+    "make pancakes",
+    "clean a kitchen",
+    "study for an exam",
+]
 #: Held out from training: the engine tests measure acceptance on replies to these.
-EVAL_PROMPTS = ["How do I grow basil?", "What should I know before I adopt a cat?", "Give me some tips to sleep better.",
-                "What are common mistakes when people cook rice?"]
+EVAL_PROMPTS = [
+    "How do I grow basil?",
+    "What should I know before I adopt a cat?",
+    "Give me some tips to sleep better.",
+    "What are common mistakes when people cook rice?",
+]
 
 
 def chat(tok, user: str) -> list[int]:
@@ -105,7 +125,7 @@ class Draft(nn.Module):
         earlier steps' keys at i, as the engine's drafting step k does."""
         B, T, _ = aux.shape
         pos = torch.arange(T)[None].expand(B, T)
-        causal = torch.ones(T, T, dtype=torch.bool).tril()[None] & valid[:, None, :]       # [B, T, T]
+        causal = torch.ones(T, T, dtype=torch.bool).tril()[None] & valid[:, None, :]  # [B, T, T]
         diag = torch.eye(T, dtype=torch.bool)[None].expand(B, T, T)
         h = self.fc(aux)
         keys, vals, logits = [], [], []
@@ -114,9 +134,10 @@ class Draft(nn.Module):
             q, kk, vv = self.midlayer.qkv(self.embed[tokens[:, k + 1 : k + 1 + T]], h, cos, sin)
             keys.append(kk)
             vals.append(vv)
-            mask = torch.cat([causal] + [diag] * k, -1)[:, None]                             # [B, 1, T, (k+1)T]
-            attn = F.scaled_dot_product_attention(q, torch.cat(keys, 2), torch.cat(vals, 2), attn_mask=mask,
-                                                  enable_gqa=True)
+            mask = torch.cat([causal] + [diag] * k, -1)[:, None]  # [B, 1, T, (k+1)T]
+            attn = F.scaled_dot_product_attention(
+                q, torch.cat(keys, 2), torch.cat(vals, 2), attn_mask=mask, enable_gqa=True
+            )
             h = self.midlayer.out(attn, h)
             logits.append(self.lm_head(self.norm(h)))
         return logits
@@ -131,8 +152,9 @@ def replies(tok, model, prompts: list[str], batch: int = 24) -> list[tuple[list[
         n = max(map(len, ids))
         inp = torch.tensor([[pad] * (n - len(x)) + x for x in ids])
         mask = torch.tensor([[0] * (n - len(x)) + [1] * len(x) for x in ids])
-        gen = model.generate(input_ids=inp, attention_mask=mask, max_new_tokens=MAX_NEW, do_sample=False,
-                             pad_token_id=pad)
+        gen = model.generate(
+            input_ids=inp, attention_mask=mask, max_new_tokens=MAX_NEW, do_sample=False, pad_token_id=pad
+        )
         for x, g in zip(ids, gen[:, n:].tolist()):
             if tok.eos_token_id in g:
                 g = g[: g.index(tok.eos_token_id) + 1]
@@ -165,22 +187,31 @@ def main() -> None:
     to_draft = torch.full((V,), -100, dtype=torch.long)
     to_draft[hot] = torch.arange(DRAFT_VOCAB)
     theta = (tcfg.rope_parameters or {}).get("rope_theta", 10000.0)
-    cfg = LlamaConfig(hidden_size=tcfg.hidden_size, intermediate_size=INTERMEDIATE, num_attention_heads=9,
-                      num_key_value_heads=3, head_dim=64, rms_norm_eps=tcfg.rms_norm_eps, vocab_size=V,
-                      max_position_embeddings=tcfg.max_position_embeddings,
-                      rope_parameters={"rope_type": "default", "rope_theta": theta})
+    cfg = LlamaConfig(
+        hidden_size=tcfg.hidden_size,
+        intermediate_size=INTERMEDIATE,
+        num_attention_heads=9,
+        num_key_value_heads=3,
+        head_dim=64,
+        rms_norm_eps=tcfg.rms_norm_eps,
+        vocab_size=V,
+        max_position_embeddings=tcfg.max_position_embeddings,
+        rope_parameters={"rope_type": "default", "rope_theta": theta},
+    )
     draft = Draft(cfg, model.get_input_embeddings().weight.detach().clone())
     with torch.no_grad():  # the head starts as the target's own (tied) output rows of the draft vocabulary
         draft.lm_head.weight.copy_(model.get_output_embeddings().weight[hot])
         draft.norm.weight.copy_(model.model.norm.weight)
     del model
-    opt = torch.optim.AdamW([p for p in draft.parameters() if p.requires_grad], lr=1.5e-3, weight_decay=0.01,
-                            betas=(0.9, 0.95))
+    opt = torch.optim.AdamW(
+        [p for p in draft.parameters() if p.requires_grad], lr=1.5e-3, weight_decay=0.01, betas=(0.9, 0.95)
+    )
     bs = 4
     total = EPOCHS * math.ceil(len(data) / bs)
     warm = max(1, total // 20)
     sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: (s + 1) / warm if s < warm else 0.5 * (1 + math.cos(math.pi * (s - warm) / (total - warm))))
+        opt, lambda s: (s + 1) / warm if s < warm else 0.5 * (1 + math.cos(math.pi * (s - warm) / (total - warm)))
+    )
     log = []
     for epoch in range(EPOCHS):
         random.shuffle(data)
@@ -208,28 +239,60 @@ def main() -> None:
             opt.step()
             sched.step()
             tot += float(loss) * len(batch)
-        log.append({"epoch": epoch + 1, "loss": round(tot / len(data), 4), "step1_top1": round(hits / max(n, 1), 4),
-                    "seconds": round(time.time() - t0)})
+        log.append(
+            {
+                "epoch": epoch + 1,
+                "loss": round(tot / len(data), 4),
+                "step1_top1": round(hits / max(n, 1), 4),
+                "seconds": round(time.time() - t0),
+            }
+        )
         print(f"epoch {epoch + 1}: {log[-1]}", flush=True)
 
     out.mkdir(parents=True, exist_ok=True)
     sd = {k: v for k, v in draft.state_dict().items() if not k.startswith("rotary")}
     attn = ("q_proj", "k_proj", "v_proj", "o_proj")
-    sd = {(k.replace("midlayer.", "midlayer.self_attn.") if k.split(".")[1] in attn else k): v.detach().contiguous()
-          for k, v in sd.items()}
+    sd = {
+        (k.replace("midlayer.", "midlayer.self_attn.") if k.split(".")[1] in attn else k): v.detach().contiguous()
+        for k, v in sd.items()
+    }
     t2d = torch.zeros(V, dtype=torch.bool)
     t2d[hot] = True
     sd["d2t"], sd["t2d"] = (hot - torch.arange(DRAFT_VOCAB)).contiguous(), t2d
     save_file(sd, str(out / "model.safetensors"), metadata={"format": "pt"})
-    dcfg = {"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_size": cfg.hidden_size,
-            "target_hidden_size": cfg.hidden_size, "intermediate_size": cfg.intermediate_size, "num_hidden_layers": 1,
-            "num_attention_heads": 9, "num_key_value_heads": 3, "head_dim": 64, "hidden_act": "silu",
-            "rms_norm_eps": cfg.rms_norm_eps, "rope_theta": theta, "max_position_embeddings": cfg.max_position_embeddings,
-            "vocab_size": V, "draft_vocab_size": DRAFT_VOCAB, "tie_word_embeddings": False, "torch_dtype": "float32",
-            "eagle_aux_hidden_state_layer_ids": LAYERS}
+    dcfg = {
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "model_type": "llama",
+        "hidden_size": cfg.hidden_size,
+        "target_hidden_size": cfg.hidden_size,
+        "intermediate_size": cfg.intermediate_size,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 9,
+        "num_key_value_heads": 3,
+        "head_dim": 64,
+        "hidden_act": "silu",
+        "rms_norm_eps": cfg.rms_norm_eps,
+        "rope_theta": theta,
+        "max_position_embeddings": cfg.max_position_embeddings,
+        "vocab_size": V,
+        "draft_vocab_size": DRAFT_VOCAB,
+        "tie_word_embeddings": False,
+        "torch_dtype": "float32",
+        "eagle_aux_hidden_state_layer_ids": LAYERS,
+    }
     (out / "config.json").write_text(json.dumps(dcfg, indent=2) + "\n")
-    (out / "train.json").write_text(json.dumps({"prompts": len(prompts), "tokens": sum(len(s) for s, *_ in data),
-                                                "generate_seconds": round(gen_s), "epochs": log}, indent=2) + "\n")
+    (out / "train.json").write_text(
+        json.dumps(
+            {
+                "prompts": len(prompts),
+                "tokens": sum(len(s) for s, *_ in data),
+                "generate_seconds": round(gen_s),
+                "epochs": log,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     print(f"wrote {out} in {time.time() - t0:.0f} s", flush=True)
 
 

@@ -4,7 +4,8 @@
 
 PLAN: ``{"target": DIR, "draft": DIR, "dtype": "float32", "runs": [RUN, ...]}`` with each RUN
 ``{"name": str, "config": {...draft config.json...}, "prompts": [[token ids], ...], "max_tokens": n,
-"num_speculative_tokens": k}`` and optionally ``"draft": DIR``, another draft's weights than the plan's. For each run, one engine (in this process, one after the other):
+"num_speculative_tokens": k}`` and optionally ``"draft": DIR``, another draft's weights than the
+plan's. For each run, one engine (in this process, one after the other):
 
 - ``OUT/NAME/engine.log``: what vLLM printed during the run (the aux-layer line, the SpecDecoding
   metrics lines), as a server's log;
@@ -59,11 +60,21 @@ def run_one(plan: dict, run: dict, out: Path) -> dict:
         os.symlink(Path(run.get("draft", plan["draft"])).resolve() / "model.safetensors", weights)
 
     t0 = time.time()
-    llm = LLM(model=plan["target"], dtype=plan.get("dtype", "float32"), enforce_eager=True, seed=0,
-              max_model_len=plan.get("max_model_len", 512), max_num_batched_tokens=plan.get("max_model_len", 512),
-              enable_prefix_caching=False, disable_log_stats=False,
-              speculative_config={"method": "eagle3", "model": str(draft),
-                                  "num_speculative_tokens": run["num_speculative_tokens"]})
+    llm = LLM(
+        model=plan["target"],
+        dtype=plan.get("dtype", "float32"),
+        enforce_eager=True,
+        seed=0,
+        max_model_len=plan.get("max_model_len", 512),
+        max_num_batched_tokens=plan.get("max_model_len", 512),
+        enable_prefix_caching=False,
+        disable_log_stats=False,
+        speculative_config={
+            "method": "eagle3",
+            "model": str(draft),
+            "num_speculative_tokens": run["num_speculative_tokens"],
+        },
+    )
     load_s = time.time() - t0
     records: list[tuple[int, list]] = []
 
@@ -102,10 +113,18 @@ def run_one(plan: dict, run: dict, out: Path) -> dict:
         n, aux = records[0]
         if n != len(tokens):
             raise SystemExit(f"{run['name']}: the first forward ran {n} tokens, not the {len(tokens)} of the prompt")
-        save_file({"hidden_states": torch.stack(aux, dim=1).contiguous(), "token_ids": torch.tensor(tokens)},
-                  str(rdir / "dump" / f"req-{i}.safetensors"))
-    result = {"name": run["name"], "aux_layers": aux_layers, "generated": generated, "metrics": metrics,
-              "load_seconds": round(load_s, 1), "generate_seconds": round(gen_s, 1)}
+        save_file(
+            {"hidden_states": torch.stack(aux, dim=1).contiguous(), "token_ids": torch.tensor(tokens)},
+            str(rdir / "dump" / f"req-{i}.safetensors"),
+        )
+    result = {
+        "name": run["name"],
+        "aux_layers": aux_layers,
+        "generated": generated,
+        "metrics": metrics,
+        "load_seconds": round(load_s, 1),
+        "generate_seconds": round(gen_s, 1),
+    }
     (rdir / "result.json").write_text(json.dumps(result))
     del llm
     gc.collect()
@@ -135,8 +154,11 @@ def main() -> None:
             os.dup2(saved, 1)
             os.close(log)
             os.close(saved)
-        print(f"[engine] {r['name']}: aux layers {r['aux_layers']}, load {r['load_seconds']} s, "
-              f"generate {r['generate_seconds']} s", flush=True)
+        print(
+            f"[engine] {r['name']}: aux layers {r['aux_layers']}, load {r['load_seconds']} s, "
+            f"generate {r['generate_seconds']} s",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

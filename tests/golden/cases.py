@@ -41,18 +41,68 @@ _fixed("seed-wrong", ["compare", f"{S}/train", f"{S}/infer-wrong", "--layer-ids=
 _fixed("seed-fixed", ["compare", f"{S}/train", f"{S}/infer-fixed", "--layer-ids=2,30,58"])
 _fixed("seed-no-ids", ["compare", f"{S}/train", f"{S}/infer-fixed"])
 _fixed("seed-fixed-vllm", ["compare", f"{S}/train", f"{S}/infer-fixed", "--engine", "vllm", "--layer-ids=3,31,59"])
-_fixed("gate-seed-fixed", ["gate", f"{S}/train", f"{S}/infer-fixed", "--draft-config", f"{S}/draft-fixed/config.json",
-                           "--target-config", TARGET_SEED])
+_fixed(
+    "gate-seed-fixed",
+    [
+        "gate",
+        f"{S}/train",
+        f"{S}/infer-fixed",
+        "--draft-config",
+        f"{S}/draft-fixed/config.json",
+        "--target-config",
+        TARGET_SEED,
+    ],
+)
 _fixed("seed-fixed-neighbours", ["compare", f"{S}/train", f"{S}/infer-fixed-neighbours", "--layer-ids=2,30,58"])
-_fixed("gate-seed-fixed-neighbours", ["gate", f"{S}/train", f"{S}/infer-fixed-neighbours", "--draft-config",
-                                      f"{S}/draft-fixed/config.json", "--target-config", TARGET_SEED])
+_fixed(
+    "gate-seed-fixed-neighbours",
+    [
+        "gate",
+        f"{S}/train",
+        f"{S}/infer-fixed-neighbours",
+        "--draft-config",
+        f"{S}/draft-fixed/config.json",
+        "--target-config",
+        TARGET_SEED,
+    ],
+)
 _fixed("seed-fixed-neighbours", ["compare", f"{S}/train", f"{S}/infer-fixed-neighbours", "--layer-ids=2,30,58"])
-_fixed("gate-seed-fixed-neighbours", ["gate", f"{S}/train", f"{S}/infer-fixed-neighbours", "--draft-config",
-                                      f"{S}/draft-fixed/config.json", "--target-config", TARGET_SEED])
-_fixed("gate-seed-wrong", ["gate", f"{S}/train", f"{S}/infer-wrong", "--draft-config", f"{S}/draft-wrong/config.json",
-                           "--target-config", TARGET_SEED])
-_fixed("gate-out-of-range", ["gate", f"{S}/train", f"{S}/infer-fixed", "--draft-config", str(CONFIGS / "out-of-range.json"),
-                             "--target-config", TARGET_SEED])
+_fixed(
+    "gate-seed-fixed-neighbours",
+    [
+        "gate",
+        f"{S}/train",
+        f"{S}/infer-fixed-neighbours",
+        "--draft-config",
+        f"{S}/draft-fixed/config.json",
+        "--target-config",
+        TARGET_SEED,
+    ],
+)
+_fixed(
+    "gate-seed-wrong",
+    [
+        "gate",
+        f"{S}/train",
+        f"{S}/infer-wrong",
+        "--draft-config",
+        f"{S}/draft-wrong/config.json",
+        "--target-config",
+        TARGET_SEED,
+    ],
+)
+_fixed(
+    "gate-out-of-range",
+    [
+        "gate",
+        f"{S}/train",
+        f"{S}/infer-fixed",
+        "--draft-config",
+        str(CONFIGS / "out-of-range.json"),
+        "--target-config",
+        TARGET_SEED,
+    ],
+)
 
 # -- files written by the real tools (fixtures/real-dumps) -------------------------------------------
 R = str(B.REAL)
@@ -67,10 +117,19 @@ for _log, _c in json.loads((LOGS / "cases.json").read_text()).items():
 # -- check-config on every fixture config ------------------------------------------------------------
 for _cfg in sorted(CONFIGS.glob("*.json")):
     _fixed(f"check-config-{_cfg.stem}", ["check-config", str(_cfg), "--num-layers", "30"])
-_fixed("check-config-kimi-deepseek", ["check-config", str(CONFIGS / "kimi-first-id.json"), "--target-config",
-                                      str(CONFIGS / "targets" / "kimi-k25-61.json")])
-_fixed("check-config-vllm-nested", ["check-config", str(CONFIGS / "nested-only.json"), "--engine", "vllm",
-                                    "--num-layers", "30"])
+_fixed(
+    "check-config-kimi-deepseek",
+    [
+        "check-config",
+        str(CONFIGS / "kimi-first-id.json"),
+        "--target-config",
+        str(CONFIGS / "targets" / "kimi-k25-61.json"),
+    ],
+)
+_fixed(
+    "check-config-vllm-nested",
+    ["check-config", str(CONFIGS / "nested-only.json"), "--engine", "vllm", "--num-layers", "30"],
+)
 
 
 # -- scenarios built from real SmolLM2 states (tests/test_align_real.py and friends) ------------------
@@ -95,22 +154,38 @@ _scenario("smollm2-early", _all_layers, "--layer-ids=0,13,25")
 _scenario("smollm2-vllm-ok", _all_layers, "--engine", "vllm", "--layer-ids=2,15,27")
 _scenario("smollm2-vllm-output-ids", _all_layers, "--engine", "vllm", "--layer-ids=1,14,26")
 _scenario("smollm2-no-ids", _all_layers)
-_scenario("smollm2-partial-layers",
-          lambda t: B.sglang_dump(t / "i", 1, list(range(21)), concat_slots=False, tag_layers=True))
+_scenario(
+    "smollm2-partial-layers", lambda t: B.sglang_dump(t / "i", 1, list(range(21)), concat_slots=False, tag_layers=True)
+)
 _scenario("smollm2-by-value", lambda t: B.sglang_dump(t / "i", 2, TRAIN_B, with_ids=False), "--layer-ids=1,14,26")
 _scenario("smollm2-decode", lambda t: B.sglang_dump(t / "i", 0, TRAIN_B, tokens=slice(9, 13)), "--layer-ids=1,14,26")
-_scenario("smollm2-skip-first", lambda t: B.sglang_dump(t / "i", 0, TRAIN_B, tokens=slice(1, None), with_ids=False),
-          "--layer-ids=1,14,26")
+_scenario(
+    "smollm2-skip-first",
+    lambda t: B.sglang_dump(t / "i", 0, TRAIN_B, tokens=slice(1, None), with_ids=False),
+    "--layer-ids=1,14,26",
+)
 _scenario("smollm2-neighbours-only", lambda t: B.sglang_dump(t / "i", 1, [3, 16, 28]), "--layer-ids=2,15,27")
-_scenario("smollm2-sinks-only",
-          lambda t: B.sglang_dump(t / "i", 1, list(range(10, 20)), concat_slots=False, tag_layers=True,
-                                  tokens=slice(0, 1)))
-_scenario("smollm2-output-tags",
-          lambda t: B.sglang_dump(t / "i", 0, TRAIN_B, concat_slots=False, tag_layers=True, tag_shift=-1),
-          "--infer-index", "output", "--layer-ids=1,14,26")
+_scenario(
+    "smollm2-sinks-only",
+    lambda t: B.sglang_dump(t / "i", 1, list(range(10, 20)), concat_slots=False, tag_layers=True, tokens=slice(0, 1)),
+)
+_scenario(
+    "smollm2-output-tags",
+    lambda t: B.sglang_dump(t / "i", 0, TRAIN_B, concat_slots=False, tag_layers=True, tag_shift=-1),
+    "--infer-index",
+    "output",
+    "--layer-ids=1,14,26",
+)
 _scenario("smollm2-two-ranks", lambda t: B.sglang_dump(t / "i", 1, TRAIN_B, ranks=2), "--layer-ids=1,14,26")
-_scenario("smollm2-vllm-connector", lambda t: B.vllm_file(t / "i", 1, TRAIN_B), "--engine", "vllm",
-          "--layer-ids=2,15,27", "--hidden-size", "576")
+_scenario(
+    "smollm2-vllm-connector",
+    lambda t: B.vllm_file(t / "i", 1, TRAIN_B),
+    "--engine",
+    "vllm",
+    "--layer-ids=2,15,27",
+    "--hidden-size",
+    "576",
+)
 _scenario("smollm2-modelopt-infer", lambda t: B.modelopt_file(t / "i", 1, TRAIN_B), "--layer-ids=1,14,26")
 
 
@@ -125,12 +200,28 @@ def _labelled(tmp: Path) -> list[str]:
 @case("gate-smollm2-vllm-nested-only")
 def _gate_nested(tmp: Path) -> list[str]:
     cfg = B.draft_config(tmp / "draft" / "config.json", [1, 14, 26])
-    return ["gate", str(_train(tmp)), str(_all_layers(tmp)), "--draft-config", str(cfg), "--engine", "vllm",
-            "--target-config", str(B.SMOLLM2 / "config.json")]
+    return [
+        "gate",
+        str(_train(tmp)),
+        str(_all_layers(tmp)),
+        "--draft-config",
+        str(cfg),
+        "--engine",
+        "vllm",
+        "--target-config",
+        str(B.SMOLLM2 / "config.json"),
+    ]
 
 
 @case("gate-smollm2-sglang")
 def _gate_sglang(tmp: Path) -> list[str]:
     cfg = B.draft_config(tmp / "draft" / "config.json", [1, 14, 26])
-    return ["gate", str(_train(tmp)), str(_all_layers(tmp)), "--draft-config", str(cfg),
-            "--target-config", str(B.SMOLLM2 / "config.json")]
+    return [
+        "gate",
+        str(_train(tmp)),
+        str(_all_layers(tmp)),
+        "--draft-config",
+        str(cfg),
+        "--target-config",
+        str(B.SMOLLM2 / "config.json"),
+    ]

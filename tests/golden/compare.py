@@ -94,8 +94,11 @@ class Noise:
     def allowed(self, v: float) -> float:
         """Two values within ``computed``, each then stored: within ``computed`` plus each grid step (the
         coarser step of the two sides: a cosine of 0.99992 on one CPU can be 1.00006 on another)."""
-        return (self.computed + (0.0 if self.decimals is None else 10.0**-self.decimals)
-                + _step(abs(v) + self.computed, self.digits))
+        return (
+            self.computed
+            + (0.0 if self.decimals is None else 10.0**-self.decimals)
+            + _step(abs(v) + self.computed, self.digits)
+        )
 
 
 def _relative(delta: float, v: float, parent: dict) -> Noise:
@@ -170,8 +173,9 @@ def differences(got: Any, want: Any) -> list[str]:
     return _walk(got, want, "", None, {}, delta, report_tolerance(want))
 
 
-def _walk(got: Any, want: Any, at: str, rule: Rule | None, parent: dict, delta: float,
-          tolerance: float | None) -> list[str]:
+def _walk(
+    got: Any, want: Any, at: str, rule: Rule | None, parent: dict, delta: float, tolerance: float | None
+) -> list[str]:
     if isinstance(got, float) and isinstance(want, float) and rule is not None:
         tol = rule(delta, want, parent).allowed(want)
         return [] if abs(got - want) <= tol else [f"{at}: {got!r} != {want!r} (allowed {tol:.2g})"]
@@ -179,13 +183,20 @@ def _walk(got: Any, want: Any, at: str, rule: Rule | None, parent: dict, delta: 
         if got.keys() != want.keys():
             return [f"{at}: keys {sorted(got.keys() ^ want.keys())} in one side only"]
         free = free_keys(at, want, tolerance)
-        return [d for k in want if k not in free
-                for d in _walk(got[k], want[k], f"{at}.{k}", RULES.get(k), want, delta, tolerance)]
+        return [
+            d
+            for k in want
+            if k not in free
+            for d in _walk(got[k], want[k], f"{at}.{k}", RULES.get(k), want, delta, tolerance)
+        ]
     if isinstance(got, list) and isinstance(want, list):
         if len(got) != len(want):
             return [f"{at}: {len(got)} items != {len(want)}"]
-        return [d for i, (g, w) in enumerate(zip(got, want))
-                for d in _walk(g, w, f"{at}[{i}]", rule, parent, delta, tolerance)]
+        return [
+            d
+            for i, (g, w) in enumerate(zip(got, want))
+            for d in _walk(g, w, f"{at}[{i}]", rule, parent, delta, tolerance)
+        ]
     return [] if type(got) is type(want) and got == want else [f"{at}: {got!r} != {want!r}"]
 
 
@@ -206,12 +217,14 @@ def text_differences(got: str, want: str, width: int = H_UNKNOWN) -> list[str]:
     delta = summed_noise(width)
     g, w = got.split(), want.split()
     if len(g) != len(w):
-        return [f"text: {len(g)} words != {len(w)}: first difference at word "
-                f"{next((i for i, (a, b) in enumerate(zip(g, w)) if a != b), min(len(g), len(w)))}"]
+        return [
+            f"text: {len(g)} words != {len(w)}: first difference at word "
+            f"{next((i for i, (a, b) in enumerate(zip(g, w)) if a != b), min(len(g), len(w)))}"
+        ]
     out = []
     for i, (a, b) in enumerate(zip(g, w)):
         if a != b and not _same_word(a, b, delta):
-            out.append(f"text word {i}: {a!r} != {b!r} (... {' '.join(w[max(0, i - 6):i])} ...)")
+            out.append(f"text word {i}: {a!r} != {b!r} (... {' '.join(w[max(0, i - 6) : i])} ...)")
     return out
 
 

@@ -49,8 +49,14 @@ def _raw(header: dict, data: bytes) -> bytes:
     "header,data,words",
     [
         ({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}, b"\0" * 4, "points past the end"),
-        ({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
-          "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}}, b"\0" * 12, "overlap"),
+        (
+            {
+                "a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+                "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]},
+            },
+            b"\0" * 12,
+            "overlap",
+        ),
         ({"a": {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}}, b"\0" * 8, "needs 12"),
         ({"a": {"dtype": "C64", "shape": [1], "data_offsets": [0, 8]}}, b"\0" * 8, "does not read"),
         ({"__metadata__": [1]}, b"", "__metadata__ is not a JSON object"),

@@ -1,4 +1,5 @@
-"""The capture builder (:mod:`hsdiff.readers.debuglog.builder`): parts merged, passes, slot order, and logs with nothing to use."""
+"""The capture builder (:mod:`hsdiff.readers.debuglog.builder`): parts merged, passes, slot order,
+and logs with nothing to use."""
 
 from __future__ import annotations
 

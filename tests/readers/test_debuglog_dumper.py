@@ -30,9 +30,14 @@ def test_real_sglang_dumper_log_gives_one_capture_per_layer_with_its_tags():
 def test_real_dumper_log_sample_equals_the_saved_tensors_within_print_rounding():
     caps = debuglog.read(REAL_LOG, ReadContext(side="infer"))
     for c in caps:
-        saved = torch.load(REAL_DIR / (
-            f"step=0___rank=0___dump_index={c.boundary + 1}___name=eagle3_aux___recompute_status=disabled"
-            f"___layer_id={c.boundary}.pt"), weights_only=True)["value"].float()
+        saved = torch.load(
+            REAL_DIR
+            / (
+                f"step=0___rank=0___dump_index={c.boundary + 1}___name=eagle3_aux___recompute_status=disabled"
+                f"___layer_id={c.boundary}.pt"
+            ),
+            weights_only=True,
+        )["value"].float()
         printed = torch.as_tensor(c.observation.values, dtype=torch.float32)
         # PyTorch prints 4 decimals (or 5 significant digits in scientific notation)
         tol = 0.5e-4 + 0.5e-4 * saved[:5, :5].abs()

@@ -37,7 +37,9 @@ def test_positions_from_index_expressions(tmp_path, line, row, cols):
 
 
 def test_positions_printed_beside_a_decode_capture(tmp_path):
-    text = "positions=tensor([17, 18, 19], device='cuda:0') aux_hidden_states[0] h[:, :4]=" \
-           "[[0.1, 0.2, 0.3, 0.4], [0.5, 0.6, 0.7, 0.8], [0.9, 1.0, 1.1, 1.2]]\n"
+    text = (
+        "positions=tensor([17, 18, 19], device='cuda:0') aux_hidden_states[0] h[:, :4]="
+        "[[0.1, 0.2, 0.3, 0.4], [0.5, 0.6, 0.7, 0.8], [0.9, 1.0, 1.1, 1.2]]\n"
+    )
     (c,) = read_text(tmp_path, text)
     assert c.observation.rows == (17, 18, 19)

@@ -30,8 +30,11 @@ def test_log_pattern_reads_an_unusual_format(tmp_path):
 
 def test_log_pattern_end_to_end_and_bad_patterns_exit_2(tmp_path):
     h = B.states(1)["bf16"].float()
-    lines = [f"## L={b} s{k} t{t} :: " + " | ".join(f"{v:.4g}" for v in h[b, t, :16]) for k, b in enumerate((2, 15, 27))
-             for t in (3, 7, 11)]
+    lines = [
+        f"## L={b} s{k} t{t} :: " + " | ".join(f"{v:.4g}" for v in h[b, t, :16])
+        for k, b in enumerate((2, 15, 27))
+        for t in (3, 7, 11)
+    ]
     log = tmp_path / "odd.log"
     log.write_text("\n".join(lines) + "\n")
     rx = r"L=(?P<layer>\d+) s(?P<slot>\d+) t(?P<token>\d+) :: (?P<values>[-\d.e| ]+)"

@@ -18,14 +18,16 @@ from hsdiff.readers._common import ReadContext
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 NOISE_LINES = st.lists(
-    st.sampled_from([
-        "[2026-11-30 01:15:02 TP0] Decode batch. #running-req: 1, #token: 26, token usage: 0.00",
-        "\x1b[32mINFO\x1b[0m:     127.0.0.1:51234 - \"POST /generate HTTP/1.1\" 200 OK",
-        "Loading safetensors checkpoint shards: 100% Completed | 2/2 [00:01<00:00,  1.50it/s]",
-        "cuda_graph_bs=[1, 2, 4, 8, 16] input_ids=[1, 9690, 198, 6077]",
-        "WARNING 11-30 01:15:09 [config.py:1913] Chunked prefill is enabled.",
-        "",
-    ]),
+    st.sampled_from(
+        [
+            "[2026-11-30 01:15:02 TP0] Decode batch. #running-req: 1, #token: 26, token usage: 0.00",
+            '\x1b[32mINFO\x1b[0m:     127.0.0.1:51234 - "POST /generate HTTP/1.1" 200 OK',
+            "Loading safetensors checkpoint shards: 100% Completed | 2/2 [00:01<00:00,  1.50it/s]",
+            "cuda_graph_bs=[1, 2, 4, 8, 16] input_ids=[1, 9690, 198, 6077]",
+            "WARNING 11-30 01:15:09 [config.py:1913] Chunked prefill is enabled.",
+            "",
+        ]
+    ),
     max_size=4,
 )
 
@@ -80,7 +82,9 @@ def tensors(draw):
 )
 def test_pytorch_prints_round_trip(tmp_path, t, precision, sci, linewidth, threshold, edgeitems, batch, before, after):
     shown = t[None] if batch else t
-    torch.set_printoptions(precision=precision, sci_mode=sci, linewidth=linewidth, threshold=threshold, edgeitems=edgeitems)
+    torch.set_printoptions(
+        precision=precision, sci_mode=sci, linewidth=linewidth, threshold=threshold, edgeitems=edgeitems
+    )
     try:
         text = repr(shown)
     finally:
@@ -101,8 +105,14 @@ def test_pytorch_prints_round_trip(tmp_path, t, precision, sci, linewidth, thres
 
 
 @SETTINGS
-@given(t=tensors(), precision=st.integers(2, 8), threshold=st.sampled_from([10, 1000]), edgeitems=st.integers(1, 3),
-       as_repr=st.booleans(), linewidth=st.integers(40, 160))
+@given(
+    t=tensors(),
+    precision=st.integers(2, 8),
+    threshold=st.sampled_from([10, 1000]),
+    edgeitems=st.integers(1, 3),
+    as_repr=st.booleans(),
+    linewidth=st.integers(40, 160),
+)
 def test_numpy_prints_round_trip(tmp_path, t, precision, threshold, edgeitems, as_repr, linewidth):
     arr = t.float().numpy()
     with np.printoptions(precision=precision, threshold=threshold, edgeitems=edgeitems, linewidth=linewidth):
@@ -133,11 +143,16 @@ def test_arbitrary_bytes_never_crash(tmp_path, data):
 
 @SETTINGS
 @given(
-    values=st.lists(st.floats(-1e6, 1e6, allow_nan=False, allow_infinity=False).filter(lambda v: abs(v) > 1e-6),
-                    min_size=4, max_size=12),
+    values=st.lists(
+        st.floats(-1e6, 1e6, allow_nan=False, allow_infinity=False).filter(lambda v: abs(v) > 1e-6),
+        min_size=4,
+        max_size=12,
+    ),
     fmt=st.sampled_from(["{:.4g}", "{:.6e}", "{!r}", "{:.3f}"]),
     sep=st.sampled_from([", ", " ", ",", "  "]),
-    line_start=st.sampled_from(["", "[2026-11-30 01:15:02 TP0] ", "\x1b[33mDEBUG\x1b[0m ", "(VllmWorker rank=0 pid=7) "]),
+    line_start=st.sampled_from(
+        ["", "[2026-11-30 01:15:02 TP0] ", "\x1b[33mDEBUG\x1b[0m ", "(VllmWorker rank=0 pid=7) "]
+    ),
 )
 def test_flat_lists_in_any_notation(tmp_path, values, fmt, sep, line_start):
     texts = [fmt.format(v) for v in values]

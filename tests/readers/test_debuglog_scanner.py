@@ -15,7 +15,7 @@ def test_timestamps_ansi_colour_crlf_and_bad_bytes_are_noise(tmp_path):
     raw = (
         b"\x1b[32m[2026-11-30 01:15:02 TP0] Load weight end. avail mem=74.21 GB\x1b[0m\r\n"
         b"\xff\xfe garbage \x00 from a crashed worker\r\n"
-        b"[2026-11-30 01:15:03 TP0] \x1b[33maux_hidden_states[1] layer=3 norm=13.2 first5=[42.5, 1.72, 34.5, 42.75, -3.703]\x1b[0m\r\n"
+        b"[2026-11-30 01:15:03 TP0] \x1b[33maux_hidden_states[1] layer=3 norm=13.2 first5=[42.5, 1.72, 34.5, 42.75, -3.703]\x1b[0m\r\n"  # noqa: E501
         b"Loading safetensors checkpoint shards: 100% Completed | 2/2 [00:01<00:00,  1.50it/s]\r\n"
     )
     (c,) = read_text(tmp_path, raw)

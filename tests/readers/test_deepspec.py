@@ -38,12 +38,15 @@ def test_inspect_names_the_cache(tmp_path):
     assert summary.startswith("DeepSpec target cache: 2 samples, 52–61 tokens; 3 slots × 576, labelled B[2, 15, 27]")
 
 
-@pytest.mark.parametrize("damage,words", [
-    ("version", "'version': 1"),
-    ("shard", "shard path"),
-    ("index", "bytes for 2 records of 56"),
-    ("offset", "points past the end of shard-00000.bin"),
-])
+@pytest.mark.parametrize(
+    "damage,words",
+    [
+        ("version", "'version': 1"),
+        ("shard", "shard path"),
+        ("index", "bytes for 2 records of 56"),
+        ("offset", "points past the end of shard-00000.bin"),
+    ],
+)
 def test_a_cache_of_another_version_or_damaged_is_one_line(tmp_path, damage, words):
     cache = B.deepspec_cache(tmp_path, version=1 if damage == "version" else 2)
     if damage == "shard":

@@ -12,8 +12,11 @@ from .. import builders as B
 
 def test_hf_stack_and_tuple(tmp_path):
     s = B.states(0)
-    save_file({"hidden_states": s["fp32"].contiguous(), "input_ids": s["input_ids"]}, str(tmp_path / "stack.safetensors"),
-              metadata={"index": "boundary"})
+    save_file(
+        {"hidden_states": s["fp32"].contiguous(), "input_ids": s["input_ids"]},
+        str(tmp_path / "stack.safetensors"),
+        metadata={"index": "boundary"},
+    )
     caps = scan(tmp_path / "stack.safetensors", "train").captures
     assert [c.boundary for c in caps] == list(range(31))  # B30 pre-norm: metadata says boundary
     torch.save({"hidden_states": tuple(s["fp32"][i].clone() for i in range(31))}, tmp_path / "tuple.pt")

@@ -63,7 +63,15 @@ def test_tensorrt_llm_s_older_key_is_read(tmp_path):
 
 def test_an_empty_aux_tensor_is_one_line_naming_the_file(tmp_path):
     s = B.states(0)
-    torch.save({"input_ids": s["input_ids"], "hidden_states": s["fp32"][30].clone(), "aux_hidden_states": torch.empty(0),
-                "loss_mask": torch.ones(24), "conversation_id": "c0"}, tmp_path / "c0.pt")
+    torch.save(
+        {
+            "input_ids": s["input_ids"],
+            "hidden_states": s["fp32"][30].clone(),
+            "aux_hidden_states": torch.empty(0),
+            "loss_mask": torch.ones(24),
+            "conversation_id": "c0",
+        },
+        tmp_path / "c0.pt",
+    )
     line = refusal(["inspect", str(tmp_path)])
     assert "c0.pt" in line and "'aux_hidden_states' has shape [0]" in line and "captured no aux layer" in line

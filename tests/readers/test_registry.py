@@ -14,8 +14,15 @@ from .. import builders as B
 
 def test_detection_is_by_content_not_suffix(tmp_path):
     s = B.states(0)
-    torch.save({"input_ids": s["input_ids"], "aux_hidden_state": B.concat(0, [2, 15, 27])[None].clone(),
-                "loss_mask": torch.ones(3), "hidden_state": s["fp32"][30][None].clone()}, tmp_path / "weird.bin")
+    torch.save(
+        {
+            "input_ids": s["input_ids"],
+            "aux_hidden_state": B.concat(0, [2, 15, 27])[None].clone(),
+            "loss_mask": torch.ones(3),
+            "hidden_state": s["fp32"][30][None].clone(),
+        },
+        tmp_path / "weird.bin",
+    )
     (cap,) = scan(tmp_path, "train").captures
     assert cap.origin.format == "specforge"
 
@@ -61,12 +68,39 @@ def test_formats_are_listed_and_detected_in_their_documented_orders():
     from hsdiff.readers import FORMATS
     from hsdiff.readers.registry import DETECTION
 
-    assert FORMATS == ("specforge", "modelopt", "eagle", "sglang_dumper", "vllm", "hf", "speculators", "trtllm",
-                       "specforge_dflash", "sglang_hook", "trtllm_debug", "deepspec", "verl_speco", "sglang_http",
-                       "tensors", "debuglog")
-    assert [m.KEY for m in DETECTION] == ["sglang_dumper", "specforge", "sglang_hook", "trtllm_debug", "trtllm",
-                                          "verl_speco", "modelopt", "specforge_dflash", "speculators", "vllm", "eagle",
-                                          "hf", "tensors"]
+    assert FORMATS == (
+        "specforge",
+        "modelopt",
+        "eagle",
+        "sglang_dumper",
+        "vllm",
+        "hf",
+        "speculators",
+        "trtllm",
+        "specforge_dflash",
+        "sglang_hook",
+        "trtllm_debug",
+        "deepspec",
+        "verl_speco",
+        "sglang_http",
+        "tensors",
+        "debuglog",
+    )
+    assert [m.KEY for m in DETECTION] == [
+        "sglang_dumper",
+        "specforge",
+        "sglang_hook",
+        "trtllm_debug",
+        "trtllm",
+        "verl_speco",
+        "modelopt",
+        "specforge_dflash",
+        "speculators",
+        "vllm",
+        "eagle",
+        "hf",
+        "tensors",
+    ]
 
 
 def test_the_inspect_schema_and_the_readme_name_every_format():
@@ -84,9 +118,23 @@ def test_the_inspect_schema_and_the_readme_name_every_format():
     assert choices is not None and re.findall(r"`(\w+)`", choices.group(1)) == list(FORMATS)
 
 
-@pytest.mark.parametrize("key", ["specforge", "modelopt", "vllm", "sglang_dumper", "speculators", "trtllm",
-                                 "specforge_dflash", "sglang_hook", "trtllm_debug", "deepspec", "verl_speco",
-                                 "sglang_http"])
+@pytest.mark.parametrize(
+    "key",
+    [
+        "specforge",
+        "modelopt",
+        "vllm",
+        "sglang_dumper",
+        "speculators",
+        "trtllm",
+        "specforge_dflash",
+        "sglang_hook",
+        "trtllm_debug",
+        "deepspec",
+        "verl_speco",
+        "sglang_http",
+    ],
+)
 def test_the_key_is_the_format_of_every_capture_and_forces_it(tmp_path, key):
     make = {
         "specforge": lambda: B.specforge(tmp_path, [0], [2, 15, 27]),

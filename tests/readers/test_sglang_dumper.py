@@ -47,14 +47,22 @@ def test_sglang_dumper_disagreeing_ranks_are_reported(tmp_path):
 def test_sglang_dumper_older_format_raw_tensor(tmp_path):
     d = tmp_path / "sglang_dump_1700000000"
     d.mkdir()
-    torch.save(B.states(0)["bf16"][5].clone(), d / "forward_pass_id=3___rank=0___name=layer_input___layer_id=5___dump_index=7.pt")
+    torch.save(
+        B.states(0)["bf16"][5].clone(),
+        d / "forward_pass_id=3___rank=0___name=layer_input___layer_id=5___dump_index=7.pt",
+    )
     (cap,) = scan(tmp_path, "infer").captures
     assert cap.boundary == 5 and cap.group.endswith("step=3")
 
 
 def test_parse_tags():
     assert parse_tags("step=0___rank=1___dump_index=3___name=eagle3_aux___layer_id=9.pt") == {
-        "step": "0", "rank": "1", "dump_index": "3", "name": "eagle3_aux", "layer_id": "9"}
+        "step": "0",
+        "rank": "1",
+        "dump_index": "3",
+        "name": "eagle3_aux",
+        "layer_id": "9",
+    }
     assert parse_tags("data_0.pt") is None
     assert parse_tags("rank=0___dump_index=1.pt") is None  # no name tag
 

@@ -31,8 +31,8 @@ def test_the_trainer_s_split_is_read_and_the_provenance_labels_the_slots(tmp_pat
     cap = dump.captures[1]
     assert cap.concat and cap.width == 3 * B.H and cap.final_width == B.H and cap.final_pre_norm
     assert [x.boundary for x in cap.slot_layers] == [2, 15, 27] and cap.slot_layers[0].source == "claimed"
-    np.testing.assert_array_equal(cap.array()[:, B.H:2 * B.H], B.states(1)["fp32"][15].numpy())
-    np.testing.assert_array_equal(as_f32(cap.read_rows(3, 7))[:, :B.H], B.states(1)["fp32"][2][3:7].numpy())
+    np.testing.assert_array_equal(cap.array()[:, B.H : 2 * B.H], B.states(1)["fp32"][15].numpy())
+    np.testing.assert_array_equal(as_f32(cap.read_rows(3, 7))[:, : B.H], B.states(1)["fp32"][2][3:7].numpy())
     np.testing.assert_array_equal(cap.final_loader(), B.states(1)["fp32"][30].numpy())  # B = L, pre-norm
     r = hsdiff.compare(train, infer, layer_ids=[1, 14, 26])
     assert r.verdict == "ok" and r.exit_code == 0 and r.recommended.ids == (1, 14, 26)

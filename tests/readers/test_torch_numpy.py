@@ -67,7 +67,7 @@ def assert_same_as_torch(path: Path) -> int:
             n = flat.shape[0]
             got = entry.rows(n // 3, n, 1, w - 1 if w > 2 else None)
             assert got.dtype == np.float32 and not np.may_share_memory(got, a)
-            assert bits(got) == bits(flat[n // 3:, 1: w - 1 if w > 2 else None]), key
+            assert bits(got) == bits(flat[n // 3 :, 1 : w - 1 if w > 2 else None]), key
     for key in table.extras:
         assert same_value(table.extras[key], ref[key]), key
     return len(tensors)
@@ -76,7 +76,11 @@ def assert_same_as_torch(path: Path) -> int:
 def same_value(ours: Any, theirs: Any) -> bool:
     """A non-tensor value as read without torch equals torch's: tensors as arrays, Size as tuple, device as str."""
     if isinstance(theirs, torch.Tensor):
-        return isinstance(ours, np.ndarray) and bits(ours) == bits(from_torch(theirs)) and ours.shape == tuple(theirs.shape)
+        return (
+            isinstance(ours, np.ndarray)
+            and bits(ours) == bits(from_torch(theirs))
+            and ours.shape == tuple(theirs.shape)
+        )
     if isinstance(theirs, torch.Size):
         return type(ours) is tuple and ours == tuple(theirs)
     if isinstance(theirs, torch.device):
@@ -84,7 +88,11 @@ def same_value(ours: Any, theirs: Any) -> bool:
     if isinstance(theirs, (list, tuple)):
         return type(ours) is type(theirs) and len(ours) == len(theirs) and all(map(same_value, ours, theirs))
     if isinstance(theirs, dict):
-        return type(ours) is type(theirs) and list(ours) == list(theirs) and all(same_value(ours[k], v) for k, v in theirs.items())
+        return (
+            type(ours) is type(theirs)
+            and list(ours) == list(theirs)
+            and all(same_value(ours[k], v) for k, v in theirs.items())
+        )
     return type(ours) is type(theirs) and ours == theirs
 
 
@@ -109,8 +117,16 @@ def _objects() -> dict[str, Any]:
             "fp8e5": torch.randn(3, 4, generator=g).to(torch.float8_e5m2),
             "nan": torch.tensor([float("nan"), float("inf"), -0.0, 1e-45]),
         },
-        "nested": {"a": {"b": {"c": torch.arange(6).reshape(2, 3)}, "n": 3}, "label": "x", "deep": {"1": {"2": {"3": {"4": torch.ones(1)}}}}},
-        "lists": {"hs": [torch.randn(2, 4, generator=g).bfloat16() for _ in range(3)], "mixed": [torch.ones(2), 3], "empty": []},
+        "nested": {
+            "a": {"b": {"c": torch.arange(6).reshape(2, 3)}, "n": 3},
+            "label": "x",
+            "deep": {"1": {"2": {"3": {"4": torch.ones(1)}}}},
+        },
+        "lists": {
+            "hs": [torch.randn(2, 4, generator=g).bfloat16() for _ in range(3)],
+            "mixed": [torch.ones(2), 3],
+            "empty": [],
+        },
         "ordered": OrderedDict([("z", torch.ones(2, 2)), ("a", torch.zeros(3))]),
         "views": {
             "transposed": big.t(),
@@ -122,11 +138,26 @@ def _objects() -> dict[str, Any]:
             "second": shared[1:],
             "whole": shared,
         },
-        "shapes": {"scalar": torch.tensor(2.5), "scalar_int": torch.tensor(7), "empty": torch.zeros(0, 8),
-                   "empty3": torch.zeros(2, 0, 3).bfloat16(), "one": torch.ones(1, 1, 1)},
+        "shapes": {
+            "scalar": torch.tensor(2.5),
+            "scalar_int": torch.tensor(7),
+            "empty": torch.zeros(0, 8),
+            "empty3": torch.zeros(2, 0, 3).bfloat16(),
+            "one": torch.ones(1, 1, 1),
+        },
         "bare": torch.randn(3, 4, generator=g).bfloat16(),
-        "values": {"x": torch.randn(2, generator=g), "n": 12, "f": 0.5, "s": "text", "b": b"\x00\xffbytes", "none": None,
-                   "tup": (1, "a"), "size": torch.Size([2, 3]), "set": {1, 2}, "device": torch.device("cpu")},
+        "values": {
+            "x": torch.randn(2, generator=g),
+            "n": 12,
+            "f": 0.5,
+            "s": "text",
+            "b": b"\x00\xffbytes",
+            "none": None,
+            "tup": (1, "a"),
+            "size": torch.Size([2, 3]),
+            "set": {1, 2},
+            "device": torch.device("cpu"),
+        },
         "parameter": {"w": torch.nn.Parameter(torch.randn(3, 3, generator=g))},
         "attributes": {"tensor": noted, "parameter": tagged},
         "module_state": torch.nn.Linear(4, 3).state_dict(),
@@ -175,8 +206,9 @@ def _dump_files() -> list[Path]:
                 continue
             with open(p, "rb") as f:
                 zipped = f.read(4) == b"PK\x03\x04"
-            if (zipped and zipfile.is_zipfile(p) and any(n.endswith("data.pkl") for n in zipfile.ZipFile(p).namelist())) \
-                    or (not zipped and p.suffix in (".pt", ".pth", ".ckpt", ".bin") and sniff_container(p) == "torch-legacy"):
+            if (
+                zipped and zipfile.is_zipfile(p) and any(n.endswith("data.pkl") for n in zipfile.ZipFile(p).namelist())
+            ) or (not zipped and p.suffix in (".pt", ".pth", ".ckpt", ".bin") and sniff_container(p) == "torch-legacy"):
                 found.append(p)
     return found
 
@@ -210,8 +242,15 @@ class _Pickler(pickle.Pickler):
         return obj.pid if isinstance(obj, _Store) else None
 
 
-def archive(path: Path, obj: Any, storages: dict[str, bytes], *, protocol: int = 2, byteorder: str = "little",
-            compress: int = zipfile.ZIP_STORED) -> Path:
+def archive(
+    path: Path,
+    obj: Any,
+    storages: dict[str, bytes],
+    *,
+    protocol: int = 2,
+    byteorder: str = "little",
+    compress: int = zipfile.ZIP_STORED,
+) -> Path:
     buf = io.BytesIO()
     _Pickler(buf, protocol=protocol).dump(obj)
     with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
@@ -233,13 +272,16 @@ def test_a_hand_made_archive_in_bounds_reads_as_torch_reads_it(tmp_path: Path) -
     assert open_table(path, "torch").entries["a"].loader().tolist() == [[2, 6, 10], [3, 7, 11]]
 
 
-@pytest.mark.parametrize("offset, size, stride", [
-    (0, (13,), (1,)),        # one element more than the storage holds
-    (12, (1,), (1,)),        # starts at the end
-    (2, (2, 3), (1, 5)),     # the last row's stride runs past the end
-    (0, (3, 5), (5, 1)),
-    (0, (2**40,), (0,)),     # a broadcast claiming 2**40 elements from one
-])
+@pytest.mark.parametrize(
+    "offset, size, stride",
+    [
+        (0, (13,), (1,)),  # one element more than the storage holds
+        (12, (1,), (1,)),  # starts at the end
+        (2, (2, 3), (1, 5)),  # the last row's stride runs past the end
+        (0, (3, 5), (5, 1)),
+        (0, (2**40,), (0,)),  # a broadcast claiming 2**40 elements from one
+    ],
+)
 def test_a_tensor_reading_past_its_storage_is_refused(tmp_path: Path, offset: int, size: tuple, stride: tuple) -> None:
     s = _Store("0", torch.FloatStorage, 12)
     path = archive(tmp_path / "oob.pt", {"a": _Tensor(s, offset, size, stride)}, {"0": FLOATS})
@@ -248,22 +290,31 @@ def test_a_tensor_reading_past_its_storage_is_refused(tmp_path: Path, offset: in
     assert "oob.pt" in str(e.value)
 
 
-@pytest.mark.parametrize("numel, data, words", [
-    (12, FLOATS[:40], "40 bytes"),                      # a member cut short
-    (10**12, FLOATS, "truncated"),                      # a storage claiming more than its member
-])
+@pytest.mark.parametrize(
+    "numel, data, words",
+    [
+        (12, FLOATS[:40], "40 bytes"),  # a member cut short
+        (10**12, FLOATS, "truncated"),  # a storage claiming more than its member
+    ],
+)
 def test_a_storage_shorter_than_its_claim_is_refused(tmp_path: Path, numel: int, data: bytes, words: str) -> None:
-    path = archive(tmp_path / "short.pt", {"a": _Tensor(_Store("0", torch.FloatStorage, numel), 0, (3,), (1,))}, {"0": data})
+    path = archive(
+        tmp_path / "short.pt", {"a": _Tensor(_Store("0", torch.FloatStorage, numel), 0, (3,), (1,))}, {"0": data}
+    )
     with pytest.raises(FormatError, match=words):
         open_table(path, "torch")
 
 
 def test_a_damaged_archive_is_a_format_error(tmp_path: Path) -> None:
     s = _Store("0", torch.FloatStorage, 12)
-    path = archive(tmp_path / "deflated.pt", {"a": _Tensor(s, 0, (12,), (1,))}, {"0": FLOATS}, compress=zipfile.ZIP_DEFLATED)
+    path = archive(
+        tmp_path / "deflated.pt", {"a": _Tensor(s, 0, (12,), (1,))}, {"0": FLOATS}, compress=zipfile.ZIP_DEFLATED
+    )
     with pytest.raises(FormatError, match="compressed"):
         open_table(path, "torch")
-    path = archive(tmp_path / "missing.pt", {"a": _Tensor(_Store("7", torch.FloatStorage, 12), 0, (12,), (1,))}, {"0": FLOATS})
+    path = archive(
+        tmp_path / "missing.pt", {"a": _Tensor(_Store("7", torch.FloatStorage, 12), 0, (12,), (1,))}, {"0": FLOATS}
+    )
     with pytest.raises(FormatError, match="damaged.*missing"):
         open_table(path, "torch")
     path = archive(tmp_path / "big.pt", {"a": _Tensor(s, 0, (12,), (1,))}, {"0": FLOATS}, byteorder="big")
@@ -338,12 +389,17 @@ class _Evil:
 
 
 @pytest.mark.parametrize("protocol", [2, 4])
-@pytest.mark.parametrize("kind, named", [
-    ("os.system", ("posix.system", "os.system")),
-    ("builtins.eval", ("builtins.eval",)),
-    ("subprocess.call", ("subprocess.call",)),
-])
-def test_a_pickle_calling_code_is_refused_and_never_runs(tmp_path: Path, kind: str, named: tuple, protocol: int) -> None:
+@pytest.mark.parametrize(
+    "kind, named",
+    [
+        ("os.system", ("posix.system", "os.system")),
+        ("builtins.eval", ("builtins.eval",)),
+        ("subprocess.call", ("subprocess.call",)),
+    ],
+)
+def test_a_pickle_calling_code_is_refused_and_never_runs(
+    tmp_path: Path, kind: str, named: tuple, protocol: int
+) -> None:
     marker = tmp_path / "PWNED"
     payload = {
         "os.system": _Evil(os.system, f"touch '{marker}'"),

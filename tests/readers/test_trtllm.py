@@ -16,7 +16,10 @@ from .cli import refusal
 def test_records_are_samples_and_their_layers_are_identified(tmp_path, minus_one, old_key):
     train = B.trtllm_file(tmp_path / "train", minus_one=minus_one, old_key=old_key)
     caps = scan(train, "train").captures
-    assert [c.origin.format for c in caps] == ["trtllm", "trtllm"] and [c.group for c in caps] == ["data_2:1", "data_2:2"]
+    assert [c.origin.format for c in caps] == ["trtllm", "trtllm"] and [c.group for c in caps] == [
+        "data_2:1",
+        "data_2:2",
+    ]
     key = "hidden_state_features" if old_key else "aux_hidden_states"
     assert caps[0].origin.key == f"[0].{key}" + ("[:, :1728]" if minus_one else "")
     assert all(c.width == 1728 and c.final_width == 576 and not c.final_pre_norm for c in caps)
@@ -29,7 +32,9 @@ def test_records_are_samples_and_their_layers_are_identified(tmp_path, minus_one
 
 def test_a_record_without_aux_is_the_final_state(tmp_path):
     real = torch.load(B.REAL / "modelopt" / "example-0.pt", weights_only=True)
-    torch.save([{"id": 1, "input_ids": real["input_ids"], "hidden_state": real["hidden_states"]}], tmp_path / "data_1.pt")
+    torch.save(
+        [{"id": 1, "input_ids": real["input_ids"], "hidden_state": real["hidden_states"]}], tmp_path / "data_1.pt"
+    )
     (cap,) = scan(tmp_path, "train").captures
     assert cap.origin.format == "trtllm" and cap.post_norm and cap.width == 576
 
@@ -43,8 +48,17 @@ def test_inspect_names_the_format(tmp_path):
 
 def test_a_record_of_another_shape_is_one_line_naming_the_file(tmp_path):
     real = torch.load(B.REAL / "modelopt" / "example-0.pt", weights_only=True)
-    torch.save([{"id": 1, "input_ids": real["input_ids"][:10], "hidden_state": real["hidden_states"],
-                 "aux_hidden_states": real["aux_hidden_states"]}], tmp_path / "data_1.pt")
+    torch.save(
+        [
+            {
+                "id": 1,
+                "input_ids": real["input_ids"][:10],
+                "hidden_state": real["hidden_states"],
+                "aux_hidden_states": real["aux_hidden_states"],
+            }
+        ],
+        tmp_path / "data_1.pt",
+    )
     line = refusal(["inspect", str(tmp_path)])
     assert "data_1.pt" in line and "input_ids of 10 tokens" in line and "SaveHiddenStates writes" in line
 

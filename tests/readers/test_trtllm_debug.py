@@ -22,7 +22,7 @@ def test_the_pairs_are_the_layers_outputs_and_the_layers_are_identified(tmp_path
     assert caps[15].origin.key == "1.LlamaModel-16.LlamaDecoderLayer-outputs summed"
     assert caps[0].token_ids == tuple(B.states(1)["input_ids"].tolist())
     want = B.states(1)["bf16"][15].float().numpy()
-    np.testing.assert_allclose(caps[15].array(), want, rtol=0, atol=float(np.abs(want).max()) * 2 ** -7)
+    np.testing.assert_allclose(caps[15].array(), want, rtol=0, atol=float(np.abs(want).max()) * 2**-7)
     train = B.specforge(tmp_path / "train", [0, 1, 2], [2, 15, 27])
     r = hsdiff.compare(train, infer, layer_ids=[1, 14, 26], engine="trtllm")
     assert r.verdict == "ok" and r.exit_code == 0 and [s.boundary_index for s in r.slots] == [2, 15, 27]
@@ -34,7 +34,8 @@ def test_ranks_collapse_and_inspect_names_the_format(tmp_path):
     infer = B.trtllm_debug_dump(tmp_path, 0, ranks=2)
     assert all(c.rank is None for c in scan(infer, "infer").captures)
     assert inspected(infer, "trtllm_debug", "debug_mode", "pairs summed") == (
-        "TensorRT-LLM debug_mode dump: 1 forward pass, residual stream at B0..B30, 24 tokens")
+        "TensorRT-LLM debug_mode dump: 1 forward pass, residual stream at B0..B30, 24 tokens"
+    )
 
 
 def test_a_decoder_layer_with_another_output_layout_is_one_line(tmp_path):

@@ -24,8 +24,9 @@ def test_samples_are_split_as_their_layout_says_and_identified(tmp_path, layout,
     assert caps[0].token_ids == tuple(real["input_ids"].tolist())
     if layout == "eagle3_aux_plus_last":
         assert caps[0].final_width == 576 and caps[0].read_rows(0, 2).shape == (2, 1728)
-        np.testing.assert_array_equal(as_f32(np.asarray(caps[0].final_loader())),
-                                      real["hidden_states"].bfloat16().float().numpy())
+        np.testing.assert_array_equal(
+            as_f32(np.asarray(caps[0].final_loader())), real["hidden_states"].bfloat16().float().numpy()
+        )
     else:
         assert caps[0].final_width is None
     r = hsdiff.compare(store, B.REAL / "sglang-dumper", layer_ids=[1, 14, 26])

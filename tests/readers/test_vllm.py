@@ -25,7 +25,9 @@ def test_vllm_connector_file(tmp_path):
 
 @pytest.mark.parametrize("include_output_tokens", [False, True])
 def test_prompt_or_all_tokens_with_the_lock_beside_are_compared(tmp_path, include_output_tokens):
-    infer = B.vllm_file(tmp_path / "i", 1, [2, 15, 27], prompt=18, include_output_tokens=include_output_tokens, lock=True)
+    infer = B.vllm_file(
+        tmp_path / "i", 1, [2, 15, 27], prompt=18, include_output_tokens=include_output_tokens, lock=True
+    )
     dump = scan(infer, "infer")
     assert not dump.warnings and [c.tokens for c in dump.captures] == [23 if include_output_tokens else 18] * 3
     train = B.specforge(tmp_path / "train", [0, 1, 2], [2, 15, 27])
@@ -52,7 +54,9 @@ def test_the_online_connector_s_prefill_and_decode_files_are_compared(tmp_path, 
     dump = scan(infer, "infer")
     assert not dump.warnings and {c.group for c in dump.captures} == {"req-1", "req-1_decode"}
     decode = [c for c in dump.captures if c.group == "req-1_decode"]
-    assert [c.tokens for c in decode] == [5, 5, 5] and decode[0].token_ids == tuple(B.states(1)["input_ids"][18:23].tolist())
+    assert [c.tokens for c in decode] == [5, 5, 5] and decode[0].token_ids == tuple(
+        B.states(1)["input_ids"][18:23].tolist()
+    )
     train = B.specforge(tmp_path / "train", [0, 1, 2], [2, 15, 27])
     r = hsdiff.compare(train, infer, layer_ids=[2, 15, 27], engine="vllm", hidden_size=B.H)
     assert r.verdict == "ok" and r.exit_code == 0 and [s.boundary_index for s in r.slots] == [2, 15, 27]

@@ -27,11 +27,16 @@ def _saved(tmp_path: Path, *argv: str) -> tuple[Path, str]:
 def _render_in_fresh_process(path: Path, kind: str) -> tuple[str, list[str]]:
     code = (
         "import json, sys\n"
-        "from hsdiff.report import load_doc, render_text, render_gate_text, render_junit, render_markdown, render_github\n"
+        "from hsdiff.report import load_doc, render_text, render_gate_text, "
+        "render_junit, render_markdown, render_github\n"
         f"d = load_doc({str(path)!r})\n"
-        + ("print(render_text(d))\n" if kind == "compare" else
-           "print(render_gate_text(d)); render_junit(d); render_markdown(d); render_github(d)\n")
-        + "heavy = sorted(m for m in ('torch', 'hsdiff.comparison', 'hsdiff.align', 'hsdiff.readers', 'hsdiff.gate', 'click')"
+        + (
+            "print(render_text(d))\n"
+            if kind == "compare"
+            else "print(render_gate_text(d)); render_junit(d); render_markdown(d); render_github(d)\n"
+        )
+        + "heavy = sorted(m for m in ('torch', 'hsdiff.comparison', 'hsdiff.align', "
+        "'hsdiff.readers', 'hsdiff.gate', 'click')"
         " if m in sys.modules)\n"
         "print('HEAVY=' + json.dumps(heavy), file=sys.stderr)\n"
     )
@@ -49,8 +54,16 @@ def test_saved_compare_report_renders_without_torch(tmp_path: Path) -> None:
 
 
 def test_saved_gate_result_renders_without_torch(tmp_path: Path) -> None:
-    path, fresh = _saved(tmp_path, "gate", str(SEED / "train"), str(SEED / "infer-wrong"), "--draft-config",
-                         str(SEED / "draft-wrong" / "config.json"), "--target-config", str(SEED / "model" / "config.json"))
+    path, fresh = _saved(
+        tmp_path,
+        "gate",
+        str(SEED / "train"),
+        str(SEED / "infer-wrong"),
+        "--draft-config",
+        str(SEED / "draft-wrong" / "config.json"),
+        "--target-config",
+        str(SEED / "model" / "config.json"),
+    )
     text, heavy = _render_in_fresh_process(path, "gate")
     assert heavy == []
     assert text.split() == fresh.split()

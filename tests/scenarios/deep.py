@@ -26,7 +26,10 @@ SLOTS = {
     126: ([100, 110, 123], [3, 63, 124], [2, 63, 123], [20, 45, 90], [110], [40], [15, 85]),
 }
 SHIFTS = (0, 1, -1)
-DUMPS = ("configured", "every")  # the configured captures only (one concatenated tensor, no labels), or every boundary tagged
+DUMPS = (
+    "configured",
+    "every",
+)  # the configured captures only (one concatenated tensor, no labels), or every boundary tagged
 LABELS = ("none", "right", "shifted")  # the training side's config.json: absent, agreeing, one layer off
 
 
@@ -51,8 +54,7 @@ class DeepCase:
         return to_ids("sglang", list(self.train_b))
 
     def __str__(self) -> str:
-        return (f"L{self.depth}-B{'-'.join(map(str, self.train_b))}-shift{self.shift:+d}-{self.dump}-"
-                f"labels-{self.label}")
+        return f"L{self.depth}-B{'-'.join(map(str, self.train_b))}-shift{self.shift:+d}-{self.dump}-labels-{self.label}"
 
 
 def slot_sets(depth: int) -> tuple[list[int], ...]:
@@ -60,8 +62,13 @@ def slot_sets(depth: int) -> tuple[list[int], ...]:
     and slots early, middle and in the last third, alone and together."""
     if depth in SLOTS:
         return SLOTS[depth]
-    return ([2, depth // 2, depth - 3], [depth // 6, depth // 2, 5 * depth // 6], [depth // 3], [3 * depth // 4],
-            [depth // 5, 4 * depth // 5])
+    return (
+        [2, depth // 2, depth - 3],
+        [depth // 6, depth // 2, 5 * depth // 6],
+        [depth // 3],
+        [3 * depth // 4],
+        [depth // 5, 4 * depth // 5],
+    )
 
 
 def cases(depth: int) -> list[DeepCase]:
@@ -84,8 +91,10 @@ def write(c: DeepCase, root: Path) -> tuple[Path, Path]:
     bf16 = s["bf16"]
     import torch
 
-    records = [("input_ids", s["input_ids"], {}),
-               ("aux_hidden_states", torch.cat([bf16[b] for b in c.capture_b], dim=-1), {})]
+    records = [
+        ("input_ids", s["input_ids"], {}),
+        ("aux_hidden_states", torch.cat([bf16[b] for b in c.capture_b], dim=-1), {}),
+    ]
     if c.dump == "every":
         records += [("layer_input", bf16[b], {"layer_id": b}) for b in range(c.depth)]
     infer = root / "infer"
@@ -101,20 +110,33 @@ def outcome(c: DeepCase, root: Path) -> dict:
     train, infer = write(c, root)
     r = hsdiff.compare(train, infer, layer_ids=c.layer_ids)
     ids = [("null" if g is None else "right" if g == t else "wrong") for g, t in zip(r.recommended.ids, c.truth_ids)]
-    return {"case": str(c), "shift": c.shift, "dump": c.dump, "label": c.label, "exit_code": int(r.exit_code),
-            "verdict": str(r.verdict), "ids": ids}
+    return {
+        "case": str(c),
+        "shift": c.shift,
+        "dump": c.dump,
+        "label": c.label,
+        "exit_code": int(r.exit_code),
+        "verdict": str(r.verdict),
+        "ids": ids,
+    }
 
 
 def table(depth: int, outcomes: list[dict]) -> str:
     """A markdown table of the outcomes at ``depth``: exits per kind of deployment, dump and training
     labels, and how the recommended ids stand per slot."""
-    rows = [f"Depth {depth} (SmolLM2 depth up-scaled; {len(outcomes)} deployments, `tests/scenarios/deep.py`):", "",
-            "| deployment | dump | training labels | n | exit 0 | inconclusive | mismatch | slot ids right / null / wrong |",
-            "|---|---|---|---:|---:|---:|---:|---|"]
+    rows = [
+        f"Depth {depth} (SmolLM2 depth up-scaled; {len(outcomes)} deployments, `tests/scenarios/deep.py`):",
+        "",
+        "| deployment | dump | training labels | n | exit 0 | inconclusive | mismatch "
+        "| slot ids right / null / wrong |",
+        "|---|---|---|---:|---:|---:|---:|---|",
+    ]
     for (name, off), dump, label in itertools.product((("one layer off", True), ("right", False)), DUMPS, LABELS):
         sel = [o for o in outcomes if bool(o["shift"]) == off and o["dump"] == dump and o["label"] == label]
         ids = [i for o in sel for i in o["ids"]]
-        rows.append(f"| {name} | {dump} | {label} | {len(sel)} | {sum(o['exit_code'] == 0 for o in sel)} | "
-                    f"{sum(o['verdict'] == 'inconclusive' for o in sel)} | {sum(o['verdict'] == 'mismatch' for o in sel)} | "
-                    f"{ids.count('right')} / {ids.count('null')} / {ids.count('wrong')} |")
+        rows.append(
+            f"| {name} | {dump} | {label} | {len(sel)} | {sum(o['exit_code'] == 0 for o in sel)} | "
+            f"{sum(o['verdict'] == 'inconclusive' for o in sel)} | {sum(o['verdict'] == 'mismatch' for o in sel)} | "
+            f"{ids.count('right')} / {ids.count('null')} / {ids.count('wrong')} |"
+        )
     return "\n".join(rows)

@@ -87,8 +87,10 @@ class Scenario:
         return t
 
     def describe(self) -> str:
-        parts = [f"train B{self.train_b} ({self.train_format}, labels {self.train_label})",
-                 f"{self.engine} ids {self.configured} -> captured B{self.capture_b}"]
+        parts = [
+            f"train B{self.train_b} ({self.train_format}, labels {self.train_label})",
+            f"{self.engine} ids {self.configured} -> captured B{self.capture_b}",
+        ]
         if self.extra_b:
             parts.append(f"+{len(self.extra_b)} tagged layers")
         parts.append(f"{self.infer_format} {self.noise}+{self.level:.3f} tokens {self.tokens[0]}:{self.tokens[1]}")
@@ -148,8 +150,12 @@ def generate(seed: int) -> Scenario:
     if infer_sample not in train_samples and rng.random() < 0.5:
         train_samples = sorted({*train_samples, infer_sample})
     noise = rng.choices(["bf16", "fp16", "fp8", "gauss"], weights=[5, 2, 2, 2])[0]
-    level = {"bf16": rng.choice([0.0, 0.0, 0.01]), "fp16": 0.0, "fp8": 0.0,
-             "gauss": rng.choice([0.005, 0.01, 0.02, 0.04, 0.06])}[noise]
+    level = {
+        "bf16": rng.choice([0.0, 0.0, 0.01]),
+        "fp16": 0.0,
+        "fp8": 0.0,
+        "gauss": rng.choice([0.005, 0.01, 0.02, 0.04, 0.06]),
+    }[noise]
     window_kind = rng.choices(["full", "skip-first", "window", "decode"], weights=[5, 2, 2, 2])[0]
     if window_kind == "full":
         tokens = (0, T)
@@ -161,12 +167,25 @@ def generate(seed: int) -> Scenario:
     else:
         a = rng.randrange(12, T - 1)
         tokens = (a, a + rng.choice([1, 2, 3]))
-    with_ids = infer_format == "vllm" or (window_kind != "decode" and rng.random() < 0.8)  # the connector always writes ids
+    with_ids = infer_format == "vllm" or (
+        window_kind != "decode" and rng.random() < 0.8
+    )  # the connector always writes ids
     sc = Scenario(
-        seed=seed, train_b=train_b, train_samples=train_samples, train_format=rng.choice(["specforge", "modelopt"]),
-        train_label=rng.choices(["none", "right", "shifted"], weights=[4, 5, 1])[0], engine=engine,
-        configured=configured, capture_b=cap_b, extra_b=extra_b, infer_sample=infer_sample,
-        infer_format=infer_format, noise=noise, level=level, tokens=tokens, with_ids=with_ids,
+        seed=seed,
+        train_b=train_b,
+        train_samples=train_samples,
+        train_format=rng.choice(["specforge", "modelopt"]),
+        train_label=rng.choices(["none", "right", "shifted"], weights=[4, 5, 1])[0],
+        engine=engine,
+        configured=configured,
+        capture_b=cap_b,
+        extra_b=extra_b,
+        infer_sample=infer_sample,
+        infer_format=infer_format,
+        noise=noise,
+        level=level,
+        tokens=tokens,
+        with_ids=with_ids,
         model_config=rng.random() < 0.3,
     )
     if infer_format.startswith("dumper") and rng.random() < 0.2:
@@ -194,8 +213,11 @@ def _decide_truth(sc: Scenario) -> None:
     if sc.infer_sample not in sc.train_samples:  # only the shared prefix can match
         shown = range(shown.start, min(shown.stop, SHARED_PREFIX))
     ordinary = sum(1 for t in shown if t not in sink_tokens(sc.infer_sample))
-    labels_known = sc.configured is not None or sc.infer_format == "dumper-layers" or (
-        sc.infer_format == "log" and sc.log_labels == "layer")
+    labels_known = (
+        sc.configured is not None
+        or sc.infer_format == "dumper-layers"
+        or (sc.infer_format == "log" and sc.log_labels == "layer")
+    )
     seen = set(sc.extra_b) | (set(sc.capture_b) if labels_known else set())
     truth: list[int | None] = []
     for b in sc.train_b:

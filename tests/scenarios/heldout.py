@@ -77,8 +77,10 @@ class Deployment:
         return None if self.label == "shifted" else True
 
     def __str__(self) -> str:
-        return (f"{self.target} sample {self.sample} B{list(self.train_b)} shift {self.shift:+d} {self.noise} "
-                f"dump {self.dump} labels {self.label}")
+        return (
+            f"{self.target} sample {self.sample} B{list(self.train_b)} shift {self.shift:+d} {self.noise} "
+            f"dump {self.dump} labels {self.label}"
+        )
 
 
 def deployment(seed: int, targets: tuple[str, ...] = tuple(TARGETS)) -> Deployment:
@@ -94,8 +96,16 @@ def deployment(seed: int, targets: tuple[str, ...] = tuple(TARGETS)) -> Deployme
     shift = rng.choice([0, 0, 0, 1, -1, 2, -2])
     if min(train_b) + shift < 1 or max(train_b) + shift > depth - 1:
         shift = 0
-    return Deployment(seed, target, rng.randrange(3), tuple(train_b), shift, rng.choice(DUMPS),
-                      rng.choices(LABELS, weights=[2, 2, 1])[0], rng.choice(NOISES))
+    return Deployment(
+        seed,
+        target,
+        rng.randrange(3),
+        tuple(train_b),
+        shift,
+        rng.choice(DUMPS),
+        rng.choices(LABELS, weights=[2, 2, 1])[0],
+        rng.choice(NOISES),
+    )
 
 
 @cache
@@ -167,17 +177,31 @@ def write(d: Deployment, root: Path) -> tuple[Path, Path]:
     ids = _ids(d.target, d.sample)
     rows = root / "train" / "rows_0-2000"
     rows.mkdir(parents=True)
-    torch.save({"input_ids": ids.clone(), "loss_mask": torch.ones_like(ids),
-                "aux_hidden_state": torch.cat([train_s[b] for b in d.train_b], dim=-1)[None].clone(),
-                "hidden_state": train_s[d.depth][None].clone()}, rows / f"data_{d.sample}.ckpt")
+    torch.save(
+        {
+            "input_ids": ids.clone(),
+            "loss_mask": torch.ones_like(ids),
+            "aux_hidden_state": torch.cat([train_s[b] for b in d.train_b], dim=-1)[None].clone(),
+            "hidden_state": train_s[d.depth][None].clone(),
+        },
+        rows / f"data_{d.sample}.ckpt",
+    )
     if d.label != "none":
         off = 1 if d.label == "shifted" else 0
-        B.draft_config(root / "train" / "config.json", [i + off for i in to_ids("sglang", list(d.train_b))],
-                       target_hidden=infer_s.shape[-1])
+        B.draft_config(
+            root / "train" / "config.json",
+            [i + off for i in to_ids("sglang", list(d.train_b))],
+            target_hidden=infer_s.shape[-1],
+        )
     bf = infer_s.to(torch.bfloat16)
     records = [("input_ids", ids, {}), ("aux_hidden_states", torch.cat([bf[b] for b in d.capture_b], dim=-1), {})]
-    extra = (range(d.depth) if d.dump == "every" else
-             sorted({n for b in d.capture_b for n in (b - 1, b + 1)} - set(d.capture_b)) if d.dump == "neighbours" else ())
+    extra = (
+        range(d.depth)
+        if d.dump == "every"
+        else sorted({n for b in d.capture_b for n in (b - 1, b + 1)} - set(d.capture_b))
+        if d.dump == "neighbours"
+        else ()
+    )
     records += [("layer_input", bf[b], {"layer_id": b}) for b in extra if 0 <= b < d.depth]
     dumper_records(root / "infer" / "dump_20261202_000000_000001", records)
     return root / "train", root / "infer"
@@ -194,38 +218,68 @@ def outcome(d: Deployment, root: Path) -> dict:
     slots = []
     for i, b in enumerate(d.train_b):
         s = r.slots[i] if len(r.slots) == len(d.train_b) else None
-        got = {x for x in (None if s is None else s.boundary_index,
-                           rec[i] + 1 if i < len(rec) and rec[i] is not None else None) if x is not None}
-        slots.append(("null" if not got else "right" if got == {b} else "wrong",
-                      0.0 if s is None else float(s.confidence)))
-    return {"seed": d.seed, "deployment": str(d), "target": d.target, "noise": d.noise, "should_pass": d.should_pass,
-            "exit_code": int(r.exit_code), "verdict": str(r.verdict), "slots": slots}
+        got = {
+            x
+            for x in (
+                None if s is None else s.boundary_index,
+                rec[i] + 1 if i < len(rec) and rec[i] is not None else None,
+            )
+            if x is not None
+        }
+        slots.append(
+            ("null" if not got else "right" if got == {b} else "wrong", 0.0 if s is None else float(s.confidence))
+        )
+    return {
+        "seed": d.seed,
+        "deployment": str(d),
+        "target": d.target,
+        "noise": d.noise,
+        "should_pass": d.should_pass,
+        "exit_code": int(r.exit_code),
+        "verdict": str(r.verdict),
+        "slots": slots,
+    }
 
 
 def _row(name: str, sel: list[dict]) -> str:
     def exits(want: bool | None) -> str:
         group = [o for o in sel if o["should_pass"] is want]
-        return (f"{len(group)}: {sum(o['exit_code'] == 0 for o in group)} / "
-                f"{sum(o['verdict'] == 'inconclusive' for o in group)} / {sum(o['verdict'] == 'mismatch' for o in group)}")
+        return (
+            f"{len(group)}: {sum(o['exit_code'] == 0 for o in group)} / "
+            f"{sum(o['verdict'] == 'inconclusive' for o in group)} / {sum(o['verdict'] == 'mismatch' for o in group)}"
+        )
 
     slots = [s for o in sel for s in o["slots"]]
     confident_wrong = sum(1 for k, c in slots if k == "wrong" and c >= 0.9)
     n = [sum(1 for k, _ in slots if k == want) for want in ("right", "null", "wrong")]
-    return (f"| {name} | {len(sel)} | {exits(True)} | {exits(False)} | {exits(None)} | {len(slots)}: "
-            f"{n[0]} / {n[1]} / {n[2]} | **{confident_wrong}** |")
+    return (
+        f"| {name} | {len(sel)} | {exits(True)} | {exits(False)} | {exits(None)} | {len(slots)}: "
+        f"{n[0]} / {n[1]} / {n[2]} | **{confident_wrong}** |"
+    )
 
 
 def table(outcomes: list[dict]) -> str:
     """Markdown: per target, then per engine numerics, the deployments that should pass, should fail
     and either, each as n: exit 0 / inconclusive / mismatch, and the slot answers."""
     seeds = [o["seed"] for o in outcomes]
-    head = ("| {} | deployments | should pass, n: exit 0 / inconclusive / mismatch | should fail, n: exit 0 / "
-            "inconclusive / mismatch | undetermined, n: exit 0 / inconclusive / mismatch | slots, n: right / null / "
-            "wrong | wrong at confidence >= 0.9 |")
-    rows = [f"Held-out deployments per target (seeds {min(seeds, default=0)}..{max(seeds, default=0)}, "
-            "`tests/scenarios/heldout.py`):", "", head.format("target"), "|---|---:|---|---|---|---|---:|"]
-    rows += [_row(t, [o for o in outcomes if o["target"] == t]) for t in TARGETS if any(o["target"] == t for o in outcomes)]
+    head = (
+        "| {} | deployments | should pass, n: exit 0 / inconclusive / mismatch | should fail, n: exit 0 / "
+        "inconclusive / mismatch | undetermined, n: exit 0 / inconclusive / mismatch | slots, n: right / null / "
+        "wrong | wrong at confidence >= 0.9 |"
+    )
+    rows = [
+        f"Held-out deployments per target (seeds {min(seeds, default=0)}..{max(seeds, default=0)}, "
+        "`tests/scenarios/heldout.py`):",
+        "",
+        head.format("target"),
+        "|---|---:|---|---|---|---|---:|",
+    ]
+    rows += [
+        _row(t, [o for o in outcomes if o["target"] == t]) for t in TARGETS if any(o["target"] == t for o in outcomes)
+    ]
     rows += ["", head.format("engine numerics"), "|---|---:|---|---|---|---|---:|"]
-    rows += [_row(n, [o for o in outcomes if o["noise"] == n]) for n in NOISES if any(o["noise"] == n for o in outcomes)]
+    rows += [
+        _row(n, [o for o in outcomes if o["noise"] == n]) for n in NOISES if any(o["noise"] == n for o in outcomes)
+    ]
     rows.append(_row("all", outcomes))
     return "\n".join(rows)

@@ -106,8 +106,13 @@ def summarise(outcomes: list[Outcome], examples: int = 10) -> dict:
     for lo, hi in BINS:
         inb = [a for _, a in slots if lo <= a.confidence < hi or (hi == 1.0 and a.confidence == 1.0)]
         n = len(inb)
-        bins.append({"bin": f"{lo:.1f}-{hi:.1f}", "slots": n,
-                     **{k: (sum(a.outcome == k for a in inb) / n if n else None) for k in ("right", "wrong", "null")}})
+        bins.append(
+            {
+                "bin": f"{lo:.1f}-{hi:.1f}",
+                "slots": n,
+                **{k: (sum(a.outcome == k for a in inb) / n if n else None) for k in ("right", "wrong", "null")},
+            }
+        )
     confident_wrong = [(o, a) for o, a in slots if a.outcome == "wrong" and a.confidence >= CONFIDENT]
     wrong_pass = [o for o in outcomes if o.exit_code == 0 and o.should_pass is False]
     false_alarm = [o for o in outcomes if o.exit_code != 0 and o.should_pass is True]
@@ -153,7 +158,9 @@ def summarise(outcomes: list[Outcome], examples: int = 10) -> dict:
         "ok_with_null_ids_examples": [ex(o) for o in ok_null[:examples]],
         "ok_with_null_ids_by_trait": by_tag(ok_null),
         "user_errors": sum(o.exit_code == 2 for o in outcomes),
-        "user_error_messages": dict(Counter(o.error.split(":")[1].strip() for o in outcomes if o.exit_code == 2).most_common()),
+        "user_error_messages": dict(
+            Counter(o.error.split(":")[1].strip() for o in outcomes if o.exit_code == 2).most_common()
+        ),
         "internal_errors": sum(o.exit_code == 3 for o in outcomes),
         "internal_error_examples": [ex(o) for o in outcomes if o.exit_code == 3][:examples],
         "compare_seconds_total": round(sum(o.seconds for o in outcomes), 2),
@@ -169,7 +176,9 @@ def markdown(s: dict) -> str:
         "| confidence | slots | right | wrong | null |",
         "|---|---:|---:|---:|---:|",
     ]
-    lines += [f"| {b['bin']} | {b['slots']} | {pct(b['right'])} | {pct(b['wrong'])} | {pct(b['null'])} |" for b in s["bins"]]
+    lines += [
+        f"| {b['bin']} | {b['slots']} | {pct(b['right'])} | {pct(b['wrong'])} | {pct(b['null'])} |" for b in s["bins"]
+    ]
     lines += [
         f"| all | {s['slots']} | {pct(s['right'])} | {pct(s['wrong'])} | {pct(s['null'])} |",
         "",
@@ -187,8 +196,11 @@ def markdown(s: dict) -> str:
         "|---|---:|---|",
     ]
     for label, n, traits in (
-        ("wrong id at confidence >= 0.9", s["wrong_at_confidence_ge_0.9_scenarios"],
-         s["wrong_at_confidence_ge_0.9_scenarios_by_trait"]),
+        (
+            "wrong id at confidence >= 0.9",
+            s["wrong_at_confidence_ge_0.9_scenarios"],
+            s["wrong_at_confidence_ge_0.9_scenarios_by_trait"],
+        ),
         ("exit 0, deployment wrong", s["wrong_exit_0"], s["wrong_exit_0_by_trait"]),
         ("exit 1, deployment right", s["should_pass_but_exit_nonzero"], s["should_pass_but_exit_nonzero_by_trait"]),
         ("exit 0 with null ids", s["ok_with_null_ids"], s["ok_with_null_ids_by_trait"]),

@@ -40,7 +40,7 @@ def _train(sc: Scenario, d: Path) -> Path:
 
 
 def _window(sc: Scenario, x: torch.Tensor) -> torch.Tensor:
-    return x[sc.tokens[0]:sc.tokens[1]].contiguous()
+    return x[sc.tokens[0] : sc.tokens[1]].contiguous()
 
 
 def _values(sc: Scenario, b: int, gen: torch.Generator, sample: int | None = None) -> torch.Tensor:
@@ -84,20 +84,25 @@ def _dumper(sc: Scenario, root: Path, gen: torch.Generator) -> None:
                 records.append(("aux_hidden_states", torch.cat([vals[b] for b in cap_b], dim=-1), {}))
             else:
                 tagged = sc.infer_format == "dumper-layers"
-                records += [("eagle3_aux", vals[b], {"layer_id": b} if tagged else {"slot": j}) for j, b in enumerate(cap_b)]
+                records += [
+                    ("eagle3_aux", vals[b], {"layer_id": b} if tagged else {"slot": j}) for j, b in enumerate(cap_b)
+                ]
                 records += [("layer_input", vals[b], {"layer_id": b}) for b in sc.extra_b]
             dumper_records(exp, records, rank=r, ranks=sc.ranks, step=step)
 
 
-def dumper_records(exp: Path, records: list[tuple[str, torch.Tensor, dict]], *, rank: int = 0, ranks: int = 1,
-                   step: int = 0) -> Path:
+def dumper_records(
+    exp: Path, records: list[tuple[str, torch.Tensor, dict]], *, rank: int = 0, ranks: int = 1, step: int = 0
+) -> Path:
     """SGLang dumper files (current format) in ``exp``: one ``(name, value, extra tags)`` per record."""
     exp.mkdir(parents=True, exist_ok=True)
     base = {"step": step, "rank": rank, "recompute_status": "disabled", "world_rank": rank, "world_size": ranks}
     for index, (name, value, tags) in enumerate(records):
         tail = "".join(f"___{k}={v}" for k, v in tags.items())
-        torch.save({"value": value.clone(), "meta": {**base, "dump_index": index, "name": name, **tags}},
-                   exp / f"step={step}___rank={rank}___dump_index={index}___name={name}___recompute_status=disabled{tail}.pt")
+        torch.save(
+            {"value": value.clone(), "meta": {**base, "dump_index": index, "name": name, **tags}},
+            exp / f"step={step}___rank={rank}___dump_index={index}___name={name}___recompute_status=disabled{tail}.pt",
+        )
     return exp
 
 
@@ -114,15 +119,19 @@ def _flist(vals: torch.Tensor) -> str:
 def _log(sc: Scenario, path: Path, gen: torch.Generator) -> Path:
     """A server log printing ``log_tokens`` x ``log_cols`` values of each capture, decode-style one
     token per line, or as a nested list for several tokens."""
-    lines = [f"[2026-12-01 00:00:0{i} TP0] server_args=ServerArgs(model_path='SmolLM2-135M-Instruct', "
-             f"speculative_algorithm='EAGLE3')" for i in range(2)]
+    lines = [
+        f"[2026-12-01 00:00:0{i} TP0] server_args=ServerArgs(model_path='SmolLM2-135M-Instruct', "
+        f"speculative_algorithm='EAGLE3')"
+        for i in range(2)
+    ]
     caps = [(j, b, _values(sc, b, gen).float()) for j, b in enumerate(sc.capture_b)]
     n, c = sc.log_tokens, sc.log_cols
     start = sc.log_start
     for j, b, x in caps:
-        label = {"slot": f"aux_hidden_states[{j}]", "layer": f"aux_hidden_states[{j}] layer={b}",
-                 "none": "aux"}[sc.log_labels]
-        rows = x[start:start + n, :c]
+        label = {"slot": f"aux_hidden_states[{j}]", "layer": f"aux_hidden_states[{j}] layer={b}", "none": "aux"}[
+            sc.log_labels
+        ]
+        rows = x[start : start + n, :c]
         if n == 1:
             lines.append(f"[2026-12-01 00:00:05 TP0] {label} shape=torch.Size([1, {B.H}]) h[:, :{c}]={_flist(rows[0])}")
         else:

@@ -34,8 +34,16 @@ from .sniff import claimed_format, not_what_it_claims, sniff_container
 from .table import Entry, Table
 
 __all__ = [
-    "BACKENDS", "limits", "Entry", "Table", "claimed_format", "cleanup", "not_what_it_claims", "open_table",
-    "read_safetensors_header", "sniff_container",
+    "BACKENDS",
+    "limits",
+    "Entry",
+    "Table",
+    "claimed_format",
+    "cleanup",
+    "not_what_it_claims",
+    "open_table",
+    "read_safetensors_header",
+    "sniff_container",
 ]
 
 #: container (as :func:`sniff_container` names it) -> the backend function that opens it

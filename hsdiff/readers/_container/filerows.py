@@ -38,7 +38,8 @@ def file_rows(a: np.ndarray, ident: tuple[int, ...] | None = None) -> Callable[.
     place = _file_place(flat) if hasattr(os, "preadv") else None
     if place is None:
         return lambda i0, i1, c0=0, c1=None, out=None, raw=False: (
-            flat[i0:i1, c0:c1] if raw else _copy(flat[i0:i1, c0:c1], out))
+            flat[i0:i1, c0:c1] if raw else _copy(flat[i0:i1, c0:c1], out)
+        )
     return _FileRows(*place, flat, ident)
 
 
@@ -86,8 +87,9 @@ class _FileRows:
         self.mapped = a
         self.ident = ident if ident is not None else identity(path)
 
-    def __call__(self, i0: int, i1: int, c0: int = 0, c1: int | None = None, out: Any = None,
-                 raw: bool = False) -> np.ndarray:
+    def __call__(
+        self, i0: int, i1: int, c0: int = 0, c1: int | None = None, out: Any = None, raw: bool = False
+    ) -> np.ndarray:
         i0, i1 = max(0, min(i0, self.rows)), max(0, min(i1, self.rows))
         if raw:
             return self._raw(i0, i1, out)[:, c0:c1]
@@ -131,9 +133,11 @@ class _FileRows:
             while done < len(view):
                 got = os.preadv(fd, [view[done:]], pos + done)
                 if got <= 0:
-                    raise FormatError(f"the file ended at byte {pos + done} while reading a tensor's rows",
-                                      path=Path(self.path),
-                                      hint="the file changed or was truncated while it was read; re-copy it")
+                    raise FormatError(
+                        f"the file ended at byte {pos + done} while reading a tensor's rows",
+                        path=Path(self.path),
+                        hint="the file changed or was truncated while it was read; re-copy it",
+                    )
                 done += got
         finally:
             if held is None:
@@ -171,8 +175,11 @@ class _FileRows:
             self._changed()
 
     def _changed(self) -> NoReturn:
-        raise FormatError("the file changed while hsdiff read it", path=Path(self.path),
-                          hint="let whatever writes it finish, then run hsdiff again")
+        raise FormatError(
+            "the file changed while hsdiff read it",
+            path=Path(self.path),
+            hint="let whatever writes it finish, then run hsdiff again",
+        )
 
 
 #: Reads land at the same offset modulo this as their bytes have in the file: ``pread`` into a buffer

@@ -31,8 +31,11 @@ def _zstd_stream(path: Path) -> Any:
     try:
         import zstandard
     except ImportError:
-        raise FormatError("zstd-compressed, and the zstandard package is not installed", path=path,
-                          hint="pip install 'hsdiff[zstd]' (or zstandard), or decompress it yourself (zstd -d)") from None
+        raise FormatError(
+            "zstd-compressed, and the zstandard package is not installed",
+            path=path,
+            hint="pip install 'hsdiff[zstd]' (or zstandard), or decompress it yourself (zstd -d)",
+        ) from None
     return zstandard.ZstdDecompressor().stream_reader(open(path, "rb"), closefd=True)  # noqa: SIM115
 
 
@@ -60,13 +63,15 @@ def open_table(path: Path, container: str, *, open_inner: Callable[[Path, str], 
                 copied += len(chunk)
                 if copied > GZIP_LIMIT:
                     raise FormatError(
-                        f"{container} expands past {GZIP_LIMIT / 2**30:.0f} GiB; refused as a possible {container} bomb",
+                        f"{container} expands past {GZIP_LIMIT / 2**30:.0f} GiB; "
+                        f"refused as a possible {container} bomb",
                         path=path,
                         hint="decompress it yourself if it is genuine, or raise HSDIFF_GZIP_LIMIT (bytes)",
                     )
                 if copied > GZIP_RATIO_AFTER and copied > GZIP_MAX_RATIO * packed:
                     raise FormatError(
-                        f"{container} expands more than {GZIP_MAX_RATIO}x ({packed} bytes give over {copied // 2**20} MiB); "
+                        f"{container} expands more than {GZIP_MAX_RATIO}x "
+                        f"({packed} bytes give over {copied // 2**20} MiB); "
                         f"refused as a possible {container} bomb",
                         path=path,
                         hint="hidden states do not compress that well; decompress it yourself if it is genuine",
@@ -74,13 +79,19 @@ def open_table(path: Path, container: str, *, open_inner: Callable[[Path, str], 
                 out.write(chunk)
         whole = _zstd_size(path) if container == "zstd" else None
         if whole is not None and copied != whole:
-            raise FormatError(f"zstd stream is damaged or truncated ({copied} of the {whole} bytes its frame declares)",
-                              path=path, hint="re-copy the file")
+            raise FormatError(
+                f"zstd stream is damaged or truncated ({copied} of the {whole} bytes its frame declares)",
+                path=path,
+                hint="re-copy the file",
+            )
         try:
             inner = sniff_container(tmp_path)
             if inner in ("text", "binary", "empty", "gzip", "zstd"):
-                raise FormatError(f"{container} holds no tensor file ({inner})", path=path,
-                                  hint="expected a compressed torch.save or safetensors file")
+                raise FormatError(
+                    f"{container} holds no tensor file ({inner})",
+                    path=path,
+                    hint="expected a compressed torch.save or safetensors file",
+                )
             table = open_inner(tmp_path, inner)
             if inner == "safetensors":  # read now: the temporary file is removed when the table is closed
                 for e in table.entries.values():
@@ -95,8 +106,9 @@ def open_table(path: Path, container: str, *, open_inner: Callable[[Path, str], 
         return table
     except _DAMAGE + _zstd_errors() as e:
         tmp_path.unlink(missing_ok=True)
-        raise FormatError(f"{container} stream is damaged or truncated ({short(e)})", path=path,
-                          hint="re-copy the file") from None
+        raise FormatError(
+            f"{container} stream is damaged or truncated ({short(e)})", path=path, hint="re-copy the file"
+        ) from None
     except BaseException:
         tmp_path.unlink(missing_ok=True)
         raise

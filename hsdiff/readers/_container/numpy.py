@@ -35,7 +35,8 @@ def _open_npy(path: Path) -> Table:
     except ValueError as e:
         if _needs_pickle(e):
             raise UnsafeFileError(
-                "refused to load: the array holds Python objects (needs pickle)", path=path,
+                "refused to load: the array holds Python objects (needs pickle)",
+                path=path,
                 hint="save numeric arrays only",
             ) from None
         raise FormatError(f"npy file is damaged ({short(e)})", path=path, hint="re-copy the file") from None
@@ -61,11 +62,18 @@ def _open_npz(path: Path) -> Table:
     except ValueError as e:
         if _needs_pickle(e):
             raise UnsafeFileError(
-                f"refused to load: array {name!r} holds Python objects (needs pickle)", path=path,
+                f"refused to load: array {name!r} holds Python objects (needs pickle)",
+                path=path,
                 hint="save numeric arrays only (np.savez with numeric dtypes)",
             ) from None
         raise FormatError(f"npz file is damaged ({short(e)})", path=path, hint="re-copy the file") from None
-    except (zipfile.BadZipFile, zlib.error, NotImplementedError, RuntimeError, *_NUMPY_DAMAGE) as e:  # RuntimeError: "encrypted"
+    except (
+        zipfile.BadZipFile,
+        zlib.error,
+        NotImplementedError,
+        RuntimeError,
+        *_NUMPY_DAMAGE,
+    ) as e:  # RuntimeError: "encrypted"
         raise FormatError(f"npz file is damaged ({short(e)})", path=path, hint="re-copy the file") from None
     return table
 
@@ -75,8 +83,11 @@ def checked(arr: np.ndarray, path: Path | None = None) -> np.ndarray:
     if arr.dtype == object:
         raise UnsafeFileError("array holds Python objects", path=path, hint="save numeric arrays only")
     if arr.dtype.kind not in "fiub" or (arr.dtype.kind == "f" and arr.dtype.itemsize > 8):
-        raise FormatError(f"array dtype {arr.dtype} is not a number type hsdiff reads", path=path,
-                          hint="save hidden states as float16/bfloat16/float32/float64")
+        raise FormatError(
+            f"array dtype {arr.dtype} is not a number type hsdiff reads",
+            path=path,
+            hint="save hidden states as float16/bfloat16/float32/float64",
+        )
     if not arr.dtype.isnative:
         arr = arr.astype(arr.dtype.newbyteorder("="))
     return arr

@@ -28,12 +28,33 @@ from .table import Entry, Table, short
 
 #: safetensors dtype names -> the names hsdiff (and torch) use
 DTYPES = {
-    "F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16",
-    "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2",
-    "I64": "int64", "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool",
+    "F64": "float64",
+    "F32": "float32",
+    "F16": "float16",
+    "BF16": "bfloat16",
+    "F8_E4M3": "float8_e4m3fn",
+    "F8_E5M2": "float8_e5m2",
+    "I64": "int64",
+    "I32": "int32",
+    "I16": "int16",
+    "I8": "int8",
+    "U8": "uint8",
+    "BOOL": "bool",
 }
-_ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1,
-             "int64": 8, "int32": 4, "int16": 2, "int8": 1, "uint8": 1, "bool": 1}
+_ITEMSIZE = {
+    "float64": 8,
+    "float32": 4,
+    "float16": 2,
+    "bfloat16": 2,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
+    "int64": 8,
+    "int32": 4,
+    "int16": 2,
+    "int8": 1,
+    "uint8": 1,
+    "bool": 1,
+}
 
 
 def read_safetensors_header(path: Path) -> dict[str, Any]:
@@ -56,13 +77,16 @@ def _header(path: Path) -> tuple[dict[str, Any], int]:
             (n,) = struct.unpack("<Q", f.read(8))
             if n > size - 8 or n > MAX_SAFETENSORS_HEADER:
                 raise FormatError(
-                    f"safetensors header claims {n} bytes but the file has {size}", path=path,
+                    f"safetensors header claims {n} bytes but the file has {size}",
+                    path=path,
                     hint="the file is truncated or not safetensors; re-copy it",
                 )
             raw = _read_header(f, n, path)
             header = json.loads(raw)
     except (struct.error, json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
-        raise FormatError(f"safetensors header is unreadable ({short(e)})", path=path, hint="re-copy the file") from None
+        raise FormatError(
+            f"safetensors header is unreadable ({short(e)})", path=path, hint="re-copy the file"
+        ) from None
     if not isinstance(header, dict):
         raise FormatError("safetensors header is not a JSON object", path=path, hint="re-copy the file")
     metadata = header.get("__metadata__") or {}
@@ -102,13 +126,19 @@ def _header(path: Path) -> tuple[dict[str, Any], int]:
     spans.sort()
     for (_, prev_stop, prev), (start, _, name) in zip(spans, spans[1:]):
         if start < prev_stop:
-            raise FormatError(f"safetensors entries {prev!r} and {name!r} overlap (bytes {start}..{prev_stop})",
-                              path=path, hint="the header is damaged; re-copy the file")
+            raise FormatError(
+                f"safetensors entries {prev!r} and {name!r} overlap (bytes {start}..{prev_stop})",
+                path=path,
+                hint="the header is damaged; re-copy the file",
+            )
     end = 0
     for start, stop, name in spans:
         if start != end:
-            raise FormatError(f"safetensors entry {name!r} leaves a gap before it (bytes {end}..{start})",
-                              path=path, hint="the header is damaged; re-copy the file")
+            raise FormatError(
+                f"safetensors entry {name!r} leaves a gap before it (bytes {end}..{start})",
+                path=path,
+                hint="the header is damaged; re-copy the file",
+            )
         end = stop
     return header, n
 
@@ -127,7 +157,9 @@ def open_table(path: Path, container: str = "safetensors") -> Table:
             rows = None
             if dtype in FLOATS and shape and shape[-1] > 0 and 0 not in shape:
                 rows = _Rows(path, start, shape, dtype, name, ident)
-            table.entries[name] = Entry(name, shape, dtype, functools.partial(_get, path, start, shape, dtype, name), rows)
+            table.entries[name] = Entry(
+                name, shape, dtype, functools.partial(_get, path, start, shape, dtype, name), rows
+            )
     return table
 
 
@@ -135,13 +167,15 @@ class _Rows:
     """Rows ``[i0, i1)`` of a tensor seen as ``[-1, width]``, as float32 (into ``out`` when given): only
     their bytes are read (:mod:`.filerows`, set up at the first call and kept with the entry)."""
 
-    def __init__(self, path: Path, start: int, shape: tuple[int, ...], dtype: str, key: str,
-                 ident: tuple[int, ...] | None = None):
+    def __init__(
+        self, path: Path, start: int, shape: tuple[int, ...], dtype: str, key: str, ident: tuple[int, ...] | None = None
+    ):
         self.args, self.ident = (path, start, shape, dtype, key), ident
         self.read: Callable[..., np.ndarray] | None = None
 
-    def __call__(self, i0: int, i1: int, c0: int = 0, c1: int | None = None, out: np.ndarray | None = None,
-                 raw: bool = False) -> np.ndarray:
+    def __call__(
+        self, i0: int, i1: int, c0: int = 0, c1: int | None = None, out: np.ndarray | None = None, raw: bool = False
+    ) -> np.ndarray:
         if self.read is None:
             self.read = file_rows(_get(*self.args), self.ident)
         return self.read(i0, i1, c0, c1, out, raw)
@@ -155,8 +189,11 @@ def _read_header(f: IO[bytes], n: int, path: Path) -> bytes:
         if not piece:
             break
         if b"\x00" in piece:
-            raise FormatError("safetensors header holds NUL bytes: it is not a header", path=path,
-                              hint="the file is damaged or not safetensors; re-copy it")
+            raise FormatError(
+                "safetensors header holds NUL bytes: it is not a header",
+                path=path,
+                hint="the file is damaged or not safetensors; re-copy it",
+            )
         parts.append(piece)
         left -= len(piece)
     return b"".join(parts)

@@ -16,12 +16,21 @@ MAX_SAFETENSORS_HEADER = 100 * 2**20
 
 _OLD_PICKLE_RE = re.compile(rb"[(]?c[A-Za-z_][\w.]*\n[A-Za-z_][\w.]*\n")
 #: Suffixes that promise a tensor container; a file named so whose content is none is damaged.
-_CLAIMS = {".gz": "gzip", ".zst": "zstd", ".safetensors": "safetensors", ".pt": "torch", ".pth": "torch", ".ckpt": "torch",
-           ".npy": "numpy", ".npz": "numpy"}
+_CLAIMS = {
+    ".gz": "gzip",
+    ".zst": "zstd",
+    ".safetensors": "safetensors",
+    ".pt": "torch",
+    ".pth": "torch",
+    ".ckpt": "torch",
+    ".npy": "numpy",
+    ".npz": "numpy",
+}
 
 
 def sniff_container(path: Path) -> str:
-    """``torch``, ``torch-legacy``, ``safetensors``, ``npy``, ``npz``, ``gzip``, ``zstd``, ``text``, ``binary`` or ``empty``."""
+    """``torch``, ``torch-legacy``, ``safetensors``, ``npy``, ``npz``, ``gzip``, ``zstd``, ``text``, ``binary``
+    or ``empty``."""
     with open(path, "rb") as f:
         head = f.read(SNIFF_BYTES)
     size = path.stat().st_size
@@ -48,7 +57,8 @@ def sniff_container(path: Path) -> str:
         if names and all(n.endswith(".npy") for n in names):
             return "npz"
         raise FormatError(
-            "zip archive holds neither a torch.save archive nor .npy arrays", path=path,
+            "zip archive holds neither a torch.save archive nor .npy arrays",
+            path=path,
             hint="hsdiff reads torch .pt/.ckpt/.bin, safetensors, .npy/.npz and text logs",
         )
     if head[:1] == b"\x80" and len(head) > 1 and head[1] in range(2, 6):

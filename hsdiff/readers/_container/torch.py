@@ -222,8 +222,12 @@ def _flatten(obj: Any, prefix: str, table: Table, depth: int) -> None:
     elif isinstance(obj, dict) and depth < _MAX_NESTING:
         for k, v in obj.items():
             _flatten(v, f"{prefix}.{k}" if prefix else str(k), table, depth + 1)
-    elif (isinstance(obj, (list, tuple)) and depth < _MAX_NESTING and obj
-          and (all(isinstance(v, np.ndarray) for v in obj) or all(isinstance(v, dict) for v in obj))):  # records
+    elif (
+        isinstance(obj, (list, tuple))
+        and depth < _MAX_NESTING
+        and obj
+        and (all(isinstance(v, np.ndarray) for v in obj) or all(isinstance(v, dict) for v in obj))
+    ):  # records
         for i, v in enumerate(obj):
             _flatten(v, f"{prefix}.{i}" if prefix else str(i), table, depth + 1)
     else:

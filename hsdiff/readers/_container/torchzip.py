@@ -40,16 +40,40 @@ MAX_VIRTUAL_ELEMENTS = 2**27
 
 #: torch's legacy storage classes -> the dtype of their elements
 STORAGES = {
-    "DoubleStorage": "float64", "FloatStorage": "float32", "HalfStorage": "float16", "BFloat16Storage": "bfloat16",
-    "LongStorage": "int64", "IntStorage": "int32", "ShortStorage": "int16", "CharStorage": "int8",
-    "ByteStorage": "uint8", "BoolStorage": "bool",
+    "DoubleStorage": "float64",
+    "FloatStorage": "float32",
+    "HalfStorage": "float16",
+    "BFloat16Storage": "bfloat16",
+    "LongStorage": "int64",
+    "IntStorage": "int32",
+    "ShortStorage": "int16",
+    "CharStorage": "int8",
+    "ByteStorage": "uint8",
+    "BoolStorage": "bool",
 }
 #: torch dtype names (``torch.float32`` and its aliases) -> the names hsdiff reads
 DTYPES = {
-    "float64": "float64", "double": "float64", "float32": "float32", "float": "float32", "float16": "float16",
-    "half": "float16", "bfloat16": "bfloat16", "float8_e4m3fn": "float8_e4m3fn", "float8_e5m2": "float8_e5m2",
-    "int64": "int64", "long": "int64", "int32": "int32", "int": "int32", "int16": "int16", "short": "int16",
-    "int8": "int8", "uint8": "uint8", "uint16": "uint16", "uint32": "uint32", "uint64": "uint64", "bool": "bool",
+    "float64": "float64",
+    "double": "float64",
+    "float32": "float32",
+    "float": "float32",
+    "float16": "float16",
+    "half": "float16",
+    "bfloat16": "bfloat16",
+    "float8_e4m3fn": "float8_e4m3fn",
+    "float8_e5m2": "float8_e5m2",
+    "int64": "int64",
+    "long": "int64",
+    "int32": "int32",
+    "int": "int32",
+    "int16": "int16",
+    "short": "int16",
+    "int8": "int8",
+    "uint8": "uint8",
+    "uint16": "uint16",
+    "uint32": "uint32",
+    "uint64": "uint64",
+    "bool": "bool",
 }
 #: Globals torch's safe loader also accepts but that hold nothing hsdiff reads (quantized, sparse,
 #: complex, sub-byte tensors, tensor subclasses): refused as unsupported, not as unsafe.
@@ -130,8 +154,9 @@ class TensorUnpickler(pickle._Unpickler):
             "builtins.complex": complex,
             "builtins.bytearray": _bytearray,
         }
-        self._globals.update({n: _TensorType(n) for n in ("torch.Tensor", "torch._tensor.Tensor",
-                                                         "torch.nn.parameter.Parameter")})
+        self._globals.update(
+            {n: _TensorType(n) for n in ("torch.Tensor", "torch._tensor.Tensor", "torch.nn.parameter.Parameter")}
+        )
         self._globals["torch._tensor._rebuild_from_type_v2"] = self._rebuild_from_type_v2
         self._globals.update({f"torch.{k}": _StorageType(v) for k, v in STORAGES.items()})
         self._globals.update({f"torch.{k}": _Dtype(v) for k, v in DTYPES.items()})
@@ -151,7 +176,8 @@ class TensorUnpickler(pickle._Unpickler):
             return found
         if _TORCH_ONLY.fullmatch(full):
             raise FormatError(
-                f"torch file holds {full}, which hsdiff does not read", path=self.path,
+                f"torch file holds {full}, which hsdiff does not read",
+                path=self.path,
                 hint="save hidden states as plain dense tensors (float, bfloat16, float8, integer or bool)",
             )
         raise pickle.UnpicklingError(f"Unsupported global: GLOBAL {full} is not a tensor, dtype or container")
@@ -172,12 +198,29 @@ class TensorUnpickler(pickle._Unpickler):
     def _rebuild_tensor(self, storage: Any, offset: Any, size: Any, stride: Any) -> np.ndarray:
         return self._view(storage, offset, size, stride, None)
 
-    def _rebuild_tensor_v2(self, storage: Any, offset: Any, size: Any, stride: Any, requires_grad: Any,
-                           backward_hooks: Any, metadata: Any = None) -> np.ndarray:
+    def _rebuild_tensor_v2(
+        self,
+        storage: Any,
+        offset: Any,
+        size: Any,
+        stride: Any,
+        requires_grad: Any,
+        backward_hooks: Any,
+        metadata: Any = None,
+    ) -> np.ndarray:
         return self._view(storage, offset, size, stride, None)
 
-    def _rebuild_tensor_v3(self, storage: Any, offset: Any, size: Any, stride: Any, requires_grad: Any,
-                           backward_hooks: Any, dtype: Any, metadata: Any = None) -> np.ndarray:
+    def _rebuild_tensor_v3(
+        self,
+        storage: Any,
+        offset: Any,
+        size: Any,
+        stride: Any,
+        requires_grad: Any,
+        backward_hooks: Any,
+        dtype: Any,
+        metadata: Any = None,
+    ) -> np.ndarray:
         if not isinstance(dtype, _Dtype):
             raise pickle.UnpicklingError(f"tensor dtype {str(dtype)[:40]} is not a torch dtype")
         return self._view(storage, offset, size, stride, dtype.name)
@@ -208,13 +251,14 @@ class TensorUnpickler(pickle._Unpickler):
             raise FormatError(
                 f"torch file is damaged: a tensor of shape {list(shape)[:8]} at offset {offset} reads past the end "
                 f"of storage {storage.key} ({count} {dtype} elements)",
-                path=self.path, hint="re-copy or re-dump the file",
+                path=self.path,
+                hint="re-copy or re-dump the file",
             )
         typed = storage.data[: count * dt.itemsize].view(dt)
         if numel == 0:
             return typed[:0].reshape(shape)
         if _is_contiguous(shape, steps):
-            return typed[offset: offset + numel].reshape(shape)
+            return typed[offset : offset + numel].reshape(shape)
         strided = np.lib.stride_tricks.as_strided(
             typed[offset:], shape=shape, strides=tuple(s * dt.itemsize for s in steps), writeable=False
         )
@@ -230,14 +274,20 @@ def load_archive(path: Path) -> Any:
     limit = MAX_DATA_PKL  # read when called: a test or caller may change it
     with zipfile.ZipFile(path) as z:
         infos = {i.filename: i for i in z.infolist()}
-        pkl = min((n for n in infos if n == "data.pkl" or (n.endswith("/data.pkl") and n.count("/") == 1)),
-                  key=len, default=None)
+        pkl = min(
+            (n for n in infos if n == "data.pkl" or (n.endswith("/data.pkl") and n.count("/") == 1)),
+            key=len,
+            default=None,
+        )
         if pkl is None:
             raise FormatError("zip archive holds no data.pkl: it is not a torch.save archive", path=path)
         prefix = pkl[: -len("data.pkl")]
         if prefix + "constants.pkl" in infos:
-            raise FormatError("torch file is a TorchScript archive (a compiled model), not saved tensors", path=path,
-                              hint="save the hidden states with torch.save (a dict of tensors) or as safetensors")
+            raise FormatError(
+                "torch file is a TorchScript archive (a compiled model), not saved tensors",
+                path=path,
+                hint="save the hidden states with torch.save (a dict of tensors) or as safetensors",
+            )
         if infos[pkl].file_size > limit:
             raise _too_large(path, infos[pkl].file_size, limit)
         with z.open(infos[pkl]) as f:
@@ -249,33 +299,40 @@ def load_archive(path: Path) -> Any:
             with z.open(infos[prefix + "byteorder"]) as f:
                 order = f.read(16).strip()
     if order not in (b"little", b"big"):
-        raise FormatError(f"torch archive names an unknown byte order {order[:20]!r}", path=path,
-                          hint="re-copy or re-dump the file")
+        raise FormatError(
+            f"torch archive names an unknown byte order {order[:20]!r}", path=path, hint="re-copy or re-dump the file"
+        )
     if len(data) >= 2 and data[0] == pickle.PROTO[0] and data[1] >= 4:
         raise pickle.UnpicklingError(f"Unsupported operand: pickle protocol {data[1]}")
     size = path.stat().st_size
     whole = np.memmap(path, dtype=np.uint8, mode="r")
 
     with open(path, "rb") as raw:  # the storages' local headers are read through it
+
         def storage(key: str, dtype: str | None, numel: int) -> _Storage:
             info = infos.get(f"{prefix}data/{key}")
             if info is None:
-                raise FormatError(f"torch file is damaged: storage {key} (member {prefix}data/{key}) is missing",
-                                  path=path, hint="re-copy or re-dump the file")
+                raise FormatError(
+                    f"torch file is damaged: storage {key} (member {prefix}data/{key}) is missing",
+                    path=path,
+                    hint="re-copy or re-dump the file",
+                )
             start = _data_offset(path, info, raw)
             itemsize = 1 if dtype is None else np_dtype(dtype).itemsize
             if info.file_size != numel * itemsize or start + info.file_size > size:
                 raise FormatError(
                     f"torch file is damaged or truncated: storage {key} holds {info.file_size} bytes "
                     f"({max(0, min(info.file_size, size - start))} present) but its tensors need {numel * itemsize}",
-                    path=path, hint="re-copy or re-dump the file",
+                    path=path,
+                    hint="re-copy or re-dump the file",
                 )
             if order == b"big" and itemsize > 1:
                 raise FormatError(
-                    "torch file was saved on a big-endian machine; hsdiff reads little-endian tensors", path=path,
+                    "torch file was saved on a big-endian machine; hsdiff reads little-endian tensors",
+                    path=path,
                     hint="re-save it on a little-endian machine (x86, ARM) or as safetensors",
                 )
-            return _Storage(key, dtype, whole[start: start + info.file_size])
+            return _Storage(key, dtype, whole[start : start + info.file_size])
 
         unpickler = TensorUnpickler(io.BytesIO(data), path, storage)
         try:
@@ -289,24 +346,33 @@ def _data_offset(path: Path, info: zipfile.ZipInfo, f: IO[bytes]) -> int:
     if info.compress_type != zipfile.ZIP_STORED or info.flag_bits & 0x1 or info.compress_size != info.file_size:
         raise FormatError(
             f"torch archive member {info.filename} is compressed or encrypted; torch.save stores storages as they are",
-            path=path, hint="re-save it with torch.save (never re-zip the archive) or as safetensors",
+            path=path,
+            hint="re-save it with torch.save (never re-zip the archive) or as safetensors",
         )
     f.seek(info.header_offset)
     head = f.read(30)
     if len(head) != 30 or head[:4] != b"PK\x03\x04":
-        raise FormatError(f"torch file is damaged: member {info.filename} has no local header", path=path,
-                          hint="re-copy or re-dump the file")
+        raise FormatError(
+            f"torch file is damaged: member {info.filename} has no local header",
+            path=path,
+            hint="re-copy or re-dump the file",
+        )
     name_len, extra_len = struct.unpack("<HH", head[26:30])
     if f.read(name_len) != info.orig_filename.encode("utf-8"):
-        raise FormatError(f"torch file is damaged: member {info.filename}'s local header names another file",
-                          path=path, hint="re-copy or re-dump the file")
+        raise FormatError(
+            f"torch file is damaged: member {info.filename}'s local header names another file",
+            path=path,
+            hint="re-copy or re-dump the file",
+        )
     return info.header_offset + 30 + name_len + extra_len
 
 
 def _too_large(path: Path, n: int, limit: int) -> FormatError:
     return FormatError(
         f"torch archive's data.pkl is {n / 2**20:.0f} MiB (more than {limit / 2**20:.0f} MiB): too large for a dict "
-        "of tensors", path=path, hint="the file is damaged or not a tensor dump; re-copy it or save it as safetensors",
+        "of tensors",
+        path=path,
+        hint="the file is damaged or not a tensor dump; re-copy it or save it as safetensors",
     )
 
 

@@ -64,7 +64,9 @@ class Cap:
     layer_index: str | None = None  # what the words around the layer number say it counts
 
 
-def place(p: Print, lab: Labels, shape: tuple[int, ...] | None) -> tuple[np.ndarray, tuple[int, ...], tuple[int, ...], bool]:
+def place(
+    p: Print, lab: Labels, shape: tuple[int, ...] | None
+) -> tuple[np.ndarray, tuple[int, ...], tuple[int, ...], bool]:
     """Rows and columns of one print, in positions of the captured tensor."""
     vals = p.values
     rows_t = p.rows
@@ -182,9 +184,13 @@ class Builder:
         text = (rec.header + " " + rec.text) if rec.header else rec.text
         line_key = short_key(text)
         # several flat prints on one line keyed first/last, head/tail or by index are parts of one tensor
-        if len(float_prints) > 1 and all(len(p.rows[0]) == 0 and p.list_index is None for p, _ in float_prints) and all(
-            HEAD_RE.search(key_words(loc)) or TAIL_RE.search(key_words(loc)) or SUBSCRIPT_RE.search(key_words(loc))
-            for _, loc in float_prints
+        if (
+            len(float_prints) > 1
+            and all(len(p.rows[0]) == 0 and p.list_index is None for p, _ in float_prints)
+            and all(
+                HEAD_RE.search(key_words(loc)) or TAIL_RE.search(key_words(loc)) or SUBSCRIPT_RE.search(key_words(loc))
+                for _, loc in float_prints
+            )
         ):
             self._merged(rec, float_prints, text, line_key)
             return
@@ -211,10 +217,20 @@ class Builder:
         text = (rec.header + " " + rec.text) if rec.header else rec.text
         lab = find_labels(text, local)
         rows = tuple(range(lab.row_start or 0, (lab.row_start or 0) + values.size))
-        layer = None if lab.layer is None else (Layer(lab.layer, Index(lab.layer_index), LabelSource.LOG) if lab.layer_index
-                                                 else layer_label(lab.layer, short_key(text), self.ctx, "log"))
-        self.norm_prints.append(NormPrint(Origin(self.rel, short_key(text), p.line, KEY),
-                                          tuple(float(v) for v in values), rows, lab.slot, layer))
+        layer = (
+            None
+            if lab.layer is None
+            else (
+                Layer(lab.layer, Index(lab.layer_index), LabelSource.LOG)
+                if lab.layer_index
+                else layer_label(lab.layer, short_key(text), self.ctx, "log")
+            )
+        )
+        self.norm_prints.append(
+            NormPrint(
+                Origin(self.rel, short_key(text), p.line, KEY), tuple(float(v) for v in values), rows, lab.slot, layer
+            )
+        )
 
     def _int_labels(self, p: Print, local: str) -> None:
         if re.search(r"\bpositions?\s*[=:]?\s*$", strip_prefix(local).rstrip(), re.I):
@@ -240,8 +256,16 @@ class Builder:
         vals, rows, cols, rows_known = place(p, lab, lab.shape)
         self._add(p, lab, key, vals, rows, cols, rows_known)
 
-    def _add(self, p: Print, lab: Labels, key: str, vals: np.ndarray, rows: tuple[int, ...], cols: tuple[int, ...],
-             rows_known: bool) -> None:
+    def _add(
+        self,
+        p: Print,
+        lab: Labels,
+        key: str,
+        vals: np.ndarray,
+        rows: tuple[int, ...],
+        cols: tuple[int, ...],
+        rows_known: bool,
+    ) -> None:
         shape = lab.shape
         if self._positions is not None and len(self._positions) == len(rows) and all(r >= 0 for r in rows):
             rows = self._positions
@@ -278,9 +302,21 @@ class Builder:
             self.pass_shapes[pattern] = shape
         self.passes_with_caps.add(self.pass_no)
         cap = Cap(
-            line=p.line, key=key, pattern=pattern, values=vals, rows=rows, cols=cols, rows_known=rows_known,
-            shape=shape, dtype=norm_dtype(p.dtype or lab.dtype, p.kind), slot=lab.slot, layer=lab.layer,
-            norm=lab.norm, group=self.group, explicit=explicit, layer_index=lab.layer_index,
+            line=p.line,
+            key=key,
+            pattern=pattern,
+            values=vals,
+            rows=rows,
+            cols=cols,
+            rows_known=rows_known,
+            shape=shape,
+            dtype=norm_dtype(p.dtype or lab.dtype, p.kind),
+            slot=lab.slot,
+            layer=lab.layer,
+            norm=lab.norm,
+            group=self.group,
+            explicit=explicit,
+            layer_index=lab.layer_index,
         )
         self.caps.append(cap)
         self.dups[(self.group, pattern, lab.slot, lab.layer, rows, cols, vals.shape, vals.tobytes())] = cap
@@ -302,12 +338,23 @@ class Builder:
                     "the first one is used"
                 )
                 self.ctx.rank_conflicts.append(
-                    f"two ranks printed different values for {sample.key} ({self.rel}:{prev.line} and line {rec.line})")
+                    f"two ranks printed different values for {sample.key} ({self.rel}:{prev.line} and line {rec.line})"
+                )
             return
         cap = Cap(
-            line=sample.line, key=sample.key, pattern=sample.pattern, values=sample.values, rows=sample.rows,
-            cols=sample.cols, rows_known=True, shape=sample.shape, dtype=sample.dtype, slot=sample.slot,
-            layer=sample.layer, norm=sample.norm, group=sample.group,
+            line=sample.line,
+            key=sample.key,
+            pattern=sample.pattern,
+            values=sample.values,
+            rows=sample.rows,
+            cols=sample.cols,
+            rows_known=True,
+            shape=sample.shape,
+            dtype=sample.dtype,
+            slot=sample.slot,
+            layer=sample.layer,
+            norm=sample.norm,
+            group=sample.group,
             explicit=sample.layer is not None or sample.slot is not None,
         )
         self.dumper_groups[sample.ident] = cap
@@ -315,8 +362,10 @@ class Builder:
 
     def finish(self) -> list[Capture]:
         unlabelled = [n for n in self.norm_prints if n.slot is None]
-        self.ctx.norm_prints.extend(n if n.slot is not None or len(unlabelled) < 2 else
-                                    dataclasses.replace(n, slot=unlabelled.index(n)) for n in self.norm_prints)
+        self.ctx.norm_prints.extend(
+            n if n.slot is not None or len(unlabelled) < 2 else dataclasses.replace(n, slot=unlabelled.index(n))
+            for n in self.norm_prints
+        )
         # slot order from the log: unlabelled prints of one pass that share a label pattern
         by_pat: dict[tuple[str, str], list[Cap]] = {}
         for c in self.caps:
@@ -339,8 +388,13 @@ class Builder:
                     width=width,
                     group=c.group,
                     slot=c.slot,
-                    layer=None if c.layer is None else (Layer(c.layer, Index(c.layer_index), LabelSource.LOG) if c.layer_index
-                                                        else layer_label(c.layer, c.key, self.ctx, "log")),
+                    layer=None
+                    if c.layer is None
+                    else (
+                        Layer(c.layer, Index(c.layer_index), LabelSource.LOG)
+                        if c.layer_index
+                        else layer_label(c.layer, c.key, self.ctx, "log")
+                    ),
                     norm=c.norm,
                     observation=obs,
                 )

@@ -78,7 +78,17 @@ def read_record(rec: Record, path_text: str, rel: str) -> DumperSample | None:
         width = shape[-1]
         cols = [c if c >= 0 else width + c for c in cols]
     return DumperSample(
-        ident=(exp, tags.step, tags.key, tags.dump_index), group=tags.group(f"{rel}:{exp}"), key=tags.key,
-        pattern=f"dumper {raw.get('name', '')}", values=p.values, rows=rows, cols=tuple(cols), shape=shape,
-        dtype=dtype, slot=tags.slot, layer=tags.layer, norm=lab.norm, line=rec.line,
+        ident=(exp, tags.step, tags.key, tags.dump_index),
+        group=tags.group(f"{rel}:{exp}"),
+        key=tags.key,
+        pattern=f"dumper {raw.get('name', '')}",
+        values=p.values,
+        rows=rows,
+        cols=tuple(cols),
+        shape=shape,
+        dtype=dtype,
+        slot=tags.slot,
+        layer=tags.layer,
+        norm=lab.norm,
+        line=rec.line,
     )

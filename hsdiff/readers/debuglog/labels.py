@@ -42,7 +42,9 @@ _SHAPE_RES = (
 )
 _DTYPE_RE = re.compile(r"\bdtype\s*[=:]\s*['\"]?(?:torch\.|np\.|numpy\.)?([A-Za-z]+\d*)", re.I)
 _NORM_RE = re.compile(
-    r"(?:\b\w*norm\w*|\bl2|\|\|\w*\|\|)(?:\([^()]*\))?(?:\.\w+\([^()]*\))*\s*[=:]\s*(?:tensor\(\s*)?(" + NUM_TEXT + r")(?![\w.])",
+    r"(?:\b\w*norm\w*|\bl2|\|\|\w*\|\|)(?:\([^()]*\))?(?:\.\w+\([^()]*\))*\s*[=:]\s*(?:tensor\(\s*)?("
+    + NUM_TEXT
+    + r")(?![\w.])",
     re.I,
 )
 _SLOT_RES = (
@@ -65,7 +67,9 @@ NOT_VALUES_RE = re.compile(
     r"shape|size|stride|topk\w*)\s*(?:\([^()]*\))?(?:\.\w+\([^()]*\))*\s*[=:]?\s*)$",
     re.I,
 )
-HIDDEN_WORDS = re.compile(r"hidden|aux|capture|layer|slot|residual|\bhs\b|\bh\d*\b|eagle|tensor|first|head|last|tail|sample", re.I)
+HIDDEN_WORDS = re.compile(
+    r"hidden|aux|capture|layer|slot|residual|\bhs\b|\bh\d*\b|eagle|tensor|first|head|last|tail|sample", re.I
+)
 PASS_RE = re.compile(
     r"\b(?:prefill|decode|extend|verify|draft)\s+batch\b|\bforward[_ ]pass(?:_id)?\b|^\s*step\s*[=:]\s*\d+\s*$"
     r"|\bnew\s+request\b|={5,}",
@@ -122,7 +126,11 @@ def _subscripts(text: str, lab: Labels) -> None:
         if re.search(r"\blayers$|\.layers$", lname) and subs and re.fullmatch(r"\s*\d{1,9}\s*", subs[0]):
             lab.layer = int(subs[0]) if lab.layer is None else lab.layer
             subs = subs[1:]
-        elif re.match(r"(?:aux|captures?|slots?)", lname.rsplit(".", 1)[-1]) and subs and re.fullmatch(r"\s*\d{1,9}\s*", subs[0]):
+        elif (
+            re.match(r"(?:aux|captures?|slots?)", lname.rsplit(".", 1)[-1])
+            and subs
+            and re.fullmatch(r"\s*\d{1,9}\s*", subs[0])
+        ):
             lab.slot = int(subs[0]) if lab.slot is None else lab.slot
             subs = subs[1:]
         parts: list[str] = []
@@ -173,8 +181,8 @@ def _layer(text: str) -> tuple[int | None, str | None]:
     for r in _LAYER_RES:
         m = r.search(text)
         if m:
-            start = len(text[:m.start()].rstrip("".join(_NAME_CHARS)))  # the name that holds the number
-            end = m.end() + len(text[m.end():]) - len(text[m.end():].lstrip("".join(_NAME_CHARS)))
+            start = len(text[: m.start()].rstrip("".join(_NAME_CHARS)))  # the name that holds the number
+            end = m.end() + len(text[m.end() :]) - len(text[m.end() :].lstrip("".join(_NAME_CHARS)))
             after = [w for w in text[end:].split()[:1] if not w.lower().startswith(("input_ids", "token_ids"))]
             words = [*text[:start].split()[-2:], text[start:end], *after]
             name = " ".join(re.split(r"[=\[(:]", w, maxsplit=1)[0] for w in words)
@@ -243,7 +251,9 @@ def label_pattern(text: str) -> str:
 def short_key(text: str) -> str:
     """A short label for reports: the line's own words before its shape, dtype, norm or values."""
     t = strip_prefix(text).replace("<printed>", "\x00")
-    t = re.split(r"\s(?=(?:type|shape|dtype|norm\w*|device|stride|size|first\w*|last\w*|head|tail)\s*[=:])|:\s|:$|\x00", t)[0]
+    t = re.split(
+        r"\s(?=(?:type|shape|dtype|norm\w*|device|stride|size|first\w*|last\w*|head|tail)\s*[=:])|:\s|:$|\x00", t
+    )[0]
     t = re.sub(r"\s+", " ", t).strip(" =:,")
     return t[:80] + ("…" if len(t) > 80 else "")
 
@@ -263,8 +273,14 @@ def norm_dtype(d: str | None, kind: str) -> str:
     """A printed dtype in the names hsdiff uses (``half`` -> ``float16``); PyTorch leaves float32 out."""
     if d:
         d = d.lower().replace("torch.", "")
-        return {"half": "float16", "float": "float32", "double": "float64", "bf16": "bfloat16", "fp16": "float16",
-                "fp32": "float32"}.get(d, d)
+        return {
+            "half": "float16",
+            "float": "float32",
+            "double": "float64",
+            "bf16": "bfloat16",
+            "fp16": "float16",
+            "fp32": "float32",
+        }.get(d, d)
     if kind == "tensor":
         return "float32"  # PyTorch leaves the default dtype out of its print
     return "unknown"

@@ -73,7 +73,9 @@ def parse_list(s: str, i: int, depth: int = 0) -> tuple[list[Any], int, bool]:
         kind = "num"
         text = m.group()
         items.append(float(text))
-        if not saw_float and ("." in text or "e" in text.lower() or text.lower().lstrip("+-") in ("nan", "inf", "infinity")):
+        if not saw_float and (
+            "." in text or "e" in text.lower() or text.lower().lstrip("+-") in ("nan", "inf", "infinity")
+        ):
             saw_float = True
         i = m.end()
         if i < n and s[i] not in " \t\n\r,]":

@@ -26,8 +26,10 @@ def compile_pattern(pattern: str) -> re.Pattern[str]:
     try:
         rx = re.compile(pattern)
     except re.error as e:
-        raise InputError(f"--log-pattern is not a valid regular expression ({e})",
-                         hint=r"example: --log-pattern 'slot (?P<slot>\d+): (?P<values>[-\d., e+]+)'") from None
+        raise InputError(
+            f"--log-pattern is not a valid regular expression ({e})",
+            hint=r"example: --log-pattern 'slot (?P<slot>\d+): (?P<values>[-\d., e+]+)'",
+        ) from None
     if "values" not in rx.groupindex:
         raise InputError(
             "--log-pattern needs a named group 'values' holding the printed numbers",

@@ -235,7 +235,7 @@ def scan_records(lines: Lines, warnings: list[str], rel: str) -> Iterator[Record
                     seg = pos
             if list_ctx is not None:
                 mm = re.match(r"\s*,\s*", text[pos:])
-                if mm and re.match(r"(?:tensor|array)\(", text[pos + mm.end():]):
+                if mm and re.match(r"(?:tensor|array)\(", text[pos + mm.end() :]):
                     pos += mm.end()
                 elif mm is None and text[pos : pos + 1] == "]":
                     pos += 1
@@ -261,7 +261,6 @@ def _locate(parts: list[str], end: int) -> tuple[int, int]:
     return len(parts) - 1, len(parts[-1])
 
 
-
 def _join(lines: Lines, text: str, bracket: int) -> tuple[str, list[tuple[int, str, bool]], bool]:
     """Join continuation lines while an unfinished print's brackets are open; (text, lines used, complete)."""
     depth = text.count("[", bracket) - text.count("]", bracket)
@@ -278,7 +277,7 @@ def _join(lines: Lines, text: str, bracket: int) -> tuple[str, list[tuple[int, s
             stripped = strip_prefix(check)  # a log prefix repeated on every line
             if stripped == check or not _NUMERIC_CONT.match(stripped):
                 return "\n".join(parts), consumed, False
-            body = body[len(check) - len(stripped):]
+            body = body[len(check) - len(stripped) :]
         lines.next()
         consumed.append((nxt[0], body, nxt[2]))
         parts.append(body)
