@@ -231,12 +231,18 @@ def _other_reader(c: CheckInput, k: _Keys) -> Finding:
 def _both_keys(
     top: list[int], nested: list[int], L: int | None, family: str | None
 ) -> tuple[list[int], list[int]] | None:
-    """The layers vLLM reads from the top-level ids and SGLang from the nested ones, when they differ."""
-    b_top = _safe_reading(top, "vllm", L, None)
-    b_sg = _safe_reading(nested, "sglang", L, family)
+    """The layers the engine that reads the top-level key first (vLLM) takes from the top-level ids and
+    the one that reads only the nested key (SGLang) takes from the nested ones, when they differ."""
+    b_top = _safe_reading(top, _reader_of(KEYS_TOP), L, None)
+    b_sg = _safe_reading(nested, _reader_of(KEYS_NESTED), L, family)
     if b_top is None or b_sg is None or sorted(set(b_top)) == sorted(set(b_sg)):
         return None
     return sorted(set(b_top)), sorted(set(b_sg))
+
+
+def _reader_of(key_check: str) -> str:
+    """The engine whose profile runs the key check ``key_check`` (:attr:`EngineInfo.key_check`)."""
+    return next(k for k, e in conv.ENGINE_INFO.items() if e.key_check == key_check)
 
 
 def _safe_reading(
