@@ -108,6 +108,23 @@ def score_all(
     until the verified errors settle) and the captures at the boundaries ``verify`` names for its
     slot (the configured and the labelled one). Decisions rest on verified pairs only; the other
     pairs keep their sample's metrics (``tokens`` says how many were compared)."""
+    sources, stats, warnings = _open_sources(infer)
+    jobs, partial, ids_failed, homes, prefixes, train_warn = _plan(slots, infer, sources, progress)
+    warnings += train_warn
+    errors: dict[PairKey, np.ndarray] = {}
+    how = _score_pairs(jobs, sources, stats, verify, progress, errors)
+    for c, st in stats.items():
+        warnings += validate.inference_rows(c, st, st.tokens or 0)
+    best, rows = _collect(jobs + partial)
+    warnings += _unmatched_warnings(ids_failed, homes, prefixes)
+    out = _best_candidates(best, tolerance)
+    return Scores(out, tuple(rows), tuple(warnings), _norms(jobs + partial, stats), errors, how)
+
+
+def _open_sources(infer: list[Capture]) -> tuple[Sources, dict[Capture, RowStats], list[str]]:
+    """What each inference capture's rows are read from, and an empty row tally for each hidden
+    state; integer tensors are not hidden states: skipped with a warning. Printed values
+    (observations) have no rows."""
     warnings: list[str] = []
     sources: Sources = {}
     stats: dict[Capture, RowStats] = {}
@@ -120,9 +137,20 @@ def score_all(
             continue
         src = sources[c] = source(c)
         stats[c] = RowStats(extent(src)[0])
-    jobs, partial, ids_failed, homes, prefixes, train_warn = _plan(slots, infer, sources, progress)
-    warnings += train_warn
-    errors: dict[PairKey, np.ndarray] = {}
+    return sources, stats, warnings
+
+
+def _score_pairs(
+    jobs: list[_Job],
+    sources: Sources,
+    stats: dict[Capture, RowStats],
+    verify: Mapping[int, Collection[int]] | None,
+    progress: Progress | None,
+    errors: dict[PairKey, np.ndarray],
+) -> Strategy:
+    """Decide the strategy from the work and the offsets, and score every job by it: one walk over
+    the rows, a sketch then a verified shortlist, or every pair on every token. Fills each job's
+    result, the row tallies and (walk and shortlist) ``errors``; returns the strategy."""
     how = strategy(sum(_work(j, sources) for j in jobs), all(j.offsets and len(j.offsets) == 1 for j in jobs))
     if how is Strategy.WALK:
         if progress:
@@ -140,17 +168,30 @@ def score_all(
             for a, x in _chunked(whole):
                 st.add(x, a)
         _verify_all(jobs, sources, stats, progress)
-    for c, st in stats.items():
-        warnings += validate.inference_rows(c, st, st.tokens or 0)
+    return how
+
+
+def _collect(
+    jobs: list[_Job],
+) -> tuple[dict[tuple[int, Capture], list[tuple[Candidate, TrainSlot]]], list[Score]]:
+    """Read the scored jobs in report order: per (slot, capture) the candidate of every training
+    sample, and one report row per pair."""
     best: dict[tuple[int, Capture], list[tuple[Candidate, TrainSlot]]] = defaultdict(list)
     rows: list[Score] = []
-    for j in sorted(jobs + partial, key=lambda j: j.order):
+    for j in sorted(jobs, key=lambda j: j.order):
         assert j.result is not None
         off, m = j.result
         c, s = j.capture, j.slot
         best[(s, c)].append((Candidate(c, j.sample, off, m), j.train))
         label_source = None if c.layer is None else c.layer.source
         rows.append(Score(s, j.sample, c.label(), c.boundary, label_source, off, m))
+    return best, rows
+
+
+def _unmatched_warnings(ids_failed: set, homes: dict, prefixes: dict[str | None, int]) -> list[str]:
+    """A warning per capture group whose token ids placed it in no training sample: compared on the
+    prefix it shares with one, or aligned by value."""
+    warnings: list[str] = []
     for g in sorted(x for x in ids_failed if x is not None):
         if homes.get(g):
             continue
@@ -162,6 +203,14 @@ def score_all(
             )
         else:
             warnings.append(f"{g}: its token ids appear in no training sample; tokens were aligned by value instead")
+    return warnings
+
+
+def _best_candidates(
+    best: dict[tuple[int, Capture], list[tuple[Candidate, TrainSlot]]], tolerance: float
+) -> dict[int, list[Candidate]]:
+    """Per slot, each capture's best training sample (with how many samples tie with it and, for
+    partial or normed captures, the evidence), the captures ranked best first."""
     out: dict[int, list[Candidate]] = defaultdict(list)
     for (s, _), cands in best.items():
         # the same tokens in two samples score alike up to rounding: the sample the capture is read
@@ -174,14 +223,18 @@ def score_all(
         out[s].append(replace(top, samples_tied=tied))
     for s in out:  # captures of one tensor (replicas, a layer dumped twice) tie: not ordered by rounding
         out[s] = ranked(out[s], lambda c: c.metrics.rel_err, _tie_key)
-    norms = {
-        j.train.capture: NormsRead(j.train.norms, np.arange(j.train.tokens), j.train.tokens) for j in jobs + partial
-    }
+    return dict(out)
+
+
+def _norms(jobs: list[_Job], stats: dict[Capture, RowStats]) -> dict[Capture, NormsRead]:
+    """The per-token norms read, by capture: every training slot scored and every inference capture
+    whose rows were tallied."""
+    norms = {j.train.capture: NormsRead(j.train.norms, np.arange(j.train.tokens), j.train.tokens) for j in jobs}
     for c, st in stats.items():
         got = st.norms_read()
         if got is not None and st.tokens is not None:
             norms[c] = NormsRead(got[0], got[1], st.tokens)
-    return Scores(dict(out), tuple(rows), tuple(warnings), norms, errors, how)
+    return norms
 
 
 def _plan(

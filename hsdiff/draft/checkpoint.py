@@ -24,9 +24,10 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -161,25 +162,32 @@ def _rope(cfg: dict) -> tuple[float, dict | None]:
     return float(theta), None if kind in ("default", None) else dict(scaling or {})
 
 
-def load_draft(
-    path: str | os.PathLike, target: str | os.PathLike | TargetHead | None = None, dtype: torch.dtype = torch.float32
-) -> Draft:
-    """Load the draft in ``path`` (a folder with ``config.json`` and weights) for a CPU forward.
+class _Dims(NamedTuple):
+    """The sizes config.json states for the draft (defaults as the engines apply them)."""
 
-    ``target`` is the target model's folder, read only for ``embed_tokens`` when the draft does not
-    carry them (as the engines do). Raises :class:`~hsdiff.errors.HsdiffError` subclasses naming
-    the file and the fix for anything the engines would refuse.
+    hidden: int
+    target_hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+    draft_vocab: int
+    aux: int
 
-    >>> draft = load_draft("fixtures/draft-smollm2", target=smollm2_dir)     # doctest: +SKIP
-    >>> draft.num_aux, draft.draft_vocab_size
-    (3, 1024)
-    """
+
+def _draft_folder(path: str | os.PathLike) -> Path:
+    """The draft's folder: ``path`` itself, or the folder of a file inside it; refuses a missing folder."""
     folder = Path(path)
     if folder.is_file():
         folder = folder.parent
     if not folder.is_dir():
         raise InputError("no such draft folder", path=folder, hint="give the folder holding the draft's config.json")
-    cfg_path = folder / "config.json"
+    return folder
+
+
+def _draft_config(cfg_path: Path) -> dict:
+    """Read config.json and decide whether it describes a draft hsdiff runs: an EAGLE-3 architecture
+    with a single layer."""
     cfg = load_config(cfg_path)
     archs = [str(a) for a in cfg.get("architectures") or []]
     if not any(a in DRAFT_ARCHITECTURES for a in archs):
@@ -194,6 +202,11 @@ def load_draft(
             "EAGLE-3 drafts (SGLang and vLLM differ on the norms of later layers)",
             path=cfg_path,
         )
+    return cfg
+
+
+def _dims(cfg: dict, cfg_path: Path) -> _Dims:
+    """Read the draft's sizes from config.json, with the engines' defaults for those left out."""
     H = _int(cfg, "hidden_size", cfg_path)
     Ht = _int(cfg, "target_hidden_size", cfg_path, H)
     nh = _int(cfg, "num_attention_heads", cfg_path)
@@ -201,12 +214,19 @@ def load_draft(
     hd = _int(cfg, "head_dim", cfg_path, H // nh)
     V = _int(cfg, "vocab_size", cfg_path)
     Vd = _int(cfg, "draft_vocab_size", cfg_path, V) if cfg.get("draft_vocab_size") is not None else V
-    k = num_aux(cfg)[0]
-    stated = stated_ids(cfg, ints_only=True)
+    return _Dims(H, Ht, nh, nkv, hd, V, Vd, num_aux(cfg)[0])
+
+
+def _supported_rotary(cfg: dict, cfg_path: Path, dims: _Dims) -> tuple[float, dict | None]:
+    """Decide whether the activation, head grouping and rotary embedding are ones hsdiff computes;
+    return the rotary theta and scaling."""
     if cfg.get("hidden_act", "silu") != "silu":
         raise ConfigError(f"hidden_act {cfg.get('hidden_act')!r} is not supported (silu only)", path=cfg_path)
-    if nh % nkv:
-        raise ConfigError(f"num_attention_heads {nh} is not a multiple of num_key_value_heads {nkv}", path=cfg_path)
+    if dims.heads % dims.kv_heads:
+        raise ConfigError(
+            f"num_attention_heads {dims.heads} is not a multiple of num_key_value_heads {dims.kv_heads}",
+            path=cfg_path,
+        )
     theta, scaling = _rope(cfg)
     if scaling is not None and scaling.get("rope_type", scaling.get("type")) != "llama3":
         raise ConfigError(
@@ -214,13 +234,27 @@ def load_draft(
             path=cfg_path,
             hint="hsdiff runs default and llama3 rotary embeddings",
         )
+    return theta, scaling
 
+
+def _raw_tensors(folder: Path, cfg: dict) -> dict[str, Any]:
+    """Every tensor in the draft's weight files under its canonical name, with the file it is in;
+    a tied ``lm_head`` is the embedding table."""
     raw: dict[str, Any] = {}
     for table in _tables(folder, "draft"):
         for name, entry in table.entries.items():
             raw[_canonical(name)] = (entry, table.path)
     if "embed_tokens.weight" in raw and "lm_head.weight" not in raw and cfg.get("tie_word_embeddings"):
         raw["lm_head.weight"] = raw["embed_tokens.weight"]
+    return raw
+
+
+def _expected_shapes(
+    raw: dict[str, Any], cfg: dict, cfg_path: Path, dims: _Dims
+) -> tuple[dict[str, tuple[int, ...]], dict[str, tuple[int, ...]]]:
+    """The shapes the engines expect of the required and of the optional tensors; the MLP width is
+    read from ``gate_proj`` when present, else from config.json."""
+    H, Ht, nh, nkv, hd, V, Vd, k = dims
     inter = raw.get("layers.0.mlp.gate_proj.weight")
     ff = (
         inter[0].shape[0]
@@ -251,6 +285,18 @@ def load_draft(
         "layers.0.self_attn.v_proj.bias": (nkv * hd,),
     }
     optional.update({f"fc_norm.{i}.weight": (Ht,) for i in range(k)})
+    return want, optional
+
+
+def _load_weights(
+    raw: dict[str, Any],
+    want: dict[str, tuple[int, ...]],
+    optional: dict[str, tuple[int, ...]],
+    folder: Path,
+    dtype: torch.dtype,
+) -> dict[str, torch.Tensor]:
+    """Refuse a draft lacking a required tensor, or holding one of the wrong shape or not floating
+    point; load the required tensors and the optional ones present, in ``dtype``."""
     missing = [n for n in want if n not in raw]
     if missing:
         shown = ", ".join(missing[:4]) + (" ..." if len(missing) > 4 else "")
@@ -269,7 +315,13 @@ def load_draft(
         if not entry.is_float:
             raise FormatError(f"draft tensor {name} is {entry.dtype}, not floating point", path=where, hint=_FIX)
         weights[name] = to_torch(entry.loader()).to(dtype)
-    d2t = None
+    return weights
+
+
+def _load_d2t(raw: dict[str, Any], dims: _Dims, folder: Path) -> torch.Tensor | None:
+    """The draft-to-target id offsets (``d2t``), checked to map into the target vocabulary; None when
+    the draft vocabulary is the target's. A smaller draft vocabulary without ``d2t`` is refused."""
+    V, Vd = dims.vocab, dims.draft_vocab
     if "d2t" in raw:
         entry, where = raw["d2t"]
         if tuple(entry.shape) != (Vd,) or entry.is_float:
@@ -280,48 +332,91 @@ def load_draft(
         mapped = torch.arange(Vd) + d2t
         if int(mapped.min()) < 0 or int(mapped.max()) >= V:
             raise FormatError("d2t maps draft ids outside the target vocabulary", path=where, hint=_FIX)
-    elif Vd != V:
+        return d2t
+    if Vd != V:
         raise FormatError(
             f"draft_vocab_size {Vd} differs from vocab_size {V} but the weights carry no d2t map",
             path=folder,
             hint=_FIX,
         )
-    known = set(want) | set(optional) | {"d2t", "t2d"}
+    return None
+
+
+def _ignored_warnings(raw: dict[str, Any], known: Collection[str], folder: Path) -> list[str]:
+    """A warning naming the tensors in the files that the engines do not load (none if all are)."""
     extra = sorted(n for n in raw if n not in known)
-    warns = [f"{folder}: tensors the engines do not load were ignored: {', '.join(extra[:5])}"] if extra else []
+    return [f"{folder}: tensors the engines do not load were ignored: {', '.join(extra[:5])}"] if extra else []
+
+
+def _embeddings(
+    weights: dict[str, torch.Tensor],
+    target: str | os.PathLike | TargetHead | None,
+    dims: _Dims,
+    folder: Path,
+    dtype: torch.dtype,
+) -> str:
+    """Where the token embeddings come from: the draft's own, else the target's (added to
+    ``weights`` after checking their shape); a draft without them needs ``target``."""
+    if "embed_tokens.weight" in weights:
+        return "draft"
+    if target is None:
+        raise InputError(
+            "the draft carries no embed_tokens; the engines take the target's",
+            path=folder,
+            hint="give the target model's folder (`target=DIR`)",
+            options=("target",),
+        )
+    head = target if isinstance(target, TargetHead) else load_target_head(target, dtype=dtype)
+    if tuple(head.embed.shape) != (dims.vocab, dims.hidden):
+        raise FormatError(
+            f"target embeddings have shape {list(head.embed.shape)}, the draft needs [{dims.vocab}, {dims.hidden}]",
+            path=head.path,
+            hint="give the target the draft was trained for",
+        )
+    weights["embed_tokens.weight"] = head.embed.to(dtype)
+    return head.path
+
+
+def load_draft(
+    path: str | os.PathLike, target: str | os.PathLike | TargetHead | None = None, dtype: torch.dtype = torch.float32
+) -> Draft:
+    """Load the draft in ``path`` (a folder with ``config.json`` and weights) for a CPU forward.
+
+    ``target`` is the target model's folder, read only for ``embed_tokens`` when the draft does not
+    carry them (as the engines do). Raises :class:`~hsdiff.errors.HsdiffError` subclasses naming
+    the file and the fix for anything the engines would refuse.
+
+    >>> draft = load_draft("fixtures/draft-smollm2", target=smollm2_dir)     # doctest: +SKIP
+    >>> draft.num_aux, draft.draft_vocab_size
+    (3, 1024)
+    """
+    folder = _draft_folder(path)
+    cfg_path = folder / "config.json"
+    cfg = _draft_config(cfg_path)
+    dims = _dims(cfg, cfg_path)
+    stated = stated_ids(cfg, ints_only=True)
+    theta, scaling = _supported_rotary(cfg, cfg_path, dims)
+    raw = _raw_tensors(folder, cfg)
+    want, optional = _expected_shapes(raw, cfg, cfg_path, dims)
+    weights = _load_weights(raw, want, optional, folder, dtype)
+    d2t = _load_d2t(raw, dims, folder)
+    warns = _ignored_warnings(raw, set(want) | set(optional) | {"d2t", "t2d"}, folder)
     if cfg.get("norm_output"):
         raise ConfigError("norm_output drafts are not supported", path=cfg_path)
-    emb_from = "draft"
-    if "embed_tokens.weight" not in weights:
-        if target is None:
-            raise InputError(
-                "the draft carries no embed_tokens; the engines take the target's",
-                path=folder,
-                hint="give the target model's folder (`target=DIR`)",
-                options=("target",),
-            )
-        head = target if isinstance(target, TargetHead) else load_target_head(target, dtype=dtype)
-        if tuple(head.embed.shape) != (V, H):
-            raise FormatError(
-                f"target embeddings have shape {list(head.embed.shape)}, the draft needs [{V}, {H}]",
-                path=head.path,
-                hint="give the target the draft was trained for",
-            )
-        weights["embed_tokens.weight"] = head.embed.to(dtype)
-        emb_from = head.path
+    emb_from = _embeddings(weights, target, dims, folder, dtype)
     return Draft(
         path=str(folder),
-        hidden_size=H,
-        target_hidden_size=Ht,
-        num_aux=k,
-        num_heads=nh,
-        num_kv_heads=nkv,
-        head_dim=hd,
+        hidden_size=dims.hidden,
+        target_hidden_size=dims.target_hidden,
+        num_aux=dims.aux,
+        num_heads=dims.heads,
+        num_kv_heads=dims.kv_heads,
+        head_dim=dims.head_dim,
         rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
         rope_theta=theta,
         rope_scaling=scaling,
-        vocab_size=V,
-        draft_vocab_size=Vd,
+        vocab_size=dims.vocab,
+        draft_vocab_size=dims.draft_vocab,
         layer_ids=None if stated is None else tuple(stated[1]),
         weights=weights,
         d2t=d2t,
