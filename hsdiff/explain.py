@@ -161,118 +161,174 @@ def _cause(
     label_offset: int | None,
     claim_src: str,
 ) -> str:
-    engine = recommended.engine
-    title = conv.rule(engine).title
+    """The cause of the comparison, in words, from the diagnosis: the finding's own sentence, then what stays open."""
+    title = conv.rule(recommended.engine).title
     bs = [r.boundary_index for r in results]
-    parts: list[str] = []
     kind = diagnosis.kind
     if kind == Finding.NO_MATCH:
-        closest = [r.runner_up for r in results if r.runner_up is not None]
-        best = min((c.metrics.rel_err for c in closest), default=float("inf"))
-        if diagnosis.miss is not None and configured is not None:
-            return _miss(diagnosis.miss, configured, results, title, L)
-        shift = diagnosis.offset
-        if shift and configured is not None:  # an offset from the labels is always against a configuration
-            cfg = list(configured.boundary_indices)
-            return (
-                f"Every slot is captured {layers_in_words(shift)} too {'deep' if shift > 0 else 'shallow'}: the "
-                f"configured ids {list(configured.ids)} make {title} capture B{cfg}, but the training labels "
-                f"({claim_src}) say B{_bl(bs)}. No capture equals a training slot by value (closest error "
-                f"{pct(best)}, what neighbouring layers differ by), so the recommendation follows the training labels."
-            )
-        top = min(closest, key=lambda c: c.metrics.rel_err, default=None)
-        seen = "" if top is None else f", norm ratio {top.metrics.norm_ratio:.2f}, cosine {top.metrics.cosine:.2f}"
-        return (
-            f"No inference capture equals any training slot (closest error {pct(best)}{seen}): the two sides hold "
-            "different tensors. Check post-norm vs pre-norm (HF's last hidden state has the final norm applied; a "
-            "norm ratio far from 1), that both ran the same weights, and that the same sample was replayed (a low "
-            "cosine)."
-        )
+        return _cause_no_match(diagnosis, results, configured, L, title, claim_src)
     if kind == Finding.UNSERVABLE:  # no id list serves the training slots: that is the cause, whatever is configured
         return " ".join(recommended.unservable)
+    parts: list[str] = []
     if configured is not None:
-        cfg = list(configured.boundary_indices)
-        ids = list(configured.ids)
         if kind == Finding.MATCH:
-            return (
-                f"The configured ids {ids} make {title} capture {boundary_list(cfg, L)}, exactly the training slots."
-                + _consistent(results)
-            )
+            return _cause_match(results, configured, L, title)
         if kind == Finding.LAYER_SHIFT:
-            d = diagnosis.offset or 0
-            word = "late" if d > 0 else "early"
-            why = ""
-            r = conv.rule(engine)
-            if d == 1 and r.index == conv.OUTPUT:
-                why = f" — the ids were written as boundary indices, but {title} reads them as layer outputs and adds 1"
-            elif d == -1 and r.index == conv.BOUNDARY:
-                why = f" — the ids were written as layer-output indices, but {title} uses them as boundary indices"
-            parts.append(
-                f"Every slot is captured {layers_in_words(d)} too {word}: {title} takes {boundary_list(cfg, L)} "
-                f"where training used {boundary_list(bs, L)}{why}."
-            )
+            parts.append(_cause_layer_shift(diagnosis, bs, configured, L, recommended))
         elif kind == Finding.SLOT_SHIFT:
-            shift = diagnosis.offset or 0
-            missing = list(diagnosis.missing)
-            parts.append(
-                f"The configured ids {ids} are shifted by {shift} slot{'s' if shift > 1 else ''}: {title} captures "
-                f"{boundary_list(cfg, L)}, so slot 0 receives {conv.name_boundary(cfg[0], L)} "
-                f"while training slot 0 was {conv.name_boundary(bs[0], L)}"
-                + (f", and {boundary_list(missing, L)} is never captured." if missing else ".")
-            )
+            parts.append(_cause_slot_shift(diagnosis, bs, configured, L, title))
         elif kind == Finding.SLOTS_DIFFER:
-            bad = [r for r in results if r.slot in diagnosis.slots]
-            parts.append(
-                "Training slot"
-                + ("s " if len(bad) > 1 else " ")
-                + ", ".join(
-                    f"{r.slot} ({'not identified' if r.boundary_index is None else f'B{r.boundary_index}'})"
-                    for r in bad
-                )
-                + f" {'are' if len(bad) > 1 else 'is'} not what {title} captures "
-                f"with ids {ids} ({boundary_list(cfg, L)}): " + bad[0].against_config + "."
-            )
+            parts.append(_cause_slots_differ(diagnosis, results, configured, L, title))
     if kind == Finding.IDENTIFIED:
         return f"Every training slot was identified by value: B{_bl(bs)}."
-    if verdict == Verdict.INCONCLUSIVE or (
-        verdict == Verdict.MISMATCH and (not parts or any(r.status == Status.AMBIGUOUS for r in results))
-    ):
-        open_ = [
-            r
-            for r in results
-            if r.evidence != Evidence.CONSISTENT
-            and (r.boundary_index is None or r.status in (Status.UNVERIFIED, Status.AMBIGUOUS))
-        ]
-        parts.append(_consistent(results).strip())
-        inferred = [r for r in results if r.evidence == Evidence.INFERRED]
-        if inferred and configured is None:
-            many = len(inferred) > 1
-            parts.append(
-                f"Slot{'s' if many else ''} {', '.join(str(r.slot) for r in inferred)} "
-                f"{'rest' if many else 'rests'} on "
-                f"the training labels alone (B{_bl([r.boundary_index for r in inferred])}, {claim_src}): no capture "
-                f"identified {'them' if many else 'it'} by value; pass --layer-ids (the ids the engine ran with) to "
-                "label the captures."
-            )
-        if open_:
-            parts.append(
-                "The evidence does not settle slot"
-                + ("s " if len(open_) > 1 else " ")
-                + ", ".join(str(r.slot) for r in open_)
-                + ": "
-                + "; ".join(r.note for r in open_[:2])
-                + "."
-            )
+    if _left_open(verdict, parts, results):
+        parts += _open_parts(results, configured, claim_src)
     if label_offset:
-        r0 = next(
-            (r for r in results if r.evidence == Evidence.OBSERVED and r.claimed_boundary is not None), results[0]
-        )
-        parts.append(
-            f"The training side's own labels ({claim_src}) are {layers_in_words(label_offset)} off the values: what "
-            f"they call B{r0.claimed_boundary} matches the capture labelled B{r0.boundary_index}."
-        )
+        parts.append(_label_offset_part(results, label_offset, claim_src))
     parts = [p for p in parts if p]
     return " ".join(parts) if parts else "See the per-slot notes."
+
+
+def _cause_no_match(
+    diagnosis: Diagnosis,
+    results: Sequence[SlotResult],
+    configured: Configured | None,
+    L: int | None,
+    title: str,
+    claim_src: str,
+) -> str:
+    """No capture equals a training slot: a consistent miss, an offset the labels show, or different tensors."""
+    bs = [r.boundary_index for r in results]
+    closest = [r.runner_up for r in results if r.runner_up is not None]
+    best = min((c.metrics.rel_err for c in closest), default=float("inf"))
+    if diagnosis.miss is not None and configured is not None:
+        return _miss(diagnosis.miss, configured, results, title, L)
+    shift = diagnosis.offset
+    if shift and configured is not None:  # an offset from the labels is always against a configuration
+        cfg = list(configured.boundary_indices)
+        return (
+            f"Every slot is captured {layers_in_words(shift)} too {'deep' if shift > 0 else 'shallow'}: the "
+            f"configured ids {list(configured.ids)} make {title} capture B{cfg}, but the training labels "
+            f"({claim_src}) say B{_bl(bs)}. No capture equals a training slot by value (closest error "
+            f"{pct(best)}, what neighbouring layers differ by), so the recommendation follows the training labels."
+        )
+    top = min(closest, key=lambda c: c.metrics.rel_err, default=None)
+    seen = "" if top is None else f", norm ratio {top.metrics.norm_ratio:.2f}, cosine {top.metrics.cosine:.2f}"
+    return (
+        f"No inference capture equals any training slot (closest error {pct(best)}{seen}): the two sides hold "
+        "different tensors. Check post-norm vs pre-norm (HF's last hidden state has the final norm applied; a "
+        "norm ratio far from 1), that both ran the same weights, and that the same sample was replayed (a low "
+        "cosine)."
+    )
+
+
+def _cause_match(results: Sequence[SlotResult], configured: Configured, L: int | None, title: str) -> str:
+    """The configured ids capture exactly the training slots."""
+    cfg = list(configured.boundary_indices)
+    return (
+        f"The configured ids {list(configured.ids)} make {title} capture {boundary_list(cfg, L)}, exactly the "
+        "training slots." + _consistent(results)
+    )
+
+
+def _cause_layer_shift(
+    diagnosis: Diagnosis, bs: list[int | None], configured: Configured, L: int | None, recommended: Recommendation
+) -> str:
+    """Every slot is captured the same number of layers off, and whether the engine's id convention explains it."""
+    r = conv.rule(recommended.engine)
+    title = r.title
+    cfg = list(configured.boundary_indices)
+    d = diagnosis.offset or 0
+    word = "late" if d > 0 else "early"
+    why = ""
+    if d == 1 and r.index == conv.OUTPUT:
+        why = f" — the ids were written as boundary indices, but {title} reads them as layer outputs and adds 1"
+    elif d == -1 and r.index == conv.BOUNDARY:
+        why = f" — the ids were written as layer-output indices, but {title} uses them as boundary indices"
+    return (
+        f"Every slot is captured {layers_in_words(d)} too {word}: {title} takes {boundary_list(cfg, L)} "
+        f"where training used {boundary_list(bs, L)}{why}."
+    )
+
+
+def _cause_slot_shift(
+    diagnosis: Diagnosis, bs: list[int | None], configured: Configured, L: int | None, title: str
+) -> str:
+    """The configured ids are the training slots moved along by whole slots, and which boundary is never captured."""
+    cfg = list(configured.boundary_indices)
+    shift = diagnosis.offset or 0
+    missing = list(diagnosis.missing)
+    return (
+        f"The configured ids {list(configured.ids)} are shifted by {shift} slot{'s' if shift > 1 else ''}: {title} "
+        f"captures {boundary_list(cfg, L)}, so slot 0 receives {conv.name_boundary(cfg[0], L)} "
+        f"while training slot 0 was {conv.name_boundary(bs[0], L)}"
+        + (f", and {boundary_list(missing, L)} is never captured." if missing else ".")
+    )
+
+
+def _cause_slots_differ(
+    diagnosis: Diagnosis, results: Sequence[SlotResult], configured: Configured, L: int | None, title: str
+) -> str:
+    """Some training slots are not what the configured ids capture: which ones, and the first one's reason."""
+    cfg = list(configured.boundary_indices)
+    bad = [r for r in results if r.slot in diagnosis.slots]
+    return (
+        "Training slot"
+        + ("s " if len(bad) > 1 else " ")
+        + ", ".join(
+            f"{r.slot} ({'not identified' if r.boundary_index is None else f'B{r.boundary_index}'})" for r in bad
+        )
+        + f" {'are' if len(bad) > 1 else 'is'} not what {title} captures "
+        f"with ids {list(configured.ids)} ({boundary_list(cfg, L)}): " + bad[0].against_config + "."
+    )
+
+
+def _left_open(verdict: Verdict, parts: list[str], results: Sequence[SlotResult]) -> bool:
+    """Whether the cause must say what the evidence leaves open: an inconclusive verdict, or a mismatch that no
+    finding explains or that has an ambiguous slot."""
+    return verdict == Verdict.INCONCLUSIVE or (
+        verdict == Verdict.MISMATCH and (not parts or any(r.status == Status.AMBIGUOUS for r in results))
+    )
+
+
+def _open_parts(results: Sequence[SlotResult], configured: Configured | None, claim_src: str) -> list[str]:
+    """What the evidence leaves open: slots resting on the training labels alone, and slots it does not settle."""
+    open_ = [
+        r
+        for r in results
+        if r.evidence != Evidence.CONSISTENT
+        and (r.boundary_index is None or r.status in (Status.UNVERIFIED, Status.AMBIGUOUS))
+    ]
+    parts = [_consistent(results).strip()]
+    inferred = [r for r in results if r.evidence == Evidence.INFERRED]
+    if inferred and configured is None:
+        many = len(inferred) > 1
+        parts.append(
+            f"Slot{'s' if many else ''} {', '.join(str(r.slot) for r in inferred)} "
+            f"{'rest' if many else 'rests'} on "
+            f"the training labels alone (B{_bl([r.boundary_index for r in inferred])}, {claim_src}): no capture "
+            f"identified {'them' if many else 'it'} by value; pass --layer-ids (the ids the engine ran with) to "
+            "label the captures."
+        )
+    if open_:
+        parts.append(
+            "The evidence does not settle slot"
+            + ("s " if len(open_) > 1 else " ")
+            + ", ".join(str(r.slot) for r in open_)
+            + ": "
+            + "; ".join(r.note for r in open_[:2])
+            + "."
+        )
+    return parts
+
+
+def _label_offset_part(results: Sequence[SlotResult], label_offset: int, claim_src: str) -> str:
+    """The training side's own labels are a whole number of layers off the values they were compared by."""
+    r0 = next((r for r in results if r.evidence == Evidence.OBSERVED and r.claimed_boundary is not None), results[0])
+    return (
+        f"The training side's own labels ({claim_src}) are {layers_in_words(label_offset)} off the values: what "
+        f"they call B{r0.claimed_boundary} matches the capture labelled B{r0.boundary_index}."
+    )
 
 
 def _miss(m: Miss, configured: Configured, results: Sequence[SlotResult], title: str, L: int | None) -> str:

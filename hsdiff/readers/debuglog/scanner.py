@@ -13,7 +13,7 @@ import re
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import IO
+from typing import IO, Any
 
 import numpy as np
 
@@ -126,129 +126,228 @@ def _looks_numeric(s: str, i: int) -> bool:
 
 def scan_records(lines: Lines, warnings: list[str], rel: str) -> Iterator[Record]:
     """Yield one record per log line (joining continuation lines of multi-line prints)."""
-    prev_text = ""
-    prev_line = -10
+    prev: tuple[str, int] = ("", -10)
     while True:
         got = lines.next()
         if got is None:
             return
-        no, text, cut = got
-        rec = Record(no, text)
-        out_text: list[str] = []
-        pos = 0
-        seg = 0  # where the text before the next print starts (the end of the previous print)
-        list_ctx: tuple[int, str, int] | None = None  # (list start, label, next index)
-        while True:
-            m = _START.search(text, pos)
-            if m is None:
-                out_text.append(text[pos:])
-                break
-            start = m.start()
-            bracket = m.end() - 1 if m.group() == "[" else m.end()
-            kind = "list" if m.group() == "[" else ("array" if m.group().startswith("array") else "tensor")
-            if kind != "list" and (bracket >= len(text) or text[bracket] != "["):
-                # a scalar tensor such as tensor(12.5, device='cuda:0'): keep it as label text
-                out_text.append(text[pos : m.end()])
-                pos = m.end()
-                continue
-            if kind == "list" and re.match(r"\[\s*(?:tensor|array)\(", text[bracket:]):
-                # a printed Python list of tensors: its items are slots in list order
-                list_ctx = (bracket, text[pos:bracket], 0)
-                out_text.append(text[pos:bracket])
-                pos = bracket + 1
-                continue
-            if not _looks_numeric(text, bracket):
-                nxt = bracket + 1
-                while nxt < len(text) and text[nxt] == "[":  # a run of brackets: skip it whole
-                    nxt += 1
-                out_text.append(text[pos:nxt])
-                pos = nxt
-                continue
-            joined, complete = text, True
-            consumed: list[tuple[int, str, bool]] = []
-            try:
-                try:
-                    items, end, is_float = parse_list(text, bracket)
-                except Incomplete:
-                    if cut or no <= lines.no_join_through:
-                        raise  # (a failed join is not retried from every line it covered)
-                    joined, consumed, complete = _join(lines, text, bracket)
-                    items, end, is_float = parse_list(joined, bracket)
-            except Invalid:
-                if consumed:
-                    lines.no_join_through = max(lines.no_join_through, consumed[-1][0])
-                    lines.push_front(consumed)
-                out_text.append(text[pos : bracket + 1])
-                pos = bracket + 1
-                continue
-            except Incomplete:
-                if consumed:
-                    lines.no_join_through = max(lines.no_join_through, consumed[-1][0])
-                    lines.push_front(consumed)
-                if cut:
-                    warnings.append(
-                        f"{rel}:{no}: a printed tensor is cut off by the {lines.max_line >> 20} MiB line limit; "
-                        "its values were not used"
-                    )
-                elif not complete:
-                    warnings.append(
-                        f"{rel}:{no}: a printed tensor never closes its brackets (the log ends or other lines "
-                        "interrupt it); its values were not used"
-                    )
-                out_text.append(text[pos:])
-                break
-            if consumed:
-                # the print may end before the last joined line: give the rest back
-                k, _ = _locate([text] + [c[1] for c in consumed], end)
-                if k < len(consumed):
-                    lines.push_front(consumed[k:])
-                    consumed = consumed[:k]
-                joined = "\n".join([text] + [c[1] for c in consumed])
-            if kind != "list" and re.fullmatch(r"\s*,\s*", joined[end:]):
-                ahead = lines.peek()
-                if ahead is not None and _KWARGS_CONT.match(ahead[1]):
-                    lines.next()
-                    consumed.append(ahead)
-                    joined = joined + "\n" + ahead[1]
-            dtype = None
-            if kind != "list":
-                dtype, end = _tensor_kwargs(joined, end)
-            g = grid(items)
-            prefix = text[seg:start]
-            if g is not None:
-                vals, rows, cols, summarised = g
-                p = Print(vals, rows, cols, summarised, is_float, no, kind, prefix, dtype)
-                if list_ctx is not None:
-                    p.list_index, p.list_label = list_ctx[2], list_ctx[1]
-                    list_ctx = (list_ctx[0], list_ctx[1], list_ctx[2] + 1)
-                rec.prints.append(p)
-            out_text.append(text[pos:start] + (" <printed> " if is_float else joined[start:end]))
-            if consumed:
-                # continue scanning on the last physical line of the print
-                k, off = _locate([text] + [c[1] for c in consumed], end)
-                _, last_text, cut = consumed[k - 1] if k else (no, text, cut)
-                text, pos = last_text, off
-                seg = pos if is_float else 0
-            else:
-                pos = end
-                if is_float:
-                    seg = pos
-            if list_ctx is not None:
-                mm = re.match(r"\s*,\s*", text[pos:])
-                if mm and re.match(r"(?:tensor|array)\(", text[pos + mm.end() :]):
-                    pos += mm.end()
-                elif mm is None and text[pos : pos + 1] == "]":
-                    pos += 1
-                    list_ctx = None
-        rec.text = "".join(out_text)
-        floats = [p for p in rec.prints if p.is_float]
-        if floats and (no - prev_line) <= 2 and not has_words(floats[0].prefix):
-            rec.header = prev_text
-        if not floats:
-            prev_text, prev_line = rec.text, no
-        else:
-            prev_text, prev_line = "", -10
+        rec = _scan_record(lines, got, warnings, rel)
+        prev = _attach_header(rec, prev)
         yield rec
+
+
+@dataclass
+class _Cursor:
+    """Where the scan of one record stands: its physical line, the offset in it, and the text kept so far."""
+
+    no: int  # the record's first line number (prints and warnings are reported there)
+    text: str  # the physical line being scanned (the last line of a multi-line print once past it)
+    cut: bool  # whether that line was cut off at the line limit
+    pos: int = 0
+    seg: int = 0  # where the text before the next print starts (the end of the previous print)
+    list_ctx: tuple[int, str, int] | None = None  # (list start, label, next index)
+    out: list[str] = field(default_factory=list)
+    done: bool = False
+
+
+@dataclass
+class _Parsed:
+    """A print parsed from the text: its items, where it ends in ``joined``, and the lines joined to read it."""
+
+    items: list[Any]
+    end: int
+    is_float: bool
+    joined: str
+    consumed: list[tuple[int, str, bool]]
+
+
+def _scan_record(lines: Lines, got: tuple[int, str, bool], warnings: list[str], rel: str) -> Record:
+    """Read one record from a physical line: its text with the numeric prints cut out, and the prints parsed."""
+    no, text, cut = got
+    rec = Record(no, text)
+    cur = _Cursor(no, text, cut)
+    while not cur.done:
+        m = _START.search(cur.text, cur.pos)
+        if m is None:
+            cur.out.append(cur.text[cur.pos :])
+            break
+        if _skip_non_print(cur, m):
+            continue
+        parsed = _parse_print(lines, cur, _opening(m)[0], warnings, rel)
+        if parsed is None:
+            continue
+        _take_print(lines, cur, rec, m, parsed)
+    rec.text = "".join(cur.out)
+    return rec
+
+
+def _opening(m: re.Match[str]) -> tuple[int, str]:
+    """Where the opening ``[`` of a matched print start is, and which kind of print it opens."""
+    bracket = m.end() - 1 if m.group() == "[" else m.end()
+    kind = "list" if m.group() == "[" else ("array" if m.group().startswith("array") else "tensor")
+    return bracket, kind
+
+
+def _skip_non_print(cur: _Cursor, m: re.Match[str]) -> bool:
+    """Decide whether the match is not a numeric print (a scalar tensor, a list of tensors, a bracketed word).
+
+    If so, keep its text as label text, move past it and return True.
+    """
+    text, pos = cur.text, cur.pos
+    bracket, kind = _opening(m)
+    if kind != "list" and (bracket >= len(text) or text[bracket] != "["):
+        # a scalar tensor such as tensor(12.5, device='cuda:0'): keep it as label text
+        cur.out.append(text[pos : m.end()])
+        cur.pos = m.end()
+        return True
+    if kind == "list" and re.match(r"\[\s*(?:tensor|array)\(", text[bracket:]):
+        # a printed Python list of tensors: its items are slots in list order
+        cur.list_ctx = (bracket, text[pos:bracket], 0)
+        cur.out.append(text[pos:bracket])
+        cur.pos = bracket + 1
+        return True
+    if not _looks_numeric(text, bracket):
+        nxt = bracket + 1
+        while nxt < len(text) and text[nxt] == "[":  # a run of brackets: skip it whole
+            nxt += 1
+        cur.out.append(text[pos:nxt])
+        cur.pos = nxt
+        return True
+    return False
+
+
+def _parse_print(lines: Lines, cur: _Cursor, bracket: int, warnings: list[str], rel: str) -> _Parsed | None:
+    """Parse the print opening at ``bracket``, joining the following lines while its brackets are open.
+
+    None if it cannot be read: text that is not a list of numbers is kept and the scan goes on past its
+    ``[``; a print that never closes ends the record's scan (with a warning when it was cut off or left open).
+    The lines joined for a print that could not be read are given back.
+    """
+    text, no, cut = cur.text, cur.no, cur.cut
+    joined, complete = text, True
+    consumed: list[tuple[int, str, bool]] = []
+    try:
+        try:
+            items, end, is_float = parse_list(text, bracket)
+        except Incomplete:
+            if cut or no <= lines.no_join_through:
+                raise  # (a failed join is not retried from every line it covered)
+            joined, consumed, complete = _join(lines, text, bracket)
+            items, end, is_float = parse_list(joined, bracket)
+    except Invalid:
+        _give_back(lines, consumed)
+        cur.out.append(text[cur.pos : bracket + 1])
+        cur.pos = bracket + 1
+        return None
+    except Incomplete:
+        _give_back(lines, consumed)
+        if cut:
+            warnings.append(
+                f"{rel}:{no}: a printed tensor is cut off by the {lines.max_line >> 20} MiB line limit; "
+                "its values were not used"
+            )
+        elif not complete:
+            warnings.append(
+                f"{rel}:{no}: a printed tensor never closes its brackets (the log ends or other lines "
+                "interrupt it); its values were not used"
+            )
+        cur.out.append(text[cur.pos :])
+        cur.done = True
+        return None
+    return _Parsed(items, end, is_float, joined, consumed)
+
+
+def _give_back(lines: Lines, consumed: list[tuple[int, str, bool]]) -> None:
+    """Return the lines joined for an unreadable print, and mark them as already tried as a print's body."""
+    if consumed:
+        lines.no_join_through = max(lines.no_join_through, consumed[-1][0])
+        lines.push_front(consumed)
+
+
+def _take_print(lines: Lines, cur: _Cursor, rec: Record, m: re.Match[str], parsed: _Parsed) -> None:
+    """Add a parsed print to the record, keep the text around it, and move the scan past it."""
+    start = m.start()
+    kind = _opening(m)[1]
+    text = cur.text
+    joined, consumed, end = _trim_join(lines, text, kind, parsed)
+    dtype = None
+    if kind != "list":
+        dtype, end = _tensor_kwargs(joined, end)
+    g = grid(parsed.items)
+    if g is not None:
+        vals, rows, cols, summarised = g
+        p = Print(vals, rows, cols, summarised, parsed.is_float, cur.no, kind, text[cur.seg : start], dtype)
+        if cur.list_ctx is not None:
+            ctx = cur.list_ctx
+            p.list_index, p.list_label = ctx[2], ctx[1]
+            cur.list_ctx = (ctx[0], ctx[1], ctx[2] + 1)
+        rec.prints.append(p)
+    cur.out.append(text[cur.pos : start] + (" <printed> " if parsed.is_float else joined[start:end]))
+    _move_past(cur, consumed, end, parsed.is_float)
+    _step_list(cur)
+
+
+def _trim_join(lines: Lines, text: str, kind: str, parsed: _Parsed) -> tuple[str, list[tuple[int, str, bool]], int]:
+    """The joined text the print was read from, cut to the lines it spans, plus a tensor's keyword line.
+
+    Lines joined past the print's end are given back; a tensor whose values end in ``,`` takes the next
+    line when that line carries its keyword arguments (``device=``, ``dtype=`` ...).
+    """
+    joined, consumed, end = parsed.joined, parsed.consumed, parsed.end
+    if consumed:
+        # the print may end before the last joined line: give the rest back
+        k, _ = _locate([text] + [c[1] for c in consumed], end)
+        if k < len(consumed):
+            lines.push_front(consumed[k:])
+            consumed = consumed[:k]
+        joined = "\n".join([text] + [c[1] for c in consumed])
+    if kind != "list" and re.fullmatch(r"\s*,\s*", joined[end:]):
+        ahead = lines.peek()
+        if ahead is not None and _KWARGS_CONT.match(ahead[1]):
+            lines.next()
+            consumed.append(ahead)
+            joined = joined + "\n" + ahead[1]
+    return joined, consumed, end
+
+
+def _move_past(cur: _Cursor, consumed: list[tuple[int, str, bool]], end: int, is_float: bool) -> None:
+    """Move the scan to just after the print: on the last physical line it spans, if it spans several."""
+    if consumed:
+        # continue scanning on the last physical line of the print
+        k, off = _locate([cur.text] + [c[1] for c in consumed], end)
+        _, last_text, cur.cut = consumed[k - 1] if k else (cur.no, cur.text, cur.cut)
+        cur.text, cur.pos = last_text, off
+        cur.seg = cur.pos if is_float else 0
+    else:
+        cur.pos = end
+        if is_float:
+            cur.seg = cur.pos
+
+
+def _step_list(cur: _Cursor) -> None:
+    """Inside a printed list of tensors, step over the ``,`` before the next item, or leave at the closing ``]``."""
+    if cur.list_ctx is None:
+        return
+    text, pos = cur.text, cur.pos
+    mm = re.match(r"\s*,\s*", text[pos:])
+    if mm and re.match(r"(?:tensor|array)\(", text[pos + mm.end() :]):
+        cur.pos += mm.end()
+    elif mm is None and text[pos : pos + 1] == "]":
+        cur.pos += 1
+        cur.list_ctx = None
+
+
+def _attach_header(rec: Record, prev: tuple[str, int]) -> tuple[str, int]:
+    """Give a record of float prints with no words before them the plain line just before it as its header.
+
+    ``prev`` is the text and line number of the last record without float prints (within two lines counts);
+    returns the same for the next record.
+    """
+    prev_text, prev_line = prev
+    floats = [p for p in rec.prints if p.is_float]
+    if floats and (rec.line - prev_line) <= 2 and not has_words(floats[0].prefix):
+        rec.header = prev_text
+    return (rec.text, rec.line) if not floats else ("", -10)
 
 
 def _locate(parts: list[str], end: int) -> tuple[int, int]:
