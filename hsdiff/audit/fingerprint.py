@@ -358,23 +358,9 @@ def list_files(root_url: str) -> tuple[list[tuple[str, str]], dict | None]:
     import re
 
     fs, root = _fs(root_url)
-    skip = {
-        ".json",
-        ".jsonl",
-        ".md",
-        ".py",
-        ".sh",
-        ".yaml",
-        ".yml",
-        ".toml",
-        ".cfg",
-        ".lock",
-        ".png",
-        ".csv",
-        ".ipynb",
-        ".txt",
-        ".log",
-    }
+    from ..readers import SKIP_SUFFIXES
+
+    skip = SKIP_SUFFIXES | {".txt", ".log"}  # an audit reads training data, never text or logs
 
     def natural(name: str) -> tuple:
         return tuple((0, int(p), "") if p.isdecimal() else (1, 0, p) for p in re.split(r"(\d+)", name))

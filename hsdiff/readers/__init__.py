@@ -57,7 +57,8 @@ __all__ = [
 
 log = logging.getLogger("hsdiff.readers")
 
-_SKIP_SUFFIXES = {
+#: Suffixes of files no reader looks into when scanning a folder (configs, text, code, pictures).
+SKIP_SUFFIXES = {
     ".json",
     ".jsonl",
     ".md",
@@ -225,7 +226,7 @@ def scan(
         files = [
             p
             for p in _walk(root)
-            if (p.suffix.lower() not in _SKIP_SUFFIXES or p.name == "config.json" or _dataset(p, None) is not None)
+            if (p.suffix.lower() not in SKIP_SUFFIXES or p.name == "config.json" or _dataset(p, None) is not None)
             and p.name not in speculators.PROVENANCE_FILES
         ]
         explicit = False
