@@ -8,12 +8,12 @@ import math
 from collections import defaultdict
 from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from enum import Enum
 
 import numpy as np
 
 from .. import align
 from ..arrays import lower_median
+from ..enums import StrEnum
 from ..largedump import NormsRead, PairKey, SampleCache, TrainSlot, score_many, sketch, sketch_all
 from ..largedump.rows import RowStats, chunks, extent, read, source
 from ..model import Candidate, Capture, Metrics, NormCheck, PrintedEvidence, Score, best_of, ranked
@@ -57,7 +57,7 @@ SKETCH_TOKENS = 64
 VERIFY_LAYERS = 3
 
 
-class Strategy(str, Enum):
+class Strategy(StrEnum):
     """How the pairs of a comparison are scored."""
 
     EACH = "each"  # every token of every pair, pair by pair (small dumps)
