@@ -114,6 +114,10 @@ def prediction_text(prediction: PredictedAcceptance) -> str:
         f"own token included; reference: {prediction.reference})"
     )
     lines = [head, prediction.table(), prediction.summary()]
+    if prediction.norms:
+        lines.append(f"draft norms (EAGLE-3.1): {', '.join(prediction.norms)}")
+    if prediction.scales is not None and prediction.scales.differ:
+        lines.append(prediction.scales.words())
     lines += [f"warning: {w}" for w in prediction.warnings]
     return "\n".join(lines)
 

@@ -34,6 +34,7 @@ import torch
 from ..arrays import to_torch
 from ..configs import load_config, num_aux, stated_ids
 from ..errors import ConfigError, FormatError, InputError
+from ..rules.kinds import DRAFT_NORMS, MISSING_NORM_WEIGHT, draft_norms
 
 __all__ = ["Draft", "TargetHead", "load_draft", "load_target_head", "DRAFT_ARCHITECTURES"]
 
@@ -76,6 +77,7 @@ class Draft:
     d2t: torch.Tensor | None = field(default=None, repr=False)
     norm_before_fc: bool = False
     fc_norm: bool = False
+    norm_output: bool = False  # the hidden state fed back from the second step on is the post-norm one
     norm_before_residual: bool = False
     embeddings_from: str = "draft"
     warnings: tuple[str, ...] = ()
@@ -288,6 +290,32 @@ def _expected_shapes(
     return want, optional
 
 
+def _norm_weights(
+    norms: dict[str, bool],
+    engine: str | None,
+    want: dict[str, tuple[int, ...]],
+    optional: dict[str, tuple[int, ...]],
+    raw: dict[str, Any],
+    k: int,
+    cfg_path: Path,
+) -> None:
+    """Move the weights of the EAGLE-3.1 norms the config switches on from ``optional`` to ``want`` (refused
+    when the checkpoint lacks them), and drop those of norms it leaves off: the engines do not load them."""
+    for n in DRAFT_NORMS.get(engine or "", DRAFT_NORMS["sglang"]):
+        names = [n.weights.format(i=i) for i in range(k if "{i}" in n.weights else 1)] if n.weights else []
+        for name in names:
+            shape = optional.pop(name)
+            if norms[n.name]:
+                want[name] = shape
+        lacking = [x for x in names if x not in raw]
+        if norms[n.name] and lacking:
+            raise FormatError(
+                f"the config switches {n.name} on but the weights lack {lacking[0]}: {MISSING_NORM_WEIGHT}",
+                path=cfg_path,
+                hint=f"export the draft with its {n.name} weights, or set {n.name} false if it was trained without",
+            )
+
+
 def _load_weights(
     raw: dict[str, Any],
     want: dict[str, tuple[int, ...]],
@@ -378,13 +406,18 @@ def _embeddings(
 
 
 def load_draft(
-    path: str | os.PathLike, target: str | os.PathLike | TargetHead | None = None, dtype: torch.dtype = torch.float32
+    path: str | os.PathLike,
+    target: str | os.PathLike | TargetHead | None = None,
+    dtype: torch.dtype = torch.float32,
+    engine: str | None = None,
 ) -> Draft:
     """Load the draft in ``path`` (a folder with ``config.json`` and weights) for a CPU forward.
 
     ``target`` is the target model's folder, read only for ``embed_tokens`` when the draft does not
-    carry them (as the engines do). Raises :class:`~hsdiff.errors.HsdiffError` subclasses naming
-    the file and the fix for anything the engines would refuse.
+    carry them (as the engines do). The EAGLE-3.1 norms are those ``engine`` switches on from the config
+    (:data:`~hsdiff.rules.kinds.DRAFT_NORMS`; None: SGLang's reading), not those the weights happen to
+    hold. Raises :class:`~hsdiff.errors.HsdiffError` subclasses naming the file and the fix for anything
+    the engines would refuse.
 
     >>> draft = load_draft("fixtures/draft-smollm2", target=smollm2_dir)     # doctest: +SKIP
     >>> draft.num_aux, draft.draft_vocab_size
@@ -398,11 +431,11 @@ def load_draft(
     theta, scaling = _supported_rotary(cfg, cfg_path, dims)
     raw = _raw_tensors(folder, cfg)
     want, optional = _expected_shapes(raw, cfg, cfg_path, dims)
+    norms = draft_norms(cfg, engine)
+    _norm_weights(norms, engine, want, optional, raw, dims.aux, cfg_path)
     weights = _load_weights(raw, want, optional, folder, dtype)
     d2t = _load_d2t(raw, dims, folder)
     warns = _ignored_warnings(raw, set(want) | set(optional) | {"d2t", "t2d"}, folder)
-    if cfg.get("norm_output"):
-        raise ConfigError("norm_output drafts are not supported", path=cfg_path)
     emb_from = _embeddings(weights, target, dims, folder, dtype)
     return Draft(
         path=str(folder),
@@ -420,8 +453,9 @@ def load_draft(
         layer_ids=None if stated is None else tuple(stated[1]),
         weights=weights,
         d2t=d2t,
-        norm_before_fc="input_norm.weight" in weights,
-        fc_norm="fc_norm.0.weight" in weights,
+        norm_before_fc=norms["norm_before_fc"],
+        fc_norm=norms["fc_norm"],
+        norm_output=norms["norm_output"],
         norm_before_residual=bool(cfg.get("norm_before_residual")),
         embeddings_from=emb_from,
         warnings=tuple(warns),

@@ -39,7 +39,7 @@ from ..errors import AlignmentError, InputError
 from ..model import INFER, TRAIN, Capture, Dump, Report
 from .checkpoint import Draft, TargetHead, load_draft, load_target_head
 from .inputs import ReportLayers, Speculation
-from .records import PredictedAcceptance, Prediction
+from .records import PredictedAcceptance, Prediction, SlotScales
 from .run import draft_tree, prefix_pass
 
 __all__ = ["Prediction", "PredictedAcceptance", "Speculation", "predict_acceptance", "acceptance_from_tree"]
@@ -304,11 +304,11 @@ def predict_acceptance(
     your config: 1.02; recommended: 1.84; training-side ceiling: 1.86 tokens/step
     """
     tree = tree.checked()
+    rep = ReportLayers.of(report)
     head = target if isinstance(target, TargetHead) else (None if target is None else load_target_head(target, dtype))
-    d = draft if isinstance(draft, Draft) else load_draft(draft, target=head, dtype=dtype)
+    d = draft if isinstance(draft, Draft) else load_draft(draft, target=head, dtype=dtype, engine=rep.engine)
     if "embed_tokens.weight" not in d.weights and head is not None:
         d.weights["embed_tokens.weight"] = head.embed
-    rep = ReportLayers.of(report)
     width, H = d.num_aux * d.target_hidden_size, d.target_hidden_size
     feeder = _Feeder(
         head,
@@ -350,6 +350,12 @@ def predict_acceptance(
         rows=tuple(rows),
         warnings=tuple(warnings),
         ids_for=_ids_words(rep.engine, rep.version, rep.family),
+        scales=_slot_scales(d, rep, feeder),
+        norms=tuple(
+            n
+            for n, on in (("norm_before_fc", d.norm_before_fc), ("fc_norm", d.fc_norm), ("norm_output", d.norm_output))
+            if on
+        ),
     )
 
 
@@ -433,6 +439,25 @@ def _configured_row(d: Draft, rep: ReportLayers, feeder: _Feeder, tree: Speculat
         row = _predict_row(d, "configured", INFER, None, None, feeder.items(INFER, _concat_of), tree)
         return [row] if row else []
     return []
+
+
+def _slot_scales(d: Draft, rep: ReportLayers, feeder: _Feeder) -> SlotScales | None:
+    """Per aux slot, the median per-token norm of what the engine as configured feeds the draft over the
+    training side's aux state on the same tokens (None: no sample has both)."""
+    pick = _layers_of(sorted(rep.configured)) if len(rep.configured) == d.num_aux else _concat_of
+    per_slot: list[list[torch.Tensor]] = [[] for _ in range(d.num_aux)]
+    for key, s in feeder.infer.items():
+        t = feeder.train.get(key)
+        fed = pick(s)
+        if t is None or t.concat is None or fed is None:
+            continue
+        pairs = zip(fed.float().chunk(d.num_aux, -1), t.concat.load().float().chunk(d.num_aux, -1))
+        for i, (a, b) in enumerate(pairs):
+            per_slot[i].append(a.norm(dim=-1) / b.norm(dim=-1).clamp_min(1e-30))
+    if not per_slot[0]:
+        return None
+    ratios = tuple(float(torch.cat(r).median()) for r in per_slot)  # the lower median, as elsewhere
+    return SlotScales(ratios, d.fc_norm, d.norm_before_fc)
 
 
 def _recommended_rows(

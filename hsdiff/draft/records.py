@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     import pandas as pd
     from matplotlib.axes import Axes
 
-__all__ = ["Prediction", "PredictedAcceptance"]
+__all__ = ["Prediction", "PredictedAcceptance", "SlotScales"]
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,71 @@ class Prediction:
         }
 
 
+#: A slot's scale counts as the training side's while engine/training norms stay this close to 1 (bf16
+#: against fp32 on SmolLM2 moves the median by under 0.5 %; one layer off moves it 3-40 %).
+SCALE_MARGIN = 0.02
+
+
+@dataclass(frozen=True)
+class SlotScales:
+    """The norm-ratio evidence of a prediction: per aux slot, the median per-token norm of what the engine
+    feeds the draft over the training side's on the same tokens, and the norms the draft puts before its fc,
+    which decide how much of a scale difference reaches it: a per-chunk ``fc_norm`` erases each slot's scale,
+    ``norm_before_fc`` only the scale common to all slots."""
+
+    ratios: tuple[float, ...]  # engine / training, per slot in the draft's order
+    fc_norm: bool
+    norm_before_fc: bool
+
+    @property
+    def reaching(self) -> tuple[float, ...]:
+        """The ratios as the fc sees them: all 1 behind a per-chunk norm, relative to their RMS behind one
+        norm over the concatenation, as they are otherwise."""
+        if self.fc_norm:
+            return tuple(1.0 for _ in self.ratios)
+        if self.norm_before_fc:
+            common = (sum(r * r for r in self.ratios) / len(self.ratios)) ** 0.5
+            return tuple(r / common for r in self.ratios)
+        return self.ratios
+
+    @property
+    def differ(self) -> bool:
+        return any(abs(r - 1) > SCALE_MARGIN for r in self.ratios)
+
+    @property
+    def weakened(self) -> bool:
+        """The draft's norms take away (some of) what the norm ratios say the mismatch costs."""
+        return self.differ and any(abs(a - 1) < abs(b - 1) - 1e-9 for a, b in zip(self.reaching, self.ratios))
+
+    def words(self) -> str:
+        shown = ", ".join(f"{r:.2f}" for r in self.ratios)
+        head = f"norm ratio engine/training per slot {shown}"
+        if not self.differ:
+            return f"{head}: the scales agree (within {SCALE_MARGIN:.0%})"
+        if self.fc_norm:
+            return (
+                f"{head}: this draft's fc_norm divides each slot by its own RMS, so the scale differences cost it "
+                "nothing and the norm ratios are no evidence of cost; only what differs in direction reaches the "
+                "fc (the rows above measure it)"
+            )
+        if self.norm_before_fc:
+            seen = ", ".join(f"{r:.2f}" for r in self.reaching)
+            return (
+                f"{head}: this draft's norm_before_fc divides the concatenation by one RMS, so a scale common to "
+                f"all slots cancels; the slots' scales relative to each other ({seen}) still reach the fc"
+            )
+        return f"{head}: this draft has no norm before its fc, so each slot's scale reaches it as it is"
+
+    def to_dict(self) -> dict:
+        return {
+            "ratios": [round(r, 4) for r in self.ratios],
+            "draft_norms": [n for n, on in (("fc_norm", self.fc_norm), ("norm_before_fc", self.norm_before_fc)) if on],
+            "reaching_fc": [round(r, 4) for r in self.reaching],
+            "weakened": self.weakened,
+            "note": self.words(),
+        }
+
+
 @dataclass(frozen=True)
 class PredictedAcceptance:
     """Predicted acceptance for the configured ids, the recommended ids, the training side and what-ifs.
@@ -69,6 +134,8 @@ class PredictedAcceptance:
     rows: tuple[Prediction, ...]
     warnings: tuple[str, ...] = ()
     ids_for: str = ""  # the engine version the rows' ids are written for: the report's ("SGLang 0.5.12, rule: ...")
+    scales: SlotScales | None = None  # the deployed setting's norm ratios, and what the draft's norms leave of them
+    norms: tuple[str, ...] = ()  # the EAGLE-3.1 norms the draft runs with (as the report's engine reads its config)
 
     def row(self, name: str) -> Prediction | None:
         return next((r for r in self.rows if r.name == name), None)
@@ -103,6 +170,8 @@ class PredictedAcceptance:
             "recommended": one(self.recommended),
             "training": one(self.training),
             "what_if": [r.to_dict() for r in self.rows],
+            "draft_norms": list(self.norms),
+            "scales": None if self.scales is None else self.scales.to_dict(),
             "warnings": list(self.warnings),
         }
 

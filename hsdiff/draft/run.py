@@ -10,8 +10,9 @@ single-layer draft):
   normed hidden as residual, l.101-122), adds attention and MLP outputs with fused add+norm
   (l.114-117), and the final norm gives the logits over the draft vocabulary (l.263-269);
 - the **pre-norm** sum is the hidden state handed to the next drafting step (``aux`` in SGLang
-  l.268, ``hidden_prenorm`` in vLLM l.283-286): from the second step on, the draft reads its own
-  hidden state instead of ``fc(target aux)`` — the shape test in SGLang l.238.
+  l.268, ``hidden_prenorm`` in vLLM l.283-286), the post-norm one for an EAGLE-3.1 draft with
+  ``norm_output`` (SGLang l.207, l.267-268; vLLM l.252, l.285-286): from the second step on, the draft
+  reads its own hidden state instead of ``fc(target aux)`` — the shape test in SGLang l.238.
 
 Drafting from a start position ``t``: step 1 is the prefix pass's output at ``t`` (the draft saw
 ``embed(x[t+1])`` and the target's aux at ``t``); step ``s`` runs at position ``t + s - 1`` on the
@@ -31,7 +32,7 @@ import torch.nn.functional as F
 
 from .checkpoint import Draft
 
-__all__ = ["Prefix", "DraftTree", "prefix_pass", "draft_tree", "draft_logits"]
+__all__ = ["Prefix", "DraftTree", "prefix_pass", "draft_tree", "draft_logits", "fed_back"]
 
 #: Queries processed together in the prefix pass and in drafting (bounds memory to O(chunk * T)).
 CHUNK = 256
@@ -111,6 +112,11 @@ def _finish(d: Draft, attn: torch.Tensor, residual: torch.Tensor) -> torch.Tenso
 def draft_logits(d: Draft, h: torch.Tensor) -> torch.Tensor:
     """Logits over the draft vocabulary from a pre-norm hidden state."""
     return F.linear(_rms(h, d.weights["norm.weight"], d.rms_norm_eps), d.weights["lm_head.weight"])
+
+
+def fed_back(d: Draft, h: torch.Tensor) -> torch.Tensor:
+    """The hidden state a drafting step hands the next: the pre-norm one, or the post-norm one (``norm_output``)."""
+    return _rms(h, d.weights["norm.weight"], d.rms_norm_eps) if d.norm_output else h
 
 
 def _expand(d: Draft, x: torch.Tensor) -> torch.Tensor:
@@ -193,7 +199,7 @@ def _draft_chunk(
     tokens, parents, scores, depth = [tok], [torch.full((N, K), -1)], [score], [1] * K
     live_node = torch.arange(K).expand(N, K)  # node index of each live branch
     live_tok, live_score = tok, score
-    hidden = prefix.hidden[starts][:, None, :].expand(N, K, -1)  # input hidden of each live branch
+    hidden = fed_back(d, prefix.hidden[starts])[:, None, :].expand(N, K, -1)  # input hidden of each live branch
     anc_k = prefix.keys.new_zeros(N, K, 0, d.num_heads, d.head_dim)  # ancestors' keys/values
     anc_v = anc_k
     n_nodes = K
@@ -227,7 +233,7 @@ def _draft_chunk(
         live_score = cscore.gather(1, best)
         gather = src[:, :, None, None, None].expand(-1, -1, keys.shape[2], d.num_heads, d.head_dim)
         anc_k, anc_v = keys.gather(1, gather), vals.gather(1, gather)
-        hidden = h.gather(1, src[..., None].expand(-1, -1, h.shape[-1]))
+        hidden = fed_back(d, h).gather(1, src[..., None].expand(-1, -1, h.shape[-1]))
     all_scores = torch.cat(scores, 1)
     M = all_scores.shape[1]
     keep = min(M, (num_draft_tokens - 1) if num_draft_tokens else M)

@@ -20,6 +20,10 @@ __all__ = [
     "EAGLE3_KINDS",
     "DFLASH_KINDS",
     "EAGLE31_FLAGS",
+    "DraftNorm",
+    "DRAFT_NORMS",
+    "MISSING_NORM_WEIGHT",
+    "draft_norms",
     "kind_from_config",
 ]
 
@@ -124,6 +128,69 @@ EAGLE31_FLAGS: dict[str, str] = {
     "norm_before_fc": "one RMSNorm over the concatenated aux hidden states before the fc",
     "norm_output": "the draft feeds back its post-norm hidden state",
 }
+
+
+@dataclass(frozen=True)
+class DraftNorm:
+    """One of an EAGLE-3.1 draft's norms as an engine switches it on: the config keys it reads and how."""
+
+    name: str  # the module: norm_before_fc, fc_norm or norm_output
+    keys: tuple[tuple[str, ...], ...]  # the config keys read
+    first: bool  # True: the first key present decides; False: any key set switches it on
+    weights: str  # the weight it loads ({i}: per aux chunk), "" none
+    source: str
+
+
+_SG31 = "sglang==0.5.23 sglang/srt/models/llama_eagle3.py"
+_VL31 = "vllm==0.33.0 vllm/model_executor/models/llama_eagle3.py"
+_BEFORE_FC = (("eagle_config", "norm_before_fc"), ("norm_before_fc",))
+
+#: Per engine, the EAGLE-3.1 norms of a draft and where it reads each. The engines agree but for the legacy
+#: ``use_aux_norm``, which vLLM does not read. An engine without a row of its own reads them as SGLang does.
+DRAFT_NORMS: dict[str, tuple[DraftNorm, ...]] = {
+    "sglang": (
+        DraftNorm("norm_before_fc", _BEFORE_FC, True, "input_norm.weight", f"{_SG31}:173-182, :239-240"),
+        DraftNorm(
+            "fc_norm", (("fc_norm",), ("use_aux_norm",)), False, "fc_norm.{i}.weight", f"{_SG31}:184-196, :241-246"
+        ),
+        DraftNorm("norm_output", (("norm_output",),), True, "", f"{_SG31}:207, :263-268"),
+    ),
+    "vllm": (
+        DraftNorm("norm_before_fc", _BEFORE_FC, True, "input_norm.weight", f"{_VL31}:184-188, :405-407, :464-465"),
+        DraftNorm("fc_norm", (("fc_norm",),), False, "fc_norm.{i}.weight", f"{_VL31}:231-240, :411-416"),
+        DraftNorm("norm_output", (("norm_output",),), True, "", f"{_VL31}:252, :283-286"),
+    ),
+}
+#: What an engine does with a norm the config switches on but whose weights the checkpoint lacks.
+MISSING_NORM_WEIGHT = (
+    "vLLM refuses to load it (vllm==0.33.0 vllm/model_executor/model_loader/default_loader.py:567-572: weights "
+    "not initialized from checkpoint); SGLang runs it with the unit weights the norm starts with "
+    "(sglang==0.5.23 sglang/srt/models/llama_eagle3.py:345-378 loads only what the checkpoint names)"
+)
+
+
+def draft_norms(config: Mapping[str, Any], engine: str | None = None) -> dict[str, bool]:
+    """Which EAGLE-3.1 norms ``engine`` switches on for a draft ``config.json`` (SGLang's reading for an
+    engine without a row of its own).
+
+    >>> draft_norms({"use_aux_norm": True}, "sglang")["fc_norm"], draft_norms({"use_aux_norm": True}, "vllm")["fc_norm"]
+    (True, False)
+    """
+    out = {}
+    for n in DRAFT_NORMS.get(engine or "", DRAFT_NORMS["sglang"]):
+        found = [_lookup(config, k) for k in n.keys]
+        present = [v for v in found if v is not None]
+        out[n.name] = bool(present[0]) if n.first and present else any(bool(v) for v in present)
+    return out
+
+
+def _lookup(config: Mapping[str, Any], key: tuple[str, ...]) -> Any:
+    node: Any = config
+    for part in key:
+        if not isinstance(node, Mapping) or part not in node:
+            return None
+        node = node[part]
+    return node
 
 
 def kind_from_config(config: Mapping[str, Any]) -> DraftKind:

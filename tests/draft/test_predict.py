@@ -301,3 +301,55 @@ def test_the_replay_starts_at_the_engines_first_draft():
     assert _reply_start([0, 0, 0, 0, 0, 1, 1, 1]) == 5
     assert _reply_start([0, 1, 1, 0, 0, 1, 1, 1]) == 5  # several turns: the last reply
     assert _reply_start([1] * 8) is None and _reply_start([0] * 8) is None
+
+
+def _scaled_infer(world, tmp_path, boundary: int, factor: float):
+    """The inference dumps with one boundary's states multiplied by ``factor`` (the layer is right, its scale not)."""
+    from safetensors.torch import load_file
+
+    out = tmp_path / f"infer-x{factor:g}"
+    out.mkdir()
+    for f in sorted(world["infer"].iterdir()):
+        t = load_file(str(f))
+        hs = t["hidden_states"].clone()
+        hs[boundary] *= factor
+        save_file({"hidden_states": hs.contiguous(), "input_ids": t["input_ids"]}, str(out / f.name))
+    return out
+
+
+def _with_fc_norm(world, tmp_path):
+    """The world's draft as EAGLE-3.1 with per-chunk norms whose weights give each slot its typical RMS back
+    (so the draft still drafts well)."""
+    from safetensors.torch import load_file
+
+    w = load_file(str(world["draft"] / "model.safetensors"))
+    feats = torch.cat([torch.load(f, weights_only=True)["aux_hidden_state"][0] for f in world["train"].rglob("*.ckpt")])
+    for i, c in enumerate(feats.chunk(3, -1)):
+        w[f"fc_norm.{i}.weight"] = torch.full((tiny.H,), float(c.pow(2).mean(-1).sqrt().median()))
+    cfg = json.loads((world["draft"] / "config.json").read_text())
+    return tiny.write_draft(tmp_path / "draft-fc-norm", w, {**cfg, "fc_norm": True})
+
+
+def test_norm_ratios_say_when_a_per_chunk_norm_takes_their_cost_away(world, tmp_path):
+    """The right layers, one of them at three times its scale: a draft without norms before its fc pays for it,
+    an EAGLE-3.1 draft with fc_norm does not, and the prediction's norm-ratio note says which."""
+    scaled = _scaled_infer(world, tmp_path, RIGHT[0], 3.0)
+    ids = [b - 1 for b in RIGHT]
+    got = {}
+    for name, draft in (("plain", world["draft"]), ("fc_norm", _with_fc_norm(world, tmp_path))):
+        for side, infer in (("same", world["infer"]), ("scaled", scaled)):
+            report = hsdiff.compare(world["train"], infer, layer_ids=ids)
+            got[name, side] = predict_acceptance(
+                world["train"], infer, report, draft, target=world["target"], tree=Speculation(NUM_STEPS)
+            )
+    plain, normed = got["plain", "scaled"], got["fc_norm", "scaled"]
+    assert plain.scales.ratios[0] == pytest.approx(3.0, rel=1e-3) and plain.scales.ratios[1:] == pytest.approx((1, 1))
+    assert not plain.scales.weakened and "no norm before its fc" in plain.scales.words()
+    assert normed.scales.weakened and "no evidence of cost" in normed.scales.words()
+    assert normed.norms == ("fc_norm",) and normed.to_dict()["scales"]["reaching_fc"] == [1.0, 1.0, 1.0]
+    assert got["plain", "same"].scales.words().endswith("the scales agree (within 2%)")
+    # what the note says is what the draft does: the scale costs the plain draft, not the normed one
+    same, scaled_len = (got["fc_norm", s].configured.acceptance_length for s in ("same", "scaled"))
+    lost = got["plain", "same"].configured.acceptance_length - plain.configured.acceptance_length
+    print(f"plain draft loses {lost:.3f} tokens/step; fc_norm draft {same - scaled_len:+.4f}")
+    assert abs(scaled_len - same) < 0.01 < lost  # a near-tie argmax may flip on another CPU: not pinned exactly

@@ -53,7 +53,12 @@ class Run:
     top: list[int] | None  # top-level eagle_aux_hidden_state_layer_ids
     nested: list[int] | None  # eagle_config.eagle_aux_hidden_state_layer_ids
     acceptance: bool  # generate the prompts' replies and measure acceptance
-    draft: str = field(default="fixture")  # "fixture" or "independent" (train_eagle3.py's)
+    draft: str = field(default="fixture")  # "fixture", "independent" (train_eagle3.py's) or "fc-norm" (below)
+    flags: tuple[tuple[str, bool], ...] = ()  # EAGLE-3.1 flags set in the draft config
+
+    @property
+    def prompt_set(self) -> str:
+        return "independent" if self.draft == "independent" else "fixture"
 
 
 #: Ids are vLLM's (boundary indices). Both drafts were trained on B[2, 15, 27].
@@ -67,6 +72,9 @@ RUNS = [
     Run("indep-right", [2, 15, 27], None, True, "independent"),  # the independent draft's training layers
     Run("indep-deeper", [3, 16, 28], None, True, "independent"),  # every slot one deeper
     Run("indep-incident", [15, 0, 2], None, True, "independent"),  # embeddings in slot 0
+    # EAGLE-3.1: the fixture draft with per-chunk norms before its fc, and feeding back its post-norm state
+    Run("fc-norm", [2, 15, 27], None, True, "fc-norm", (("fc_norm", True),)),
+    Run("norm-output", [2, 15, 27], None, True, "fixture", (("norm_output", True),)),
 ]
 MAX_TOKENS = {"fixture": 64, "independent": 96}
 
@@ -108,7 +116,39 @@ def chat_ids(tok, user: str) -> list[int]:
 
 def draft_dir(run: Run) -> Path:
     """The run's draft weights: the fixture's, or the independent draft (trained on first use, then cached)."""
-    return DRAFT if run.draft == "fixture" else independent_draft()
+    if run.draft == "independent":
+        return independent_draft()
+    return fc_norm_draft() if run.draft == "fc-norm" else DRAFT
+
+
+def fc_norm_draft() -> Path:
+    """The fixture draft as EAGLE-3.1 with an RMSNorm per aux chunk before its fc, each weighted with the
+    median token RMS of its training layer on the bundled SmolLM2 states: the draft still drafts, and every
+    token's scale is now its slot's typical one (the sink tokens' massive activations are not)."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file, save_file
+
+    src = DRAFT / "model.safetensors"
+    key = hashlib.sha256(src.read_bytes() + Path(__file__).read_bytes()).hexdigest()[:12]
+    out = CACHE / f"draft-fc-norm-{key}"
+    if (out / "model.safetensors").exists():
+        return out
+    rms = {b: [] for b in (2, 15, 27)}
+    for f in sorted((ROOT / "fixtures" / "smollm2" / "states").glob("*.safetensors")):
+        with safe_open(str(f), "pt") as t:
+            states = t.get_tensor("fp32.boundaries")
+        for b in rms:
+            rms[b].append(states[b].pow(2).mean(-1).sqrt())
+    w = load_file(str(src))
+    for i, b in enumerate(sorted(rms)):
+        w[f"fc_norm.{i}.weight"] = torch.full((w["fc.weight"].shape[1] // 3,), float(torch.cat(rms[b]).median()))
+    part = CACHE / f"draft-fc-norm-{key}.partial"
+    part.mkdir(parents=True, exist_ok=True)
+    save_file(w, str(part / "model.safetensors"))
+    (part / "config.json").write_text(json.dumps({**json.loads((DRAFT / "config.json").read_text()), "fc_norm": True}))
+    shutil.rmtree(out, ignore_errors=True)
+    part.rename(out)
+    return out
 
 
 def independent_draft() -> Path:
@@ -140,6 +180,7 @@ def independent_draft() -> Path:
 def draft_config(run: Run) -> dict:
     cfg = json.loads((draft_dir(run) / "config.json").read_text())
     cfg.pop("eagle_config", None)
+    cfg.update(dict(run.flags))
     if run.top is not None:
         cfg["eagle_aux_hidden_state_layer_ids"] = run.top
     if run.nested is not None:
@@ -185,8 +226,8 @@ def engine(prompts, tmp_path_factory) -> dict[str, EngineRun]:
                 "config": draft_config(r),
                 "draft": str(draft_dir(r)),
                 "num_speculative_tokens": NUM_STEPS,
-                "prompts": prompts[r.draft] if r.acceptance else prompts[r.draft][:1],
-                "max_tokens": MAX_TOKENS[r.draft] if r.acceptance else 8,
+                "prompts": prompts[r.prompt_set] if r.acceptance else prompts[r.prompt_set][:1],
+                "max_tokens": MAX_TOKENS[r.prompt_set] if r.acceptance else 8,
             }
             for r in RUNS
         ],

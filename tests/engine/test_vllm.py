@@ -19,7 +19,7 @@ from hsdiff.draft import Speculation, predict_acceptance
 from hsdiff.engine_log import read_engine_log
 from hsdiff.rules import conventions as conv
 
-from .conftest import NUM_STEPS, RUNS, TARGET, EngineRun, L, draft_config, draft_dir
+from .conftest import NUM_STEPS, RUNS, TARGET, EngineRun, L, draft_config
 
 pytestmark = pytest.mark.engine
 
@@ -90,7 +90,7 @@ def train_dumps(engine, hf_states, prompts, tmp_path_factory):
     for r in RUNS:
         if r.acceptance:
             out[r.name] = tmp_path_factory.mktemp(f"train-{r.name}")
-            _train_dump(out[r.name], engine[r.name], hf_states, prompts[r.draft])
+            _train_dump(out[r.name], engine[r.name], hf_states, prompts[r.prompt_set])
     return out
 
 
@@ -257,8 +257,8 @@ def predictions(engine, train_dumps):
         report = hsdiff.compare(
             train_dumps[r.name], got.dump, engine="vllm", layer_ids=ids, model_config=str(TARGET / "config.json")
         )
-        pa = predict_acceptance(
-            train_dumps[r.name], got.dump, report, draft_dir(r), target=TARGET, tree=Speculation(NUM_STEPS)
+        pa = predict_acceptance(  # the draft folder vLLM loaded: the run's config.json beside the weights
+            train_dumps[r.name], got.dump, report, got.dir / "draft", target=TARGET, tree=Speculation(NUM_STEPS)
         )
         measured = read_engine_log(got.log).acceptance
         assert measured is not None and pa.configured is not None
