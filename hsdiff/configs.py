@@ -283,7 +283,7 @@ def read_ids(
     applied = conv.applied(engine, family, version, kind)
     runner = vllm_runner if r.runners else None
     keys = conv.config_keys(engine, vllm_runner=vllm_runner, kind=kind)
-    if not keys:
+    if not keys and not applied.fixed:  # a fixed row reads no ids anywhere: its own layers, below
         raise ConfigError(
             f"{r.title} takes its layer ids from no draft config: it reads {r.reads}",
             path=path,
@@ -368,12 +368,19 @@ def read_ids(
     ids = conv.default_ids(engine, num_layers, family, version, kind, count)
     why = "is null" if key is not None else "is absent"
     default = conv.kind_default(engine, kind)
+    if not keys:  # a fixed row
+        note = (
+            f"{r.title} {version} reads no layer ids: it captures B{b} whatever {path} says "
+            f"(rule: {applied.label}); a draft trained on other layers needs another engine"
+        )
+        return source(ids, b, None, True, note + r.fallback_note)
     note = (
         f"{where} {why} in {path}: {r.title} {version} silently falls back to its default B{b} "
         f"(ids {ids} in its convention; rule: {applied.label}{'; ' + default if default else ''}); write the ids "
         "the draft was trained with explicitly"
     )
-    return source(ids, b, None, True, note + r.fallback_note)
+    marks = "".join(f"; {m.note} ({m.source})" for m in conv.WRITER_MARKS if m.key in config)
+    return source(ids, b, None, True, note + r.fallback_note + marks)
 
 
 def _captured(

@@ -149,7 +149,10 @@ def _nearest(own: Candidate, cands: Sequence[Candidate], b: int) -> bool:
 def _reads_as(
     ids: Sequence[int], engine: str, boundaries: list[int], num_layers: int | None, family: str | None
 ) -> bool:
-    """Whether ``engine``'s rule (its newest version) reads ``ids`` as exactly ``boundaries``."""
+    """Whether ``engine``'s rule (its newest version) reads ``ids`` as exactly ``boundaries`` (never an engine
+    that reads no ids: its layers explain nothing about how ids were written)."""
+    if conv.applied(engine, conv.rule(engine).family_for(family)).fixed:
+        return False
     try:
         return conv.to_boundary(list(ids), engine, num_layers=num_layers, model_family=family) == sorted(boundaries)
     except InputError:  # a rule that needs the layer count, or ids it refuses

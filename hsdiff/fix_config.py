@@ -275,6 +275,19 @@ def rule_key(engine: str) -> str:
     return conv.rule(engine).key
 
 
+def _writes_some_key(engine: str, kind: str | None) -> None:
+    """Raise what :func:`hsdiff.rules.conventions.write_key` says when ``engine`` reads no draft-config key for
+    ``kind`` (None: for any kind; the config's own kind is known only once it is read)."""
+    errors: list[InputError] = []
+    for k in [kind] if kind else list(conv.DRAFT_KINDS):
+        try:
+            conv.write_key(engine, k)
+            return
+        except InputError as e:
+            errors.append(e)
+    raise errors[0]
+
+
 def fix_config(
     path: str | os.PathLike,
     ids: Sequence[int],
@@ -295,7 +308,7 @@ def fix_config(
     that dump's labels, so rewriting it would change the evidence of the next comparison.
     """
     engine = rule_key(engine)
-    conv.write_key(engine, kind)  # refuse an engine that reads no draft config before reading anything
+    _writes_some_key(engine, kind)  # refuse an engine that reads no draft config before reading anything
     version = conv.parse_version(engine, version)
     p = Path(path)
     if p.is_dir():
@@ -335,7 +348,7 @@ def fix_config(
     old = node.get(key[-1])
     node[key[-1]] = ids
     new_text = json.dumps(new_cfg, indent=_indent(text), ensure_ascii=False) + "\n"
-    own = _other_key_warnings(new_cfg, engine) if key == conv.write_key(engine) else []
+    own = _other_key_warnings(new_cfg, engine) if conv.draft_kind(kind).reading == conv.EAGLE3 else []
     warnings = own + _shadowed(new_cfg, engine, key, kind, stated)
     changed = old != ids
     diff = "".join(

@@ -240,6 +240,12 @@ def engine_reads(config: dict, engine: str, family: str, kind: str, runner: str 
         )
         key, ids = next((k, v) for k in order if (v := config_value(config, k)[1]))
         return sorted({i + (1 if key in plus else 0) for i in ids})
+    if engine == "vllm-tpu":  # tpu-inference==0.32.0 models/jax/llama3.py:323-336,365-369: raw, after layer id
+        return sorted({i + 1 for i in config["dflash_config"]["target_layer_ids"] if i >= 0})
+    if engine == "automodel":  # Automodel dspark/common.py:64-68 (L-1 post-norm, target.py:277-286); dflash/target.py
+        if kind == "dspark":
+            return [0 if i == -1 else L + 1 if i == L - 1 else i + 1 for i in config["target_layer_ids"]]
+        return [i + 1 for i in config["dflash_config"]["target_layer_ids"]]
     order = plus[:1] if engine == "specforge" else ([plus[1]] if kind == "dspark" else []) + [plus[0], plus[2]]
     ids = next(v for k in order if (v := config_value(config, k)[1]) is not None)
     raw = engine == "sglang" and (family == "deepseek_v4" or (family == "muse_glimmer" and kind != "dflash2"))
@@ -248,13 +254,15 @@ def engine_reads(config: dict, engine: str, family: str, kind: str, runner: str 
 
 def _top(engine: str, family: str) -> int:
     """The highest boundary it captures: B = L only where capture follows the layer (vLLM, after_layer families)."""
-    return L if engine == "vllm" or family == "after_layer" else L - 1
+    return L if engine in ("vllm", "vllm-tpu", "automodel") or family == "after_layer" else L - 1
 
 
 _FAMILIES = {
     "sglang": ["llama", "qwen3_next", "after_layer", "muse_glimmer", "deepseek_v4", "deepseek"],
     "vllm": ["llama", "deepseek"],
     "specforge": ["llama"],
+    "vllm-tpu": ["llama"],
+    "automodel": ["llama"],
 }
 _CASES = [(e, f, k) for e, fams in _FAMILIES.items() for f in fams for k in ("dflash", "dflash2", "dspark", "domino")]
 
@@ -262,7 +270,8 @@ _CASES = [(e, f, k) for e, fams in _FAMILIES.items() for f in fams for k in ("df
 @pytest.mark.parametrize("engine,family,kind", _CASES, ids=lambda x: str(x))
 def test_dflash_ids_round_trip_through_fix_config(engine: str, family: str, kind: str, tmp_path: Path) -> None:
     low = 1 if engine == "vllm" and family == "deepseek" else 0
-    for bs in ([2, 8, 15, 22, 27], [max(low, 1), 10, _top(engine, family)]):
+    top = L + 1 if engine == "automodel" and kind == "dspark" else _top(engine, family)  # its id L-1 is post-norm
+    for bs in ([2, 8, 15, 22, 27], [max(low, 1), 10, top]):
         ids = conv.from_boundary(bs, engine, num_layers=L, model_family=family, kind=kind)
         assert None not in ids, (bs, ids)
         path = _dflash(
@@ -336,3 +345,98 @@ def test_only_automodel_captures_the_last_layer_output() -> None:
     """Automodel hooks layers[L-1] (target.py:285); TorchSpec's vLLM path drops an id whose + 1 reaches L."""
     assert conv.from_boundary([L], "automodel", num_layers=L) == [L - 1]
     assert conv.from_boundary([L], "torchspec", num_layers=L) == [None]
+
+
+# --------------------------------------------------------------------------- engines and trainers of conventions v3
+
+
+def test_vllm_tpu_jax_models_capture_their_own_eagle3_layers_whatever_the_config(tmp_path: Path) -> None:
+    """tpu-inference 0.32.0 llama3.py:312-321,338-340: B(2, L//2, L-3), no id read. The right layers need no
+    id; any other is refused with the way out (MODEL_IMPL_TYPE=vllm) and the layers it captures instead."""
+    ok = translate_ids([2, 15, 27], "vllm", "vllm-tpu", num_layers=L)
+    assert ok.complete and any("whatever the config says" in w for w in ok.warnings)
+    other = translate_ids([3, 16, 28], "vllm", "vllm-tpu", num_layers=L)
+    assert not other.complete and "MODEL_IMPL_TYPE=vllm" in " ".join(other.obstacles)
+    assert "B[2, 15, 27]" in " ".join(other.obstacles)
+    cfg = {"architectures": ["LlamaForCausalLMEagle3"], "eagle_aux_hidden_state_layer_ids": [3, 16, 28]}
+    read = read_ids(cfg, "vllm-tpu", num_layers=L)
+    assert read.fallback and list(read.boundaries) == [2, 15, 27] and "MODEL_IMPL_TYPE=vllm" in read.note
+    r = _run("ids", "3,16,28", "--from", "vllm", "--to", "vllm-tpu", "--num-layers", str(L))
+    assert r.exit_code == 1 and "whatever the config says" in r.output
+    with pytest.raises(InputError, match="reads no layer ids"):
+        fix_config(_dflash(tmp_path / "c.json", arch="LlamaForCausalLMEagle3"), [2, 15, 27], engine="vllm-tpu")
+
+
+def test_vllm_tpu_dflash_ids_are_layer_outputs_as_written_and_reach_the_last_layer(tmp_path: Path) -> None:
+    """llama3.py:323-336 (dflash_config.target_layer_ids as written), :365-369 (after layer i): an output index
+    like SpecForge's, but the last layer's output (B = L, pre-norm) is captured, which SGLang cannot; -1 names
+    nothing there."""
+    assert conv.translate([1, 9, 17, 25, 33], "specforge", "vllm-tpu", num_layers=48, kind="dflash") == [
+        1,
+        9,
+        17,
+        25,
+        33,
+    ]
+    assert conv.from_boundary([L], "vllm-tpu", num_layers=L, kind="dflash") == [L - 1]
+    assert conv.from_boundary([L], "sglang", num_layers=L, kind="dflash") == [None]
+    assert conv.from_boundary([0], "vllm-tpu", num_layers=L, kind="dflash") == [None]
+    path = _dflash(tmp_path / "c.json")
+    assert fix_config(path, [1, 9, 29], engine="vllm-tpu").key == "dflash_config.target_layer_ids"
+    assert "every layer" in conv.kind_default("vllm-tpu", "dflash")
+
+
+def test_automodel_dspark_ids_read_minus_one_as_embeddings_and_the_last_layer_post_norm(tmp_path: Path) -> None:
+    """Automodel dspark/common.py:64-68 (hidden_states[0 if id == -1 else id + 1]) and target.py:277-286 (id L-1
+    from a hook on the final norm): a DSpark draft trained on id L-1 saw the post-norm state, which vLLM's + 1 and
+    SGLang cannot deliver — said, not silently translated to B = L."""
+    assert conv.to_boundary([-1, 5, L - 1], "automodel", num_layers=L, kind="dspark") == [0, 6, L + 1]
+    assert conv.translate([-1, 5, 20], "automodel", "vllm", num_layers=L, kind="dspark") == [-1, 5, 20]
+    t = translate_ids([-1, 5, L - 1], "automodel", "vllm", num_layers=L, kind="dspark")
+    assert t.out[2] is None and "after the norm" in " ".join(t.obstacles)
+    cfg = json.loads(
+        _dflash(tmp_path / "c.json", arch="DSparkDraftModel", target_layer_ids=[1, 7, 14, 21, 26]).read_text()
+    )
+    assert list(read_ids(cfg, "automodel", num_layers=28).boundaries) == [2, 8, 15, 22, 27]
+    assert fix_config(tmp_path / "c.json", [1, 7, 14], engine="automodel").key == "target_layer_ids"
+    # its DFlash drafts: dflash_config.target_layer_ids, hooks on layers[id] (the last one before the norm)
+    assert conv.from_boundary([L], "automodel", num_layers=L, kind="dflash") == [L - 1]
+    assert conv.from_boundary([0], "automodel", num_layers=L, kind="dflash") == [None]  # -1 refused (target.py:117-125)
+    assert "1..L-1" in conv.kind_default("automodel", "dspark")
+
+
+def test_modelopt_vllm_dumps_are_boundary_indices_one_layer_shallower_than_modelopt_s_own() -> None:
+    """compute_hidden_states_vllm.py:258-264 hands --aux-layers to vLLM unshifted; the HF script takes
+    hidden_states[id + 1]. The same numbers are different layers: 2,15,27 through vLLM is 1,14,26 for ModelOpt's
+    HF dump and for SGLang, and stays 2,15,27 for vLLM itself."""
+    assert conv.translate([2, 15, 27], "modelopt-vllm", "vllm", num_layers=L) == [2, 15, 27]
+    assert conv.translate([2, 15, 27], "modelopt-vllm", "modelopt", num_layers=L) == [1, 14, 26]
+    assert conv.translate([2, 15, 27], "modelopt-vllm", "sglang", num_layers=L) == [1, 14, 26]
+    assert conv.from_boundary([L], "modelopt-vllm", num_layers=L) == [None]  # its own appended L is the final slot
+
+
+def test_a_speculators_converted_config_without_ids_says_the_converter_dropped_them() -> None:
+    """speculators 0.9.0 eagle3_converter.py:137-147 sets the ids only from --algorithm-kwargs: vLLM falls back
+    silently, and the note says where the ids went."""
+    cfg = {"architectures": ["Eagle3Speculator"], "speculators_model_type": "eagle3"}
+    read = read_ids(cfg, "vllm", num_layers=L)
+    assert read.fallback and "speculators convert" in read.note and "eagle3_converter.py" in read.note
+
+
+def test_a_norm_flag_the_engine_does_not_read_is_a_warning() -> None:
+    """vLLM reads fc_norm at the top level only (llama_eagle3.py:231-240, 0.33): the legacy use_aux_norm, which
+    SGLang takes, and a nested fc_norm leave the per-chunk norms off there."""
+    cfg = {
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "use_aux_norm": True,
+        "eagle_aux_hidden_state_layer_ids": [2, 15, 27],
+        "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 14, 26]},
+    }
+    found = {
+        e: {c.name: c for c in static_checks(cfg, read_ids(cfg, e, num_layers=L), num_layers=L)}
+        for e in ("vllm", "sglang")
+    }
+    assert not found["vllm"]["draft-kind"].ok and "does not read use_aux_norm" in found["vllm"]["draft-kind"].message
+    assert found["sglang"]["draft-kind"].ok
+    cfg = {**cfg, "use_aux_norm": False, "fc_norm": True}
+    assert {c.name: c for c in static_checks(cfg, read_ids(cfg, "vllm", num_layers=L), num_layers=L)}["draft-kind"].ok

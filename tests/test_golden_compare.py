@@ -121,8 +121,8 @@ def _edits() -> list[tuple[str, str, Callable[[dict], bool]]]:
 
     def other_engine_id(d: dict) -> bool:
         by = _report(d)["recommended"]["by_engine"]
-        ids = by[sorted(by)[-1]]
-        ids = ids["ids"] if isinstance(ids, dict) else ids
+        lists = [e["ids"] if isinstance(e, dict) else e for _, e in sorted(by.items(), reverse=True)]
+        ids = next(x for x in lists if any(v is not None for v in x))  # an engine that serves some slot
         i = next(i for i, v in enumerate(ids) if v is not None)
         ids[i] -= 1
         return True

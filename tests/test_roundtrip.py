@@ -69,6 +69,8 @@ def engine_reads(
         ids = found[0]
     assert ids is not None
     r = _row(engine, family, version)
+    if r.fixed:  # reads no id at all: its own layers, whatever was written
+        return [2, L // 2, L - 3]
     shift = {OUTPUT: 1, BOUNDARY: 0, DEEPSEEK: 1 if ids[0] == 1 else 0, GPT_OSS: 0 if max(ids) == L else 1}[r.reading]
     out = []
     for i in ids:
@@ -99,6 +101,8 @@ def delivered(boundaries: list[int], engine: str, version: str) -> list[int]:
 def boundary_sets(r: Rule) -> list[list[int]]:
     """Sets of three layers the row can capture: the usual default, the lowest and the highest it can
     reach, and the final post-norm state where it has an id for it."""
+    if r.fixed:
+        return [[2, L // 2, L - 3]]
     low, top = r.min_boundary, _top(r)
     sets = [[2, 15, 27], [low, low + 1, 15], [10, top - 1, top]]
     if r.names_final:
@@ -146,6 +150,9 @@ def test_recommended_ids_round_trip(engine: str, version: str, family: str, tmp_
         return
     sets = boundary_sets(r)
     assert sets, r
+    if r.fixed:  # any other layers: refused, naming what it captures instead
+        other = serve([3, 16, 28], engine, num_layers=L, model_family=family, version=version)
+        assert [o.kind for o in other.obstacles] == ["fixed"] and "B[2, 15, 27]" in other.sentences()[0]
     for bs in (delivered(s, engine, version) for s in sets):
         rec, _ = decide.recommend(settings, bs)
         assert rec.version == version and rec.by_engine[engine].at.version == version
@@ -227,6 +234,8 @@ def test_compare_then_fix_config_round_trips(engine: str, version: str, family: 
     infer, train = dumps
     top = _top(_row(engine, family, version))
     bs = [10, top - 1, top]  # the deepest layers the row can capture (B = L where it can)
+    if _row(engine, family, version).fixed:
+        bs = [2, L // 2, L - 3]  # the only layers it captures
     report = compare(train(bs), infer, engine=engine, engine_version=version, model_family=family, num_layers=L)
     assert [s.boundary_index for s in report.slots] == bs
     assert all(s.evidence == "observed" for s in report.slots)

@@ -22,7 +22,7 @@ from ..configs import boundaries_read, built_fc_width, config_value, fc_width
 from ..errors import HsdiffError, InputError
 from ..model.gate import ERROR, INFO, WARNING, Check, IdsSource, Severity
 from ..rules import conventions as conv
-from ..rules.kinds import EAGLE31_FLAGS
+from ..rules.kinds import DRAFT_NORMS, EAGLE31_FLAGS, draft_norms
 from ..rules.profile import DEEPSEEK, FAMILY_READING, KEYS_NESTED, KEYS_TOP
 from ..rules.serving import as_written, boundary_list, serve
 
@@ -436,6 +436,9 @@ def _draft_kind(c: CheckInput) -> Finding:
     eagle: dict[str, Any] = nested if isinstance(nested, dict) else {}
     flags = [f"{f} ({what})" for f, what in EAGLE31_FLAGS.items() if c.config.get(f) or eagle.get(f)]
     said = f"; norms: {', '.join(flags)}" if flags else ""
+    lost = _norms_not_read(c, eagle)
+    if lost:
+        return _fail(WARNING, lost)
     if stated.key != kind.key:
         return _fail(
             WARNING,
@@ -445,6 +448,29 @@ def _draft_kind(c: CheckInput) -> Finding:
         )
     archs = ", ".join(map(str, c.config.get("architectures") or [])) or "no architectures"
     return _ok(f"draft kind {kind.title} ({archs}){said}")
+
+
+def _norms_not_read(c: CheckInput, eagle: dict[str, Any]) -> str:
+    """What the config sets of the EAGLE-3.1 norms where this engine does not read it ("" nothing): the draft
+    then runs without a norm it was trained with, and the weights of that norm are not loaded."""
+    on = draft_norms(c.config, c.ids.engine)
+    rows = {n.name: n for n in DRAFT_NORMS.get(conv.rule(c.ids.engine).key, DRAFT_NORMS["sglang"])}
+    lost = []
+    for name, n in rows.items():
+        flags = {"fc_norm": ("fc_norm", "use_aux_norm")}.get(name, (name,))
+        set_ = [
+            f"{where}{f}" for f in flags for where, node in (("", c.config), ("eagle_config.", eagle)) if node.get(f)
+        ]
+        if set_ and not on[name]:
+            lost.append(f"{' and '.join(set_)} (its {name}; {n.source})")
+    if not lost:
+        return ""
+    title = conv.rule(c.ids.engine).title
+    return (
+        f"{title} does not read {'; '.join(lost)}: it runs the draft without that norm and does not load its "
+        "weights, so a draft trained with it drafts from other inputs. Write the flag where it reads it "
+        "(fc_norm at the top level; norm_before_fc in eagle_config or at the top level)."
+    )
 
 
 def _silent_fallback(c: CheckInput) -> Finding:

@@ -8,9 +8,10 @@ the final state is depends on the script, and the file says so only through the 
 
 * ``compute_hidden_states_hf.py:183-200``: Hugging Face ``output_hidden_states``; aux
   ``hidden_states[lid + 1]``, final ``hidden_states[-1]``, *after* the final norm;
-* ``compute_hidden_states_vllm.py:177-178,291-326``: vLLM's ``extract_hidden_states`` with the aux
-  ids and ``num_hidden_layers`` appended; final ``hidden_states[:, -1]``, the last layer's output
-  *before* the final norm, with no flag;
+* ``compute_hidden_states_vllm.py:168-178,258-264,291-326``: vLLM's ``extract_hidden_states`` with the aux
+  ids handed over unshifted (boundary indices, the ``modelopt-vllm`` row of the engine profile) and
+  ``num_hidden_layers`` appended; final ``hidden_states[:, -1]``, the last layer's output *before* the
+  final norm, with no flag;
 * ``compute_hidden_states_trtllm.py:215-243``: TensorRT-LLM's ``SaveHiddenStates`` record with
   ``id`` replaced by ``conversation_id`` and ``hidden_state`` renamed ``hidden_states`` (the -1
   capture: after the final norm); its aux key is ``hidden_state_features`` from TensorRT-LLM
@@ -115,7 +116,8 @@ def _variant(table: Table, key: str, aux: Entry, final: Entry | None) -> tuple[b
         return (
             True,
             f"vLLM dump: the final state has attention sinks ({float(finite.max()) / med:.0f}× the median "
-            "norm), so it was taken before the final norm",
+            "norm), so it was taken before the final norm; its aux ids went to vLLM unshifted, so they are "
+            "vLLM's boundary indices (the modelopt-vllm convention), not ModelOpt's output indices",
             width,
         )
     return False, "HF or TensorRT-LLM dump: final state after the final norm (no attention sink in it)", width

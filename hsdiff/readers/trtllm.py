@@ -11,6 +11,9 @@ the same at 17c59c3 with the older key) and ``tensorrt_llm/llmapi/llm_args.py``
 * with more than one layer to capture, the capture buffer as ``aux_hidden_states`` [T, k·H]
   (``hidden_state_features`` in older releases): the layers of ``eagle3_layers_to_capture`` in
   ascending order, each the output of that layer (O-index, ``hidden_states + residual``), -1 last;
+* with no ``eagle3_layers_to_capture``, the layers are ``(1, L//2-1, L-4)`` plus -1 (``save_hidden_state.py``
+  ``SaveHiddenStatesSpecMetadata.__post_init__``, lines 158-166 of the code index's newest text, whose commit
+  it does not record): an O-index training set, which SGLang's ids ``[1, L//2-1, L-4]`` reproduce;
 * the config always adds -1; only when the user listed -1 itself does the aux tensor keep it as its
   last H columns (``_last_hidden_in_save``). This reader finds those columns by value (they equal
   ``hidden_state``) and leaves them out of the slots.

@@ -102,13 +102,16 @@ def rec_words(rec: Doc) -> str:
 
 def other_engines(rec: Doc, engines: tuple[str, ...] | None = None) -> str:
     """The same layers on the other engines, each at the version assumed: ``"vLLM 0.33 [3, 31, 59], ..."``."""
-    out = []
+    out, none = [], []
     for e, (version, ids) in by_engine_entries(rec).items():
         if e == rec["engine"] or (engines is not None and e not in engines):
             continue
         title = TITLES.get(e, e) + (f" {version}" if version else "")
+        if ids and all(i is None for i in ids):  # no id serves any slot there: said apart, not as a row of nulls
+            none.append(title)
+            continue
         out.append(f"{title} [{', '.join('null' if i is None else str(i) for i in ids)}]")
-    return ", ".join(out)
+    return ", ".join(out) + (f"; no ids on {', '.join(none)}" if none else "")
 
 
 def settings_lines(d: Doc) -> list[str]:

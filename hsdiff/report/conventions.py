@@ -46,8 +46,9 @@ def _range(r: Rule) -> str:
     if r.reading == NONE:
         return "—"
     low = f"B{r.min_boundary}"
-    high = "B(L)" if r.captures_last else "B(L-1)"
+    high = "B(L)" if r.captures_last and not r.final_is_last else "B(L-1)"
     extra = " and the post-norm final state" if r.names_final else ""
+    extra += " (id L-1)" if r.final_is_last else ""
     extra += "; an id for B(L) fails at startup" if r.last_fails else ""
     return f"{low} to {high}{extra}"
 

@@ -53,6 +53,7 @@ from .profile import (
     TOP,
     VERSIONS,
     VLLM_RUNNERS,
+    WRITER_MARKS,
     EngineInfo,
     Rule,
 )
@@ -74,6 +75,7 @@ __all__ = [
     "ENGINES",
     "MODEL_FAMILIES",
     "VLLM_RUNNERS",
+    "WRITER_MARKS",
     "DEFAULT_RUNNER",
     "NESTED_KEY",
     "TOP_KEY",
@@ -176,7 +178,7 @@ def draft_kind(kind: str | None) -> DraftKind:
 def kind_default(engine: str, kind: str | None) -> str:
     """What ``engine`` captures for a ``kind`` draft whose config names no ids, in words ("" for EAGLE-3)."""
     k = draft_kind(kind)
-    return "" if k.reading == EAGLE3 else DFLASH_DEFAULTS.get(rule(engine).key, "")
+    return "" if k.reading == EAGLE3 else cast(str, _kind_entry(DFLASH_DEFAULTS, engine, kind) or "")
 
 
 @functools.lru_cache(maxsize=256)  # a pure function of its arguments, asked ~100 times per compare
@@ -301,6 +303,8 @@ def to_boundary(
             out.append(final_boundary(_needs_layers(num_layers, f"{info.title}'s id -1 (the final post-norm state)")))
         elif r.names_final and info.final_id == FINAL_L and num_layers is not None and i == num_layers:
             out.append(final_boundary(num_layers))
+        elif r.final_is_last and num_layers is not None and i + shift == num_layers:
+            out.append(final_boundary(num_layers))
         else:
             out.append(i + shift)
             plain.append(i + shift)
@@ -329,7 +333,7 @@ def capturable(
         return True
     if b == final_boundary(num_layers):
         return r.names_final
-    return b < num_layers or (b == num_layers and r.captures_last)
+    return b < num_layers or (b == num_layers and r.captures_last and not r.final_is_last)
 
 
 def from_boundary(
@@ -377,7 +381,7 @@ def from_boundary(
         if b is None or not capturable(b, info.key, num_layers, fam, version, kind):
             out.append(None)
         elif num_layers is not None and b == final_boundary(num_layers):
-            out.append(-1 if info.final_id == FINAL_MINUS_ONE else num_layers)
+            out.append(num_layers - 1 if r.final_is_last else -1 if info.final_id == FINAL_MINUS_ONE else num_layers)
         else:
             out.append(b - shift)
     return out

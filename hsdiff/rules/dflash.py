@@ -145,7 +145,51 @@ DFLASH_RULES: tuple[Rule, ...] = (
         default="",
         kinds=_ALL,
     ),
+    Rule(
+        "vllm-tpu",
+        (),
+        None,
+        None,
+        OUTPUT,
+        "vLLM TPU JAX DFlash (raw, after layer id; -1 names nothing)",
+        "tpu-inference==0.32.0 tpu_inference/models/jax/llama3.py:323-336 (dflash_config.target_layer_ids as "
+        "written), :365-369 (captured after layer i), :374 (the norm after the loop: id L-1 is B = L, pre-norm); "
+        "qwen3.py:328-341,357-367; the loop index is never -1",
+        min_boundary=1,
+        default="",
+        kinds=_ALL,
+    ),
     # ---------------------------------------------------------------- trainers
+    Rule(
+        "automodel",
+        (),
+        None,
+        None,
+        OUTPUT,
+        "NeMo Automodel DSpark (hidden_states[id + 1]: -1 the embeddings, L-1 post-norm)",
+        "NVIDIA-NeMo/Automodel@36044ad3d nemo_automodel/components/speculative/dspark/common.py:64-68 "
+        "(hidden_states[0 if id == -1 else id + 1]), :71-108 (-1..L-1, ascending), target.py:189-196,277-286 (id "
+        "L-1 read from a hook on the final norm: post-norm)",
+        captures_last=False,
+        names_final=True,
+        final_is_last=True,
+        default="",
+        kinds=("dspark",),
+    ),
+    Rule(
+        "automodel",
+        (),
+        None,
+        None,
+        OUTPUT,
+        "NeMo Automodel DFlash (hooks on layers[id]; L-1 before the norm)",
+        "NVIDIA-NeMo/Automodel@36044ad3d nemo_automodel/components/speculative/dflash/target.py:74-80,168-175 "
+        "(the output of layers[id]), :117-125 (0 <= id < L), draft_qwen3.py:282-288 (default, evenly spaced "
+        "1..L-3)",
+        min_boundary=1,
+        default="spaced",
+        kinds=tuple(k for k in DFLASH_KINDS if k != "dspark"),
+    ),
     Rule(
         "deepspec",
         (),
@@ -184,6 +228,9 @@ DFLASH_KEYS: dict[str, tuple[tuple[str, ...], ...]] = {
     "specforge": (DFLASH_IDS,),  # specforge/modeling/draft/dflash.py:356-358
     "tokenspeed": (DFLASH_IDS, TARGET_IDS),  # tokenspeed@f4d8ec6e runtime/execution/drafter/dflash.py:138-140
     "deepspec": (TARGET_IDS,),  # DeepSpec@afdfa7c config/dflash/dflash_qwen3_8b.py:13, config/dspark/*.py
+    "vllm-tpu": (DFLASH_IDS,),  # tpu-inference==0.32.0 models/jax/llama3.py:323-336
+    "automodel": (DFLASH_IDS,),  # Automodel@36044ad3d recipes/llm/train_dflash.py:501-510
+    "automodel:dspark": (TARGET_IDS,),  # Automodel@36044ad3d components/speculative/dspark/config.py:28-55
 }
 
 #: The key hsdiff fix-config writes for a DFlash-family draft, by engine (``*:kind`` for one kind).
@@ -195,6 +242,9 @@ DFLASH_WRITES: dict[str, tuple[str, ...]] = {
     "specforge": DFLASH_IDS,
     "tokenspeed": DFLASH_IDS,
     "deepspec": TARGET_IDS,
+    "vllm-tpu": DFLASH_IDS,
+    "automodel": DFLASH_IDS,
+    "automodel:dspark": TARGET_IDS,
 }
 
 #: What an engine captures when the draft config names no DFlash ids.
@@ -203,4 +253,9 @@ DFLASH_DEFAULTS: dict[str, str] = {
     "vllm": "the EAGLE-3 default of the target model, B(2, L//2, L-3), three layers whatever the draft's width "
     "(eagle3_utils.py:34-39, interfaces.py:1751-1772, 0.33)",
     "specforge": "evenly spaced output indices 1..L-3, one per draft layer (dflash.py:271-281)",
+    "vllm-tpu": "every layer: output indices L - num_target_layers .. L-1, num_target_layers from the draft "
+    "config, else L (tpu-inference==0.32.0 models/jax/llama3.py:332-336), while its DFlash draft sizes itself "
+    "for evenly spaced 1..L-3 (qwen3_dflash.py:45-65): set the ids",
+    "automodel:dspark": "evenly spaced output indices 1..L-1, the last (post-norm) included (Automodel@36044ad3d "
+    "dspark/registry.py:86-104)",
 }

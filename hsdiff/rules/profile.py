@@ -50,6 +50,8 @@ __all__ = [
     "DFLASH_IDS",
     "DSPARK_IDS",
     "TARGET_IDS",
+    "WriterMark",
+    "WRITER_MARKS",
 ]
 
 
@@ -106,6 +108,9 @@ CONFIG_KEYS: dict[str, tuple[tuple[str, ...], ...]] = {
     "automodel": (),  # its aux_layer_ids setting
     "deepspec": (TARGET_IDS,),  # deepseek-ai/DeepSpec@afdfa7c config/eagle3/eagle3_qwen3_8b.py:14
     # verl-project/verl-SpeCo@333b754 verl_speco/integration/oldlogprob_layer_ids.py:114-128
+    # tpu-inference==0.32.0 tpu_inference/models/jax/llama3.py:312-321,338-340: the JAX path reads no EAGLE-3 key
+    "vllm-tpu": (),
+    "modelopt-vllm": (),  # its --aux-layers argument (compute_hidden_states_vllm.py)
     "verl": (
         ("model", "eagle_config", "target_hidden_layer_ids"),
         ("model", *NESTED),
@@ -319,31 +324,38 @@ ENGINE_INFO: dict[str, EngineInfo] = {
             OUTPUT,
             True,
             "eagle3_layers_to_capture in its speculative config (LLM API / extra_llm_api_options), never "
-            "the draft config.json; absent: its default {1, L//2-1, L-4}",
+            "the draft config.json; absent: its default {1, L//2-1, L-4} (its SaveHiddenStates dump mode: "
+            "the same plus -1, the final post-norm state, in the last slot)",
             package_names=("tensorrt_llm", "tensorrt-llm"),
             final_id=FINAL_MINUS_ONE,
             final_first=True,
             final_last_in=("two-model",),
             order_words="sorts its eagle3_layers_to_capture set",
-            order_source="NVIDIA/TensorRT-LLM tensorrt_llm/_torch/speculative/eagle3.py "
-            "Eagle3OneModelSpecMetadata.__post_init__ (sorted); code index, no line numbers",
+            order_source="NVIDIA/TensorRT-LLM@470bb720 tensorrt_llm/_torch/speculative/eagle3.py:358-371 "
+            "(Eagle3OneModelSpecMetadata.__post_init__: sorted(list(layers_to_capture)))",
             sources=(
                 (
                     "final_id",
-                    "tensorrt_llm/_torch/models/modeling_speculative.py SpecDecOneEngineForCausalLM "
-                    "(layer_idx -1 captured after the final norm)",
+                    "NVIDIA/TensorRT-LLM@b35ac1b6 tensorrt_llm/_torch/models/modeling_speculative.py:533 "
+                    "(layer_idx = -1), :545-557 (captured from self.model(...), after its final norm)",
                 ),
                 (
                     "final_first",
-                    "tensorrt_llm/_torch/speculative/eagle3.py Eagle3OneModelSpecMetadata."
-                    "__post_init__ (sorted, -1 kept in slot 0)",
+                    "NVIDIA/TensorRT-LLM@470bb720 tensorrt_llm/_torch/speculative/eagle3.py:370 "
+                    "(Eagle3OneModelSpecMetadata: sorted, -1 kept in slot 0)",
                 ),
                 (
                     "final_last_in",
-                    "tensorrt_llm/_torch/speculative/eagle3.py Eagle3SpecMetadata.__post_init__ "
-                    "(the deprecated two-model path moves -1 to the last slot)",
+                    "NVIDIA/TensorRT-LLM@470bb720 tensorrt_llm/_torch/speculative/eagle3.py:200-204 "
+                    "(Eagle3SpecMetadata, the two-model path, moves -1 to the last slot); deprecated: "
+                    'llmapi/llm_args.py EagleDecodingConfig "Eagle3 2-model is deprecated and will be removed in '
+                    'release 1.4" (the newest text in the code index; its commit is not recorded)',
                 ),
-                ("order_words", "tensorrt_llm/llmapi/llm_args.py EagleDecodingConfig.eagle3_layers_to_capture (a set)"),
+                (
+                    "order_words",
+                    "tensorrt_llm/llmapi/llm_args.py EagleDecodingConfig.eagle3_layers_to_capture: Optional[Set[int]] "
+                    "(the code index's newest text; fcd3f316, the one it dates, predates the field)",
+                ),
             ),
         ),
         EngineInfo(
@@ -490,6 +502,36 @@ ENGINE_INFO: dict[str, EngineInfo] = {
                 ),
             ),
         ),
+        EngineInfo(
+            "vllm-tpu",
+            "vLLM TPU (tpu-inference, JAX models)",
+            "engine",
+            BOUNDARY,
+            True,
+            "EAGLE-3: nowhere, hard-coded B(2, L//2, L-3) on its JAX models (Llama only; the draft config's ids "
+            "are ignored, MODEL_IMPL_TYPE=vllm runs vLLM's own models, which read them as vLLM); DFlash: "
+            "dflash_config.target_layer_ids, output indices, as written",
+            package_names=("tpu_inference", "tpu-inference"),
+            fallback_note=" (its JAX models never read an EAGLE-3 id: MODEL_IMPL_TYPE=vllm runs vLLM's own "
+            "models, which read them as vLLM does)",
+            sources=(
+                (
+                    "fallback_note",
+                    "tpu-inference==0.32.0 tpu_inference/envs.py:270-275 (MODEL_IMPL_TYPE auto|vllm|flax_nnx), "
+                    "models/vllm/vllm_model_wrapper.py:279-281 (vLLM's set_eagle3_aux_hidden_state_layers)",
+                ),
+            ),
+        ),
+        EngineInfo(
+            "modelopt-vllm",
+            "NVIDIA ModelOpt, data collected through vLLM",
+            "trainer",
+            BOUNDARY,
+            True,
+            "its --aux-layers, handed to vLLM's extract_hidden_states unshifted (so vLLM's boundary indices, "
+            "one layer shallower than ModelOpt's own output indices for the same numbers), never the draft "
+            "config.json; the final state is stored before the norm with no hidden_states_prenorm flag",
+        ),
     ]
 }
 
@@ -500,10 +542,9 @@ VERSIONS: dict[str, tuple[str, ...]] = {
     "modelopt": ("0.45", "0.46", "0.47"),
     "specforge": tuple(f"0.5.{i}" for i in range(10, 24)),  # the SGLang version it captures through
     "speculators": ("0.9",),
-    # read through a code index of the repository (no release was unpacked). "main" is its default
-    # one-model path (eagle3_one_model=True: -1 stays in slot 0, Eagle3OneModelSpecMetadata.__post_init__);
-    # "two-model" the deprecated two-model path (-1 moved to the last slot, Eagle3SpecMetadata.__post_init__),
-    # both in tensorrt_llm/_torch/speculative/eagle3.py
+    # read through a code index of the repository (no release was unpacked; PyPI tensorrt_llm is a 10 kB stub).
+    # "main" is its default one-model path (eagle3_one_model=True: -1 stays in slot 0, eagle3.py:358-371 at
+    # 470bb720); "two-model" the deprecated two-model path (-1 moved to the last slot, eagle3.py:187-205)
     "trtllm": ("two-model", "main"),
     "eagle": ("cb7e084",),  # SafeAILab/EAGLE at that commit
     "hf": ("5.24",),
@@ -512,6 +553,8 @@ VERSIONS: dict[str, tuple[str, ...]] = {
     "automodel": ("36044ad3d",),  # NVIDIA-NeMo/Automodel at that commit
     "deepspec": ("afdfa7c",),  # deepseek-ai/DeepSpec at that commit
     "verl": ("333b754",),  # verl-project/verl-SpeCo at that commit
+    "vllm-tpu": ("0.32",),  # tpu-inference on PyPI (= vllm-project/tpu-inference@b8692ff for these lines)
+    "modelopt-vllm": ("a2fbac7",),  # NVIDIA/Model-Optimizer examples at that commit (the 0.46/0.47 scripts)
 }
 
 #: Where the default is not the newest version checked: SpecForge runs the SGLang it pins
@@ -598,9 +641,13 @@ class Rule:
     captures_last: bool = True  # B = L, the last layer's output before the final norm
     names_final: bool = False  # the final post-norm hidden state has an id (-1 / HF index L)
     default: str = "standard"  # "standard" B[2, L//2, L-3], "shifted" B[3, L//2+1, L-2], "spaced" (DFlash), "" none
-    note: str = ""  # for NONE rows: why, and what to do
+    note: str = ""  # for NONE rows: why, and what to do; for fixed rows: what reads ids instead
     kinds: tuple[str, ...] = ()  # the draft kinds (hsdiff.rules.kinds) it reads ids for; () the EAGLE-3 kinds
     last_fails: bool = False  # an id naming B = L fails at startup (a per-layer flag), rather than being dropped
+    #: the id L-1 names the final post-norm state, not B = L (a trainer reading Hugging Face's hidden_states[id + 1],
+    #: whose entry L is post-norm); set with names_final
+    final_is_last: bool = False
+    fixed: bool = False  # captures its default boundaries whatever a config says: no id is read at all
 
     def __repr__(self) -> str:
         fam = ",".join(self.families) or "*"
@@ -814,10 +861,13 @@ RULES: tuple[Rule, ...] = (
         None,
         OUTPUT,
         "TensorRT-LLM (output index, -1 = final post-norm)",
-        "NVIDIA/TensorRT-LLM@b35ac1b6 tensorrt_llm/_torch/models/modeling_speculative.py SpecDecOneEngineForCausalLM "
-        "(layer_idx -1 captured after the final norm); _torch/speculative/eagle3.py Eagle3OneModelSpecMetadata "
-        "(sorted, -1 kept in slot 0); llmapi/llm_args.py EagleDecodingConfig.eagle3_layers_to_capture (a set, "
-        "default {1, L//2-1, L-4}); from the code index, no line numbers",
+        "NVIDIA/TensorRT-LLM@b35ac1b6 tensorrt_llm/_torch/models/modeling_speculative.py:533,545-557 (layer_idx -1 "
+        "captured after the final norm); @470bb720 _torch/speculative/eagle3.py:313-328,419-430 (layer i captured "
+        "as hidden_states + residual at the end of layer i: the output index), :163-164,358-371 (default "
+        "(1, L//2-1, L-4); sorted, -1 kept in slot 0), :200-204 (two-model: -1 last); modeling_speculative.py:509-518 "
+        "(the draft's config.json read for its shape only: no eagle_aux_hidden_state_layer_ids in the file); "
+        "SaveHiddenStates: _torch/speculative/save_hidden_state.py:158-166 (default + (-1,), -1 moved last) in the "
+        "code index's newest text (its commit is not recorded; the record layout is the same at 3e906a0, :33-63)",
         min_boundary=1,
         names_final=True,
     ),
@@ -943,6 +993,53 @@ RULES: tuple[Rule, ...] = (
         "collection), vllm_runtime.py:787 (+ 1 for vLLM)",
         captures_last=False,
         default="",
+    ),
+    Rule(
+        "vllm-tpu",
+        (),
+        None,
+        None,
+        BOUNDARY,
+        "vLLM TPU JAX models (hard-coded B[2, L//2, L-3], ids ignored)",
+        "tpu-inference==0.32.0 tpu_inference/models/jax/llama3.py:312-321 (eagle3: no config read), :338-340 "
+        "((2, L//2, L-3)), :356-360 (captured before layer i); qwen3.py:322-326 (no EAGLE-3 capture)",
+        fixed=True,
+        note="MODEL_IMPL_TYPE=vllm, which runs vLLM's own models on the TPU and reads the ids as vLLM does "
+        "(tpu-inference==0.32.0 tpu_inference/envs.py:270-275, models/vllm/vllm_model_wrapper.py:279-281)",
+    ),
+    Rule(
+        "modelopt-vllm",
+        (),
+        None,
+        None,
+        BOUNDARY,
+        "ModelOpt vLLM dump (its ids handed to vLLM unshifted)",
+        "NVIDIA/Model-Optimizer@a2fbac7 examples/speculative_decoding/collect_hidden_states/"
+        "compute_hidden_states_vllm.py:20-22 (on purpose: as vLLM reads the same ids at deployment), :50-89 "
+        "(0 <= id < L), :168-178 (ids, then L appended: B = L before the norm), :258-264 (to vLLM unshifted), "
+        ":315-326 (no hidden_states_prenorm key); vs compute_hidden_states_hf.py:184-189 (hidden_states[id + 1])",
+        captures_last=False,
+        default="",
+    ),
+)
+
+
+@dataclass(frozen=True)
+class WriterMark:
+    """A key that says which tool wrote a draft config, and what that tool is known to leave out of it."""
+
+    key: str
+    note: str
+    source: str
+
+
+WRITER_MARKS: tuple[WriterMark, ...] = (
+    WriterMark(
+        "speculators_model_type",
+        "a checkpoint converted by `speculators convert` holds ids only when --algorithm-kwargs named them: its "
+        "EAGLE-3 converter drops the source checkpoint's ids (and its legacy use_aux_norm), so take them from the "
+        "checkpoint it was converted from",
+        "speculators==0.9.0 speculators/convert/eagle/eagle3_converter.py:45,52,137-147",
     ),
 )
 

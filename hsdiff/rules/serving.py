@@ -55,6 +55,7 @@ class ObstacleKind(StrEnum):
     UNCAPTURABLE = "uncapturable"  #: the engine cannot capture that boundary at all
     ORDER = "order"  #: the engine captures in an order the training slots do not follow
     REPEATED = "repeated"  #: the training slots repeat a layer the engine captures once
+    FIXED = "fixed"  #: the engine captures layers of its own whatever the config says
 
 
 @dataclass(frozen=True)
@@ -176,9 +177,23 @@ def serve(
                     f"What would work: {how}retraining the draft on the layers in the order {title} delivers them.",
                 )
             )
-    if any(o.kind in (ObstacleKind.ORDER, ObstacleKind.REPEATED) for o in obstacles):
-        ids = [None] * len(bs)
     notes = []
+    if r.fixed and known:
+        fixed = _fixed(key, fam, ver, kind, L)
+        if fixed is None or known != fixed:
+            got = "B[2, L//2, L-3]" if fixed is None else _listed(fixed, L)
+            obstacles.append(
+                Obstacle(
+                    ObstacleKind.FIXED,
+                    tuple(known),
+                    f"{r.label}: {title} captures {got} whatever the config says (source: {r.source}).",
+                    f"What would work: {r.note or 'another engine'}, or retraining the draft on {got}.",
+                )
+            )
+        else:
+            notes.append(f"{title} captures these layers whatever the config says ({r.label}): no id needs writing")
+    if any(o.kind in (ObstacleKind.ORDER, ObstacleKind.REPEATED, ObstacleKind.FIXED) for o in obstacles):
+        ids = [None] * len(bs)
     if r.reading == DEEPSEEK and not obstacles and 1 in known and ids and ids[0] is not None and ids[0] != 1:
         plain = conv.to_boundary(
             sorted(i for i in ids if i is not None), key, num_layers=L, model_family=fam, version=ver, check_range=False
@@ -190,6 +205,13 @@ def serve(
             f"(source: {r.source})"
         )
     return Serving(key, tuple(bs), tuple(ids), tuple(obstacles), r.label, fc_order, tuple(notes))
+
+
+def _fixed(key: str, fam: str | None, ver: str, kind: str | None, L: int | None) -> list[int] | None:
+    """The boundaries an engine that reads no ids captures (None where L is unknown)."""
+    if L is None:
+        return None
+    return sorted(conv.default_boundaries(L, key, fam, ver, kind))
 
 
 def max_capturable(
@@ -273,6 +295,11 @@ def _why(b: int, key: str, r: conv.Rule, L: int | None) -> str:
             f"{r.label} cannot capture {what}: its tuple index {L} is the state after the final norm, and the "
             f"pre-norm one has no index (source: {r.source})."
         )
+    if L is not None and b == L and r.final_is_last:
+        return (
+            f"{r.label} cannot capture {what}: its id {L - 1} names the state after the final norm, and the "
+            f"pre-norm one has no id (source: {r.source})."
+        )
     if L is not None and b == L and r.last_fails:
         return (
             f"{r.label} cannot capture {what}: it marks each captured layer with a flag on that layer, and "
@@ -286,8 +313,8 @@ def _why(b: int, key: str, r: conv.Rule, L: int | None) -> str:
         )
     if L is not None and b == conv.final_boundary(L):
         return (
-            f"{r.label} cannot capture {what}: no id of its convention names it; only TensorRT-LLM "
-            f"(-1) does (source: {r.source})."
+            f"{r.label} cannot capture {what}: no id of its convention names it; of the engines only "
+            f"TensorRT-LLM (-1) does (source: {r.source})."
         )
     return f"{r.label} cannot capture {what}: no id of its convention names it (source: {r.source})."
 
