@@ -1,7 +1,7 @@
 """An engine's own log as evidence: the layers it chose and the acceptance it measured.
 
 ``--engine-log FILE`` on ``compare`` and ``gate``. The lines read are data
-(:data:`hsdiff.rules.profile.LOG_LINES`, each citing the engine's logging call):
+(:data:`hsdiff.rules.traces.LOG_LINES`, each citing the engine's logging call):
 
 * vLLM's ``Using auxiliary layers from speculative config: (1, 14, 26)`` — the ids the engine took
   from the draft config, as written (the engine sorts them afterwards); the line is absent when it
@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass
 
 from .errors import InputError
-from .rules.profile import LOG_LINES
+from .rules.traces import LOG_LINES
 
 __all__ = ["EngineLog", "MeasuredAcceptance", "read_engine_log"]
 
@@ -74,6 +74,8 @@ class EngineLog:
     aux_layers: tuple[int, ...] | None
     aux_line: int | None
     acceptance: MeasuredAcceptance | None
+    default_layers: tuple[int, ...] | None = None  #: the engine said it found no ids and took these (vLLM V2)
+    default_line: int | None = None
 
     def to_dict(self) -> dict:
         return {
@@ -81,6 +83,8 @@ class EngineLog:
             "engine": self.engine,
             "eagle_aux_hidden_state_layer_ids": None if self.aux_layers is None else list(self.aux_layers),
             "line": self.aux_line,
+            "default_layers": None if self.default_layers is None else list(self.default_layers),
+            "default_line": self.default_line,
             "measured_acceptance": None if self.acceptance is None else self.acceptance.to_dict(),
         }
 
@@ -106,6 +110,8 @@ def read_engine_log(path: str | os.PathLike) -> EngineLog:
         ) from None
     aux: tuple[int, ...] | None = None
     aux_line = None
+    default: tuple[int, ...] | None = None
+    default_line = None
     engines: set[str] = set()
     counted: list[tuple[int, int, list[float]]] = []  # (accepted, drafted, per-position rates) per line (vLLM)
     means: list[float] = []  # the mean alone per line (SGLang)
@@ -120,6 +126,9 @@ def read_engine_log(path: str | os.PathLike) -> EngineLog:
                 if kind == "aux_layers":
                     aux = tuple(int(x) for x in re.findall(r"-?\d+", m["ids"]))
                     aux_line = n
+                elif kind == "default_layers":
+                    default = tuple(int(x) for x in re.findall(r"-?\d+", m["ids"]))
+                    default_line = n
                 elif "accepted" in rx.groupindex:  # the line counts tokens: summed back into the run's totals
                     rates = [float(x) for x in re.findall(r"[\d.]+", m["per_pos"])]
                     counted.append((int(m["accepted"]), int(m["drafted"]), rates))
@@ -127,7 +136,7 @@ def read_engine_log(path: str | os.PathLike) -> EngineLog:
                 else:
                     means.append(float(m["mean"]))
                     measured_by = engine
-    if aux is None and not counted and not means:
+    if aux is None and default is None and not counted and not means:
         raise InputError(
             "no engine line found in the log (vLLM's 'Using auxiliary layers from speculative config' "
             "or 'SpecDecoding metrics', SGLang's 'Decode batch … accept len')",
@@ -141,7 +150,7 @@ def read_engine_log(path: str | os.PathLike) -> EngineLog:
             hint="give one engine's log",
         )
     measured = _counted(counted, measured_by, p) if counted else _means(means, measured_by, p) if means else None
-    return EngineLog(path=p, engine=next(iter(engines)), aux_layers=aux, aux_line=aux_line, acceptance=measured)
+    return EngineLog(p, next(iter(engines)), aux, aux_line, measured, default, default_line)
 
 
 def _counted(lines: list[tuple[int, int, list[float]]], engine: str, path: str) -> MeasuredAcceptance | None:
@@ -173,10 +182,15 @@ def configured_ids(
 
     The log's ids are its engine's (vLLM's, as configured); given ``--layer-ids`` must say the same.
     """
-    if log is None or log.aux_layers is None or log.engine is None:
+    chosen, line = (
+        (log.aux_layers, log.aux_line)
+        if log is not None and log.aux_layers is not None
+        else ((log.default_layers, log.default_line) if log is not None else (None, None))
+    )
+    if log is None or chosen is None or log.engine is None:
         return layer_ids, engine
-    logged = ",".join(map(str, log.aux_layers))
-    where = f"{log.path}:{log.aux_line}"
+    logged = ",".join(map(str, chosen))
+    where = f"{log.path}:{line}"
     if engine_given and engine != log.engine:
         raise InputError(
             f"the engine log is {log.engine}'s ({where}) but `engine` is {engine}",
@@ -186,7 +200,7 @@ def configured_ids(
     if layer_ids is not None:
         from .rules.conventions import parse_ids
 
-        if parse_ids(layer_ids) != list(log.aux_layers):
+        if parse_ids(layer_ids) != list(chosen):
             raise InputError(
                 f"`layer_ids={layer_ids}` differ from the ids the engine logged, ({logged}) at {where}",
                 hint="leave `layer_ids` out to use the engine's, or give the log of the run you mean",
@@ -212,6 +226,14 @@ def ids_check(log: EngineLog, ids: object) -> object | None:
         return None
     read = tuple(getattr(ids, "ids", ()))
     fallback = bool(getattr(ids, "fallback", False))
+    if log.aux_layers is None and log.default_layers is not None:  # the V2 runner says it took its default
+        ok = fallback
+        msg = f"the engine logged its default layers {list(log.default_layers)} (line {log.default_line}): " + (
+            "it found no ids in the draft config, as hsdiff reads it"
+            if ok
+            else f"not the ids {list(read)} the draft config gives (vLLM #50170: read from a key this runner ignores?)"
+        )
+        return Check("engine-log-ids", ok, ERROR, msg, path=log.path)
     if log.aux_layers is None:
         if log.acceptance is None:
             return None

@@ -8,6 +8,12 @@ inference-side capture lines up with a known sample (no chat template, no tokeni
 
 One new token is enough: the prefill computes the hidden states of every prompt token.
 
+SGLang's capture-only mode (``--enable-return-aux-hidden-states``, sglang==0.5.23
+``arg_groups/validation_hook.py:700-745``) hands ``--return-aux-hidden-state-layer-ids`` to the model as its
+EAGLE-3 ids (``model_executor/model_runner_components/spec_aux_hidden_state.py:98-106``), so the family's
+setter reads them; the range check admits ``0 <= id < L x num_loops`` (``:113-130``), id L-1 included, which
+the llama rule's + 1 never captures.
+
 >>> request_body([1, 2, 3], "sglang")
 {'input_ids': [1, 2, 3], 'sampling_params': {'max_new_tokens': 1, 'temperature': 0}}
 >>> request_body([1, 2, 3], "vllm", model="target")
@@ -83,8 +89,10 @@ def advice(engine: str, hidden_states: bool = False) -> str:
         return (
             f"POST it to http://HOST:PORT{info.endpoint} and save the response as a .json file for hsdiff compare; "
             f"start the server with {info.cache_flag} --enable-return-aux-hidden-states --speculative-algorithm "
-            "EAGLE3 (and --return-aux-hidden-state-layer-ids IDS to choose the layers), so every prompt token is "
-            "recomputed and its aux hidden states returned"
+            "EAGLE3 (and --return-aux-hidden-state-layer-ids IDS to choose the layers: read as the model's EAGLE-3 "
+            "ids, so in SGLang's convention for its family, `hsdiff ids --to sglang`; its range check admits ids up "
+            "to L x num_loops - 1, but the llama rule never captures id L-1), so every prompt token is recomputed "
+            "and its aux hidden states returned"
         )
     return (
         f"POST it to http://HOST:PORT{info.endpoint}; start the server with {info.cache_flag}, or a cached "

@@ -86,6 +86,7 @@ ENGINE_NAMES_ALLOWED_IN = (
     "rules/kinds.py",
     "rules/versions.py",
     "rules/words.py",
+    "rules/traces.py",
     "cli/",
 )
 

@@ -440,3 +440,40 @@ def test_a_norm_flag_the_engine_does_not_read_is_a_warning() -> None:
     assert found["sglang"]["draft-kind"].ok
     cfg = {**cfg, "use_aux_norm": False, "fc_norm": True}
     assert {c.name: c for c in static_checks(cfg, read_ids(cfg, "vllm", num_layers=L), num_layers=L)}["draft-kind"].ok
+
+
+def test_a_four_layer_draft_with_top_level_ids_only_fails_to_load_on_vllm(tmp_path: Path) -> None:
+    """vLLM sizes the fc from num_aux_hidden_states, else the nested ids, else 3 (llama_eagle3.py:209-220, 0.33):
+    a speculators draft of four layers with its ids at the top level only is built for three (vLLM #54526)."""
+    import torch
+    from safetensors.torch import save_file
+
+    h = 8
+    cfg = {
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "hidden_size": h,
+        "target_hidden_size": h,
+        "eagle_aux_hidden_state_layer_ids": [2, 10, 18, 27],
+    }
+    folder = tmp_path / "draft"
+    folder.mkdir()
+    save_file({"fc.weight": torch.zeros(h, 4 * h)}, str(folder / "model.safetensors"))
+    (folder / "config.json").write_text(json.dumps(cfg))
+
+    def fc(config: dict) -> object:
+        (folder / "config.json").write_text(json.dumps(config))
+        ids = read_ids(config, "vllm", num_layers=L)
+        return {c.name: c for c in static_checks(config, ids, num_layers=L, path=folder / "config.json")}["fc-width"]
+
+    bad = fc(cfg)
+    assert not bad.ok and "= 24: loading the weights fails" in bad.message and "num_aux_hidden_states" in bad.message
+    assert fc({**cfg, "num_aux_hidden_states": 4}).ok
+
+
+def test_p_eagle_drafts_take_the_eagle3_ids() -> None:
+    """vLLM registry.py:699 runs PeagleLlamaForCausalLM as its EAGLE-3 model, ids from the same key (algos.py:53-87)."""
+    cfg = {"architectures": ["PeagleLlamaForCausalLM"], "eagle_aux_hidden_state_layer_ids": [2, 15, 27]}
+    assert conv.kind_from_config(cfg).key == "peagle"
+    ids = read_ids(cfg, "vllm", num_layers=L)
+    assert ids.kind == "peagle" and list(ids.boundaries) == [2, 15, 27]
+    assert conv.translate([2, 15, 27], "vllm", "sglang", num_layers=L, kind="peagle") == [1, 14, 26]

@@ -23,6 +23,22 @@ SEED = ROOT / "fixtures" / "seed"
 TARGET = SEED / "model" / "config.json"
 
 
+#: gate on the seed's fixed draft, whose ids sit where vLLM's V2 runner never reads them (vLLM #50170)
+_GATE_FIXED = [
+    "gate",
+    SEED / "train",
+    SEED / "infer-fixed-neighbours",
+    "--draft-config",
+    SEED / "draft-fixed" / "config.json",
+    "--target-config",
+    TARGET,
+    "--engine",
+    "vllm",
+    "--json",
+    "-",
+]
+
+
 def run(*args):
     return CliRunner().invoke(cli, [str(a) for a in args])
 
@@ -103,19 +119,7 @@ def test_compare_takes_the_ids_from_the_vllm_line(tmp_path):
 
 
 def test_gate_min_acceptance_judges_the_measured_value():
-    base = [
-        "gate",
-        SEED / "train",
-        SEED / "infer-fixed-neighbours",
-        "--draft-config",
-        SEED / "draft-fixed" / "config.json",
-        "--target-config",
-        TARGET,
-        "--engine-log",
-        LOGS / "sglang-decode.log",
-        "--json",
-        "-",
-    ]
+    base = [*_GATE_FIXED[:7], "--engine-log", LOGS / "sglang-decode.log", "--json", "-"]
     ok = run(*base, "--min-acceptance", "2.2")
     assert ok.exit_code == 0, ok.output
     doc = json.loads(ok.output)
@@ -133,19 +137,7 @@ def test_gate_sees_vllm_falling_back_to_its_default(tmp_path):
     """vLLM #50170 from the log's side: the config's ids sit where the V2 runner never reads, and a log
     with acceptance lines but no aux-layer line shows the engine took its default; a log that names
     other ids than the config gives is of another config."""
-    base = [
-        "gate",
-        SEED / "train",
-        SEED / "infer-fixed-neighbours",
-        "--draft-config",
-        SEED / "draft-fixed" / "config.json",
-        "--target-config",
-        TARGET,
-        "--engine",
-        "vllm",
-        "--json",
-        "-",
-    ]
+    base = _GATE_FIXED
     spec = "\n".join(line for line in (LOGS / "vllm-0.32-cpu.log").read_text().splitlines() if "auxiliary" not in line)
     default = tmp_path / "default.log"
     default.write_text(spec)
@@ -171,3 +163,34 @@ def test_the_json_follows_the_schemas(tmp_path):
         ),
         "gate",
     )
+
+
+def _v2_log(tmp_path: Path, which: str, ids: str) -> Path:
+    """The real 0.32 log with its V1 aux-layer line replaced by the V2 runner's, as vLLM 0.33 formats it
+    (v1/worker/gpu/spec_decode/eagle/eagle3_utils.py:34-39): the V2 runner needs Triton and runs on no CPU here."""
+    lines = [
+        f"INFO 12-02 10:00:00 [eagle3_utils.py:{36 if which == 'config' else 39}] Using Eagle3 auxiliary layers "
+        f"from {which}: {ids}"
+        if "auxiliary" in line
+        else line
+        for line in (LOGS / "vllm-0.32-cpu.log").read_text().splitlines()
+    ]
+    path = tmp_path / f"v2-{which}.log"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_the_v2_runner_s_lines_say_which_layers_it_chose(tmp_path):
+    """'from model': the V2 runner found no ids and took its default — the fallback of vLLM #50170, now said by the
+    engine itself; 'from config': the layers it read, which compare takes as the configured ids."""
+    default = read_engine_log(_v2_log(tmp_path, "model", "(2, 15, 27)"))
+    assert default.aux_layers is None and default.default_layers == (2, 15, 27) and default.acceptance is not None
+    base = _GATE_FIXED
+    r = run(*base, "--engine-log", default.path)
+    check = {c["name"]: c for c in json.loads(r.output)["checks"]}["engine-log-ids"]
+    assert check["ok"] and "logged its default layers [2, 15, 27]" in check["message"]
+    v1 = run(*base, "--vllm-runner", "v1", "--engine-log", default.path)
+    check = {c["name"]: c for c in json.loads(v1.output)["checks"]}["engine-log-ids"]
+    assert v1.exit_code == 1 and not check["ok"] and "50170" in check["message"]
+    chosen = read_engine_log(_v2_log(tmp_path, "config", "[2, 15, 27]"))
+    assert chosen.aux_layers == (2, 15, 27) and chosen.default_layers is None

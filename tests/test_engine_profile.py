@@ -26,12 +26,12 @@ from hsdiff.rules.profile import (
     FINAL_MINUS_ONE,
     KEYS_NESTED,
     KEYS_TOP,
-    LOG_LINES,
     REQUEST_COMPLETIONS,
     REQUEST_GENERATE,
     EngineInfo,
 )
 from hsdiff.rules.serving import serve
+from hsdiff.rules.traces import LOG_LINES
 
 _FIELDS = {f.name: f for f in dataclasses.fields(EngineInfo)}
 _DESCRIBED = {"key", "title", "kind", "index", "sorts", "reads", "sources"}

@@ -53,10 +53,10 @@ from .profile import (
     TOP,
     VERSIONS,
     VLLM_RUNNERS,
-    WRITER_MARKS,
     EngineInfo,
     Rule,
 )
+from .traces import WRITER_MARKS
 from .versions import (
     ENGINES,
     default_version,

@@ -69,6 +69,17 @@ DRAFT_KINDS: dict[str, DraftKind] = {
             note="EAGLE-3 with norms around the fc; its ids are read as EAGLE-3's",
         ),
         DraftKind(
+            "peagle",
+            "P-EAGLE",
+            EAGLE3,
+            ("Peagle", "PEagle", "PEAGLE"),
+            (1, 8),
+            "vllm==0.33.0 vllm/transformers_utils/configs/speculators/algos.py:53-87 (update_peagle: the top-level "
+            "eagle_aux_hidden_state_layer_ids, as for EAGLE-3), model_executor/models/registry.py:699,706 "
+            "(PeagleLlamaForCausalLM runs as Eagle3LlamaForCausalLM)",
+            note="parallel drafting on an EAGLE-3 draft; its ids are read as EAGLE-3's",
+        ),
+        DraftKind(
             "dflash",
             "DFlash",
             DFLASH,

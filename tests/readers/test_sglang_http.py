@@ -47,6 +47,7 @@ def test_the_request_asks_for_hidden_states(tmp_path):
     body = json.loads(r.stdout)
     assert body["return_hidden_states"] is True and body["input_ids"] == B.states(2)["input_ids"].tolist()
     assert "--enable-return-aux-hidden-states" in r.stderr
+    assert "`hsdiff ids --to sglang`" in r.stderr and "never captures id L-1" in r.stderr  # read as EAGLE-3 ids
 
 
 def test_hidden_states_that_are_not_rows_are_one_line(tmp_path):
