@@ -579,21 +579,28 @@ def recommend(settings: Settings, boundaries: Sequence[int | None]) -> tuple[Rec
     """The ids that make the settings' engine, at its version, capture ``boundaries``; the same layers on
     every engine at the version ``settings`` assumes for it (the report's own engine: its own answer);
     warnings for what stands in the way of serving them (:func:`hsdiff.rules.serving.serve`)."""
-    own, family, L = settings.engine, settings.model_family, settings.num_layers
-    served = serve(list(boundaries), own.engine, num_layers=L, model_family=family, version=own.version)
+    own, family, L, kind = settings.engine, settings.model_family, settings.num_layers, settings.draft_kind
+    served = serve(list(boundaries), own.engine, num_layers=L, model_family=family, version=own.version, kind=kind)
     by_engine: dict[str, EngineIds] = {}
     for at in settings.versions:
         if at.engine == own.engine:
             by_engine[at.engine] = EngineIds(own, served.ids)
             continue
         try:
-            ids = serve(list(boundaries), at.engine, num_layers=L, model_family=family, version=at.version).ids
-        except InputError:  # a rule that needs the layer count, which is not known
+            ids = serve(
+                list(boundaries), at.engine, num_layers=L, model_family=family, version=at.version, kind=kind
+            ).ids
+        except InputError:  # a rule that needs the layer count, which is not known, or no rows for the kind
             ids = tuple(None for _ in boundaries)
         by_engine[at.engine] = EngineIds(at, ids)
-    return Recommendation(
+    try:
+        key = conv.key_name(conv.write_key(own.engine, kind))
+    except InputError:  # an engine that reads no draft config
+        key = ""
+    rec = Recommendation(
         own.engine, family, served.ids, tuple(boundaries), by_engine, tuple(served.sentences()), own.version, own.rule
-    ), list(served.notes)
+    )
+    return replace(rec, kind=kind, config_key=key), list(served.notes)
 
 
 def to_recommend(results: Sequence[SlotResult]) -> list[int | None]:

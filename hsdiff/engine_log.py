@@ -76,6 +76,7 @@ class EngineLog:
     acceptance: MeasuredAcceptance | None
     default_layers: tuple[int, ...] | None = None  #: the engine said it found no ids and took these (vLLM V2)
     default_line: int | None = None
+    aux_boundaries: bool = False  #: ``aux_layers`` are the boundaries captured (vLLM V2), not the ids as written
 
     def to_dict(self) -> dict:
         return {
@@ -89,7 +90,7 @@ class EngineLog:
         }
 
 
-_PATTERNS = [(r.engine, r.kind, re.compile(r.pattern)) for r in LOG_LINES]
+_PATTERNS = [(r.engine, r.kind, re.compile(r.pattern), r.boundaries) for r in LOG_LINES]
 
 
 def read_engine_log(path: str | os.PathLike) -> EngineLog:
@@ -110,6 +111,7 @@ def read_engine_log(path: str | os.PathLike) -> EngineLog:
         ) from None
     aux: tuple[int, ...] | None = None
     aux_line = None
+    aux_b = False
     default: tuple[int, ...] | None = None
     default_line = None
     engines: set[str] = set()
@@ -118,14 +120,14 @@ def read_engine_log(path: str | os.PathLike) -> EngineLog:
     measured_by = ""
     with fh:
         for n, line in enumerate(fh, 1):
-            for engine, kind, rx in _PATTERNS:
+            for engine, kind, rx, as_b in _PATTERNS:
                 m = rx.search(line)
                 if m is None:
                     continue
                 engines.add(engine)
                 if kind == "aux_layers":
                     aux = tuple(int(x) for x in re.findall(r"-?\d+", m["ids"]))
-                    aux_line = n
+                    aux_line, aux_b = n, as_b
                 elif kind == "default_layers":
                     default = tuple(int(x) for x in re.findall(r"-?\d+", m["ids"]))
                     default_line = n
@@ -150,7 +152,7 @@ def read_engine_log(path: str | os.PathLike) -> EngineLog:
             hint="give one engine's log",
         )
     measured = _counted(counted, measured_by, p) if counted else _means(means, measured_by, p) if means else None
-    return EngineLog(p, next(iter(engines)), aux, aux_line, measured, default, default_line)
+    return EngineLog(p, next(iter(engines)), aux, aux_line, measured, default, default_line, aux_b)
 
 
 def _counted(lines: list[tuple[int, int, list[float]]], engine: str, path: str) -> MeasuredAcceptance | None:
@@ -226,13 +228,19 @@ def ids_check(log: EngineLog, ids: object) -> object | None:
         return None
     read = tuple(getattr(ids, "ids", ()))
     fallback = bool(getattr(ids, "fallback", False))
+    captured = tuple(sorted(getattr(ids, "boundaries", ())))
     if log.aux_layers is None and log.default_layers is not None:  # the V2 runner says it took its default
-        ok = fallback
-        msg = f"the engine logged its default layers {list(log.default_layers)} (line {log.default_line}): " + (
-            "it found no ids in the draft config, as hsdiff reads it"
-            if ok
-            else f"not the ids {list(read)} the draft config gives (vLLM #50170: read from a key this runner ignores?)"
-        )
+        said = f"the engine logged its default layers {list(log.default_layers)} (line {log.default_line})"
+        ok = fallback and (not captured or tuple(sorted(log.default_layers)) == captured)
+        if not fallback:
+            msg = (
+                f"{said}, not the ids {list(read)} the draft config gives (vLLM #50170: read from a key this runner "
+                "ignores?)."
+            )
+        elif not ok:
+            msg = f"{said}, but its default for this target is B{list(captured)}: the log is of another model."
+        else:
+            msg = f"{said}: it found no ids in the draft config, as hsdiff reads it."
         return Check("engine-log-ids", ok, ERROR, msg, path=log.path)
     if log.aux_layers is None:
         if log.acceptance is None:
@@ -245,12 +253,15 @@ def ids_check(log: EngineLog, ids: object) -> object | None:
             "this runner ignores?)"
         )
         return Check("engine-log-ids", ok, ERROR, msg, path=log.path)
-    ok = not fallback and read == log.aux_layers
-    said = f"the engine logged ids {list(log.aux_layers)} (line {log.aux_line})"
+    if log.aux_boundaries:  # the layers captured: compared with what the config's ids name
+        ok, gives = not fallback and tuple(sorted(log.aux_layers)) == captured, f"B{list(captured)}"
+    else:
+        ok, gives = not fallback and read == log.aux_layers, str(list(read))
+    said = f"the engine logged {'layers' if log.aux_boundaries else 'ids'} {list(log.aux_layers)} (line {log.aux_line})"
     msg = (
-        f"{said}, as read from the draft config"
+        f"{said}, as read from the draft config."
         if ok
-        else f"{said}, but the draft config read as vLLM reads it gives "
-        f"{'its default ' if fallback else ''}{list(read)}: the log is of another config, or vLLM read it otherwise"
+        else f"{said}, but the draft config read as vLLM reads it gives {'its default ' if fallback else ''}"
+        f"{gives}: the log is of another config, or vLLM read it otherwise."
     )
     return Check("engine-log-ids", ok, ERROR, msg, path=log.path)

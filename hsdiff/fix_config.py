@@ -51,6 +51,7 @@ class ReportIds:
     notes: tuple[str, ...] = ()
     #: the dumps the report read (training, inference): a config inside one is their label, not a draft's
     dumps: tuple[tuple[str, str], ...] = ()
+    kind: str = "eagle3"  #: the draft kind the report read the ids for
 
     @property
     def engine(self) -> str:
@@ -143,7 +144,8 @@ def ids_from_report(
             f"{' ' + own.version if own.version else ''}, or add --translate to write the ids of the same "
             f"layers for {at.title} {at.version}",
         )
-    served = serve(bs, key, num_layers=L, model_family=family, version=at.version)
+    kind = settings.draft_kind
+    served = serve(bs, key, num_layers=L, model_family=family, version=at.version, kind=kind)
     if not served.ok or any(i is None for i in served.ids):
         raise InputError(
             "no ids make the engine feed the draft what it was trained on: " + " ".join(served.sentences()),
@@ -153,7 +155,7 @@ def ids_from_report(
     ids = [int(i) for i in served.ids if i is not None]
     notes: list[str] = []
     if not differs:
-        ids, notes = _own_ids(p, rec, own, at, bs, L, family, ids)
+        ids, notes = _own_ids(p, rec, own, at, (bs, L, family, kind), ids)
     inputs = report.get("inputs")
     dumps = tuple(
         (side, inputs[side])
@@ -161,7 +163,16 @@ def ids_from_report(
         if isinstance(inputs, dict) and isinstance(inputs.get(side), str)
     )
     return ReportIds(
-        tuple(ids), tuple(bs), L, family, str(report.get("verdict")), at, own if differs else None, tuple(notes), dumps
+        tuple(ids),
+        tuple(bs),
+        L,
+        family,
+        str(report.get("verdict")),
+        at,
+        own if differs else None,
+        tuple(notes),
+        dumps,
+        kind,
     )
 
 
@@ -234,15 +245,15 @@ def _own_ids(
     rec: dict,
     own: EngineVersion,
     at: EngineVersion,
-    bs: list[int],
-    L: int | None,
-    family: str,
+    layers: tuple[list[int], int | None, str, str],
     derived: list[int],
 ) -> tuple[list[int], list[str]]:
-    """The report's own ids, once read back as ``at`` reads them they capture the report's layers."""
+    """The report's own ids, once read back as ``at`` reads them they capture the report's layers
+    (``layers``: the report's boundaries, L, model family and draft kind)."""
+    bs, L, family, kind = layers
     ids = [int(i) for i in rec.get("eagle_aux_hidden_state_layer_ids") or () if i is not None]
     try:
-        read = conv.to_boundary(ids, at.engine, num_layers=L, model_family=family, version=at.version)
+        read = conv.to_boundary(ids, at.engine, num_layers=L, model_family=family, version=at.version, kind=kind)
     except InputError:
         read = []
     if read == conv.slot_order(bs, at.engine, L, at.version) and len(ids) == len(bs):
@@ -273,6 +284,22 @@ def _own_ids(
 
 def rule_key(engine: str) -> str:
     return conv.rule(engine).key
+
+
+def _capturable(ids: Sequence[int], engine: str, family: str | None, version: str, kind: str) -> None:
+    """Refuse ids naming a layer the engine never captures, where that is known without the target's layer
+    count (an id below the lowest it takes: -1 on an engine whose loop never names the embeddings)."""
+    try:
+        b = conv.to_boundary(ids, engine, model_family=family, version=version, kind=kind, check_range=False)
+        served = serve(b, engine, model_family=family, version=version, kind=kind)
+    except InputError:  # a rule that needs the layer count: check-config, with the target, judges it
+        return
+    lost = [o for o in served.obstacles if o.kind == "uncapturable"]
+    if lost:
+        raise InputError(
+            f"{ids} names a layer {conv.rule(engine).title} never captures: " + " ".join(o.sentence() for o in lost),
+            hint="write ids the engine captures (`hsdiff ids --explain`), or serve the draft elsewhere",
+        )
 
 
 def _writes_some_key(engine: str, kind: str | None) -> None:
@@ -338,6 +365,7 @@ def fix_config(
             f"{ids} is not ascending without repeats; engines capture in layer order and once per layer",
             hint=f"write {sorted(set(ids))} if that is the order the draft was trained in",
         )
+    _capturable(ids, engine, model_family, version, kind)
     new_cfg = copy.deepcopy(cfg)
     node = new_cfg
     for part in key[:-1]:

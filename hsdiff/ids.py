@@ -123,15 +123,34 @@ def translate_ids(
     sv, dv = conv.parse_version(src, src_version), conv.parse_version(dst, dst_version)
     fam_src, fam_dst = conv.rule(src).family_for(model_family), conv.rule(dst).family_for(model_family)
     family = conv.normalize_family(model_family) if conv.rule(src).family_rule or conv.rule(dst).family_rule else None
-    b = conv.to_boundary(ids, src, num_layers=num_layers, model_family=fam_src, version=sv, kind=k)
-    served = serve(b, dst, num_layers=num_layers, model_family=fam_dst, version=dv, kind=k)
     src_rule = conv.applied(src, fam_src, sv, k)
-    warnings = [
-        f"{conv.rule(src).title} {sv} could not have captured {conv.name_boundary(x, num_layers)} "
-        f"({src_rule.label}): no id of its convention names it, so data said to come from it is suspect"
-        for x in b
-        if not conv.capturable(x, src, num_layers, fam_src, sv, k)
-    ] + list(served.notes)
+    fixed = []
+    if src_rule.fixed:  # reads no ids: what it captured are its own layers, whatever these ids say
+        if num_layers is None:
+            raise InputError(
+                f"{conv.rule(src).title} reads no ids ({src_rule.label}): what it captured depends on the "
+                "target's layer count",
+                hint="give the target's num_hidden_layers (`num_layers`)",
+                options=("num_layers",),
+            )
+        b = conv.default_boundaries(num_layers, src, fam_src, sv, k)
+        fixed = [
+            f"{conv.rule(src).title} reads no ids: it captured B{b} whatever {list(ids)} say ({src_rule.label}); "
+            "these are translated"
+        ]
+    else:
+        b = conv.to_boundary(ids, src, num_layers=num_layers, model_family=fam_src, version=sv, kind=k)
+    served = serve(b, dst, num_layers=num_layers, model_family=fam_dst, version=dv, kind=k)
+    warnings = (
+        fixed
+        + [
+            f"{conv.rule(src).title} {sv} could not have captured {conv.name_boundary(x, num_layers)} "
+            f"({src_rule.label}): no id of its convention names it, so data said to come from it is suspect"
+            for x in b
+            if not conv.capturable(x, src, num_layers, fam_src, sv, k)
+        ]
+        + list(served.notes)
+    )
     try:
         key = conv.key_name(conv.write_key(dst, k))
     except InputError:  # an engine that reads no draft config (TensorRT-LLM)

@@ -477,3 +477,75 @@ def test_p_eagle_drafts_take_the_eagle3_ids() -> None:
     ids = read_ids(cfg, "vllm", num_layers=L)
     assert ids.kind == "peagle" and list(ids.boundaries) == [2, 15, 27]
     assert conv.translate([2, 15, 27], "vllm", "sglang", num_layers=L, kind="peagle") == [1, 14, 26]
+
+
+# --------------------------------------------------------------------------- the draft kind through gate and reports
+
+
+def test_gate_reads_a_dflash_draft_with_its_own_rows_end_to_end(tmp_path: Path) -> None:
+    """A DFlash draft on vLLM: the gate compares the layers vLLM captures for dflash_config.target_layer_ids (+ 1),
+    the report names the DFlash row and the key to write, and fix-config --from-report writes that key."""
+    seed = conv_root() / "fixtures" / "seed"
+    cfg = json.loads((seed / "draft-fixed" / "config.json").read_text())
+    cfg.pop("eagle_config", None)
+    cfg.pop("eagle_aux_hidden_state_layer_ids", None)
+    cfg.update(architectures=["DFlashDraftModel"], dflash_config={"target_layer_ids": [2, 30, 58]})
+    draft = tmp_path / "draft" / "config.json"
+    draft.parent.mkdir()
+    draft.write_text(json.dumps(cfg))
+    out = tmp_path / "gate.json"
+    r = _run(
+        "gate",
+        str(seed / "train"),
+        str(seed / "infer-fixed-neighbours"),
+        "--draft-config",
+        str(draft),
+        "--target-config",
+        str(seed / "model" / "config.json"),
+        "--engine",
+        "vllm",
+        "--json",
+        str(out),
+    )
+    doc = json.loads(out.read_text())
+    rep = doc["report"]
+    assert r.exit_code == 0, r.output
+    assert rep["configured"]["boundary_indices"] == [3, 31, 59] and "DFlash" in rep["configured"]["rule"]
+    assert rep["recommended"]["config_key"] == "dflash_config.target_layer_ids"
+    assert rep["recommended"]["draft_kind"] == "dflash" and rep["settings"]["draft_kind"] == "dflash"
+    assert "DFlash" in rep["settings"]["rule"]
+    target = tmp_path / "fixed" / "config.json"
+    target.parent.mkdir()
+    target.write_text(json.dumps({**cfg, "dflash_config": {"target_layer_ids": [0, 1, 2]}}))
+    fixed = _run("fix-config", str(target), "--from-report", str(out))
+    assert fixed.exit_code == 0, fixed.output
+    assert json.loads(target.read_text())["dflash_config"]["target_layer_ids"] == [2, 30, 58]
+
+
+def conv_root() -> Path:
+    return Path(__file__).resolve().parents[1]
+
+
+def test_fix_config_refuses_an_id_the_engine_never_captures(tmp_path: Path) -> None:
+    """vLLM TPU's DFlash loop index is never -1 (llama3.py:356-369): writing it would capture nothing."""
+    path = _dflash(tmp_path / "c.json")
+    with pytest.raises(InputError, match="never captures.*B0"):
+        fix_config(path, [-1, 8, 15], engine="vllm-tpu")
+    assert fix_config(path, [1, 8, 15], engine="vllm-tpu").written
+
+
+def test_check_config_fails_ids_the_tpu_would_not_capture(tmp_path: Path) -> None:
+    cfg = {"architectures": ["LlamaForCausalLMEagle3"], "eagle_aux_hidden_state_layer_ids": [3, 16, 28]}
+    found = {c.name: c for c in static_checks(cfg, read_ids(cfg, "vllm-tpu", num_layers=L), num_layers=L)}
+    assert not found["ignored-key"].ok and "MODEL_IMPL_TYPE=vllm" in found["ignored-key"].message
+    assert found["silent-fallback"].ok
+    right = {**cfg, "eagle_aux_hidden_state_layer_ids": [2, 15, 27]}
+    found = {c.name: c for c in static_checks(right, read_ids(right, "vllm-tpu", num_layers=L), num_layers=L)}
+    assert found["ignored-key"].ok
+
+
+def test_ids_from_the_tpu_are_its_own_layers_and_need_the_layer_count() -> None:
+    t = translate_ids([3, 16, 28], "vllm-tpu", "sglang", num_layers=L)
+    assert list(t.out) == [1, 14, 26] and any("reads no ids" in w for w in t.warnings)
+    with pytest.raises(InputError, match="layer count"):
+        translate_ids([2, 15, 27], "vllm", "vllm-tpu")

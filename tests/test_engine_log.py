@@ -182,15 +182,19 @@ def _v2_log(tmp_path: Path, which: str, ids: str) -> Path:
 
 def test_the_v2_runner_s_lines_say_which_layers_it_chose(tmp_path):
     """'from model': the V2 runner found no ids and took its default — the fallback of vLLM #50170, now said by the
-    engine itself; 'from config': the layers it read, which compare takes as the configured ids."""
-    default = read_engine_log(_v2_log(tmp_path, "model", "(2, 15, 27)"))
-    assert default.aux_layers is None and default.default_layers == (2, 15, 27) and default.acceptance is not None
+    engine itself, and a default that is not this target's (B[2, L//2, L-3] of 61 layers) is another model's log;
+    'from config': the layers it captured for the config's ids (its DFlash keys' + 1 applied)."""
+    default = read_engine_log(_v2_log(tmp_path, "model", "(2, 30, 58)"))
+    assert default.aux_layers is None and default.default_layers == (2, 30, 58) and default.acceptance is not None
     base = _GATE_FIXED
     r = run(*base, "--engine-log", default.path)
     check = {c["name"]: c for c in json.loads(r.output)["checks"]}["engine-log-ids"]
-    assert check["ok"] and "logged its default layers [2, 15, 27]" in check["message"]
+    assert check["ok"] and "logged its default layers [2, 30, 58]" in check["message"]
     v1 = run(*base, "--vllm-runner", "v1", "--engine-log", default.path)
     check = {c["name"]: c for c in json.loads(v1.output)["checks"]}["engine-log-ids"]
     assert v1.exit_code == 1 and not check["ok"] and "50170" in check["message"]
+    other = run(*base, "--engine-log", _v2_log(tmp_path, "model", "(2, 15, 27)"))
+    check = {c["name"]: c for c in json.loads(other.output)["checks"]}["engine-log-ids"]
+    assert other.exit_code == 1 and "another model" in check["message"]
     chosen = read_engine_log(_v2_log(tmp_path, "config", "[2, 15, 27]"))
-    assert chosen.aux_layers == (2, 15, 27) and chosen.default_layers is None
+    assert chosen.aux_layers == (2, 15, 27) and chosen.default_layers is None and chosen.aux_boundaries

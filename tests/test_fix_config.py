@@ -301,7 +301,7 @@ def test_gate_check_config_and_ids_name_the_same_version(tmp_path, wrong_copy):
     assert doc["settings"]["model_family_source"] == "--model-family kimi_k25"
     assert (
         doc["settings"]["num_hidden_layers"] == 61
-        and doc["settings"]["num_hidden_layers_source"] == "the target config (--model-config)"
+        and doc["settings"]["num_hidden_layers_source"] == "the target config.json"
     )
     assert f"(for SGLang 0.5.12, rule: {rule})" in r.output
     r = run("fix-config", str(wrong_copy), "--from-report", str(gate_json))

@@ -92,6 +92,7 @@ dump_options = _stack(
     click.argument("infer", type=click.Path(exists=False, path_type=str)),
     family_option,
     engine_version_option,
+    draft_kind_option,
     click.option(
         "--infer-index",
         type=click.Choice(["boundary", "output"]),

@@ -60,7 +60,8 @@ def compare_cmd(
     given = click.get_current_context().get_parameter_source("engine") != click.core.ParameterSource.DEFAULT
     log = engine_log(kw)
     ids, engine = configured_ids(log, layer_ids, engine, given)
-    source = f"the engine log {log.path}:{log.aux_line}" if layer_ids is None and ids and log else "--layer-ids"
+    line = None if log is None else log.aux_line if log.aux_line is not None else log.default_line
+    source = f"the engine log {log.path}:{line}" if layer_ids is None and ids and log else "--layer-ids"
     opts = options_from(kw, engine=engine, layer_ids=ids, progress=progress, source=source)
     report = compare(train, infer, opts)
     report, acceptance = attach(report, report, train, infer, kw)
@@ -103,6 +104,7 @@ def options_from(
         infer_format=kw.get("infer_format"),
         tolerance=kw.get("tolerance", NOISE_TOLERANCE),
         log_pattern=kw.get("log_pattern"),
+        draft_kind=kw.get("draft_kind"),
         configured_source=source,
         progress=progress_printer(progress),
     )

@@ -60,10 +60,8 @@ def fix_config_cmd(
         raise click.UsageError("give exactly one of --from-report REPORT.json or --layer-ids IDS")
     if translate and report is None:
         raise click.UsageError("--translate goes with --from-report")
-    if report is not None:
-        draft_kind = draft_kind or "eagle3"  # a report's ids are EAGLE-3 ids
-    ids, model_family, engine, version, dumps = _ids(
-        report, layer_ids, engine, model_family, engine_versions, translate
+    ids, model_family, engine, version, dumps, draft_kind = _ids(
+        report, layer_ids, engine, model_family, engine_versions, translate, draft_kind
     )
     result = fix_config(
         draft_config,
@@ -89,8 +87,9 @@ def fix_config_cmd(
     )
 
 
-def _ids(report, layer_ids, engine, model_family, engine_versions, translate):
-    """The ids to write, their model family, engine and version, and the dumps they came from."""
+def _ids(report, layer_ids, engine, model_family, engine_versions, translate, draft_kind):
+    """The ids to write, their model family, engine and version, the dumps they came from and the draft kind
+    (a report's own; a --draft-kind that contradicts it is refused)."""
     if report is None:
         engine = engine or "sglang"
         return (
@@ -99,6 +98,7 @@ def _ids(report, layer_ids, engine, model_family, engine_versions, translate):
             engine,
             conv.versions(engine_versions, [engine])[conv.rule(engine).key],
             (),
+            draft_kind,
         )
     found = ids_from_report(
         report, engine, model_family=model_family, engine_versions=engine_versions, translate=translate
@@ -110,4 +110,8 @@ def _ids(report, layer_ids, engine, model_family, engine_versions, translate):
             f"translated the report's layers B{list(found.boundaries)} from "
             f"{found.translated_from.words()} to {found.at.words()}"
         )
-    return list(found.ids), found.model_family, found.engine, found.version, found.dumps
+    if draft_kind is not None and draft_kind != found.kind:
+        raise click.UsageError(
+            f"the report's ids are for a {found.kind} draft; --draft-kind {draft_kind} asks for another (drop it)"
+        )
+    return list(found.ids), found.model_family, found.engine, found.version, found.dumps, found.kind

@@ -58,6 +58,10 @@ class Options:
     engine_versions: Sequence[str] = ()  # every --engine-version as given (other engines' versions: by_engine)
     model_family_source: str | None = None  # where the model family came from (default: the option, else llama)
     vllm_runner: str | None = None  # the gate's vLLM runner, recorded in the settings
+    draft_kind: str | None = None  # the draft kind whose rows read the ids (hsdiff.rules.kinds); None: EAGLE-3
+    #: the boundaries the engine captures for ``layer_ids``, when the caller read them itself (the gate: by the
+    #: key they sit in, vLLM's DFlash keys + 1); None: read from ``layer_ids`` with the engine's rule
+    configured_boundaries: Sequence[int] | None = None
     log_pattern: str | None = None
     progress: Progress | None = field(default=None, repr=False, compare=False)
 
@@ -204,7 +208,14 @@ def _compare(
     hidden, hidden_from = shape.hidden_size(opts.hidden_size, model_cfg, train, infer, opts.layer_ids)
     settings = _settings(opts, family, num_layers, layers_from, hidden, hidden_from)
     configured = slots.configured(
-        opts.layer_ids, opts.engine, family, opts.configured_source, num_layers, opts.engine_version
+        opts.layer_ids,
+        opts.engine,
+        family,
+        opts.configured_source,
+        num_layers,
+        opts.engine_version,
+        opts.draft_kind,
+        opts.configured_boundaries,
     )
     train_slots = slots.split_train(train, hidden)
     k = len(train_slots)
@@ -229,6 +240,7 @@ def _compare(
         num_layers,
         opts.model_family,
         opts.train_engine_version,
+        opts.draft_kind,
     )
     named = _named(k, configured.boundary_indices if configured else (), claims)
     scores = scoring.score_all(train_slots, usable, opts.tolerance, opts.progress, verify=named)
@@ -321,6 +333,7 @@ def _settings(
         hidden_size=hidden,
         hidden_size_source=hidden_from,
         vllm_runner=opts.vllm_runner,
+        kind=opts.draft_kind,
     )
 
 

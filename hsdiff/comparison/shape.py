@@ -30,7 +30,7 @@ def num_layers(given: int | None, model_cfg: dict | None, train: Dump, infer: Du
     if model_cfg is not None:
         n = target_shape(model_cfg).num_layers
         if n:
-            return n, "the target config (--model-config)"
+            return n, "the target config.json"
     for path, cfg in train.configs + infer.configs:
         if not is_draft_config(cfg) and cfg.get("num_hidden_layers"):
             return int(cfg["num_hidden_layers"]), f"{Path(path).name} beside the dump"
@@ -99,7 +99,7 @@ def hidden_size(
 def _stated_hidden_size(model_cfg: dict | None, train: Dump, infer: Dump) -> tuple[int, str] | None:
     """The target's hidden size as a config states it, and which config."""
     if model_cfg is not None and model_cfg.get("hidden_size"):
-        return int(model_cfg["hidden_size"]), "the target config (--model-config)"
+        return int(model_cfg["hidden_size"]), "the target config.json"
     configs = train.configs + infer.configs
     for path, cfg in configs:
         if is_draft_config(cfg) and cfg.get("target_hidden_size"):

@@ -30,13 +30,20 @@ def configured(
     source: str,
     num_layers: int | None,
     version: str | None = None,
+    kind: str | None = None,
+    boundaries: Sequence[int] | None = None,
 ) -> Configured | None:
-    """The ids under test, the boundaries the engine (at ``version``) reads them as, and the rule it applied."""
+    """The ids under test, the boundaries the engine (at ``version``) reads them as for a draft of ``kind`` (or
+    ``boundaries``, when the caller read them by the key they sit in), and the rule it applied."""
     if layer_ids is None:
         return None
     ids = [int(i) for i in layer_ids]
-    b = conv.to_boundary(ids, engine, num_layers=num_layers, model_family=family, version=version)
-    rule = conv.applied(engine, family, version)
+    b = (
+        list(boundaries)
+        if boundaries is not None
+        else conv.to_boundary(ids, engine, num_layers=num_layers, model_family=family, version=version, kind=kind)
+    )
+    rule = conv.applied(engine, family, version, kind)
     return Configured(
         engine,
         tuple(ids),
@@ -207,17 +214,21 @@ def claims(
     num_layers: int | None,
     model_family: str | None = None,
     version: str | None = None,
+    kind: str | None = None,
 ) -> tuple[list[int | None], str]:
     """Boundary indices the training side claims for its slots, and where that claim came from.
 
     SpecForge captures through SGLang's own setter, so SGLang's family rules apply to its ids too.
     """
     family = conv.rule(train_engine).family_for(model_family, shifts=True)
-    if train_layer_ids is not None:
-        b = conv.to_boundary(
-            train_layer_ids, train_engine, num_layers=num_layers, keep_order=True, model_family=family, version=version
+
+    def read(ids: Sequence[int]) -> list[int]:
+        return conv.to_boundary(
+            ids, train_engine, num_layers=num_layers, keep_order=True, model_family=family, version=version, kind=kind
         )
-        return _pad(b, k), f"--train-layer-ids in {train_engine} convention"
+
+    if train_layer_ids is not None:
+        return _pad(read(train_layer_ids), k), f"--train-layer-ids in {train_engine} convention"
     labelled = [slots[s][0].boundary for s in range(k)]
     if all(b is not None for b in labelled):
         return labelled, "labels in the training dump"
@@ -225,9 +236,7 @@ def claims(
         ids = draft_ids(cfg)
         if ids is not None:
             try:
-                b = conv.to_boundary(
-                    ids, train_engine, num_layers=num_layers, keep_order=True, model_family=family, version=version
-                )
+                b = read(ids)
             except InputError:
                 continue
             return _pad(b, k), f"{Path(path).name} beside the training dump ({train_engine} convention)"

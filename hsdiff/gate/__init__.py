@@ -87,7 +87,9 @@ def _runner_of(engine: str, vllm_runner: str) -> str | None:
     return vllm_runner if conv.rule(engine).runners else None
 
 
-def _static_settings(s: _Setup, engine: str, given: Sequence[str], vllm_runner: str) -> Settings:
+def _static_settings(
+    s: _Setup, engine: str, given: Sequence[str], vllm_runner: str, kind: str | None = None
+) -> Settings:
     """The settings of a result with no comparison (check-config, or a gate that stopped before comparing)."""
     return settings_for(
         engine,
@@ -100,6 +102,7 @@ def _static_settings(s: _Setup, engine: str, given: Sequence[str], vllm_runner: 
         hidden_size=s.hidden_size,
         hidden_size_source=s.hidden_source,
         vllm_runner=_runner_of(engine, vllm_runner),
+        kind=kind,
     )
 
 
@@ -165,7 +168,7 @@ def check_config(
         s.num_layers,
         s.hidden_size,
         s.family,
-        settings=_static_settings(s, engine, engine_versions, vllm_runner),
+        settings=_static_settings(s, engine, engine_versions, vllm_runner, ids.kind),
     )
 
 
@@ -191,7 +194,7 @@ def run_gate(
     s = _setup(
         draft_config, target_config, engine, opts.model_family, opts.num_layers, opts.hidden_size, opts.engine_version
     )
-    ids, checks = _checked(s, engine, vllm_runner)
+    ids, checks = _checked(s, engine, vllm_runner, opts.draft_kind)
     blocking = [c for c in checks if c.failed and c.name in ("ids-in-range", "ids-source")]
     notes: list[str] = []
     report = None
@@ -211,12 +214,14 @@ def run_gate(
             vllm_runner=_runner_of(engine, vllm_runner),
             model_config=None if target_config is None else str(target_config),
             configured_source=source,
+            draft_kind=ids.kind,
+            configured_boundaries=list(ids.boundaries),
         )
         report = compare(train, infer, opts)
     settings = (
         report.settings
         if report is not None and report.settings is not None
-        else _static_settings(s, engine, opts.engine_versions, vllm_runner)
+        else _static_settings(s, engine, opts.engine_versions, vllm_runner, ids.kind)
     )
     return GateResult(
         "gate",

@@ -211,6 +211,8 @@ def _other_reader(c: CheckInput, k: _Keys) -> Finding:
     engine, top, nested = c.ids.engine, k.top, k.nested
     keys = conv.config_keys(engine)
     read = [conv.key_name(path) for path in keys]
+    if not keys:
+        return _reads_none(c, k)
     if conv.TOP_KEY not in keys and k.top_ok and not k.has_nested:
         return _fail(
             ERROR,
@@ -226,6 +228,33 @@ def _other_reader(c: CheckInput, k: _Keys) -> Finding:
             "default layers. Write them to the top-level key (`hsdiff ids` translates).",
         )
     return _ok(f"{conv.rule(engine).title} reads {' or '.join(read)}")
+
+
+def _reads_none(c: CheckInput, k: _Keys) -> Finding:
+    """An engine that reads no id from the draft config: where it captures layers of its own whatever the config
+    says (vLLM's TPU JAX models), ids in the config that name other layers (as vLLM or SGLang read them) fail."""
+    title = conv.rule(c.ids.engine).title
+    applied = conv.applied(c.ids.engine, c.family, c.version, c.kind)
+    if not applied.fixed:
+        return _ok(f"{title} reads no ids from the draft config (it reads {conv.rule(c.ids.engine).reads})")
+    own = sorted(c.ids.boundaries)
+    named = [
+        (f"{where} {ids}", b)
+        for where, ids, ok, reader, fam in (
+            ("top-level", k.top, k.top_ok, KEYS_TOP, None),
+            ("eagle_config's", k.nested, k.nested_ok, KEYS_NESTED, c.family),
+        )
+        if ok and (b := _safe_reading(ids, _reader_of(reader), c.num_layers, fam)) is not None
+    ]
+    other = [(w, b) for w, b in named if sorted(set(b)) != own]
+    if not other:
+        return _ok(f"{title} captures B{own} whatever the config says ({applied.label})")
+    what = "; ".join(f"the {w} names B{sorted(set(b))}" for w, b in other)
+    return _fail(
+        ERROR,
+        f"{title} captures B{own} whatever the config says ({applied.label}), but {what}: a draft trained on those "
+        f"gets other layers there. What would work: {applied.note or 'another engine'}.",
+    )
 
 
 def _both_keys(
@@ -478,6 +507,8 @@ def _silent_fallback(c: CheckInput) -> Finding:
     above all when the ids sit in a key that only another engine reads."""
     if not c.ids.fallback:
         return _ok(f"{conv.rule(c.ids.engine).title} finds the ids in {c.ids.key or 'no key'}")
+    if conv.applied(c.ids.engine, c.family, c.version, c.kind).fixed:
+        return _ok(f"{conv.rule(c.ids.engine).title} reads no ids at all (ignored-key judges the config's)")
     title = conv.rule(c.ids.engine).title
     covered = (conv.TOP_KEY, conv.NESTED_KEY) if c.eagle3 else ()  # the ignored-key check speaks of these two
     elsewhere = [

@@ -314,10 +314,12 @@ class EngineIds:
         return f"<{self.at.title} {self.at.version}: {list(self.ids)}>"
 
 
-def config_line(ids: Sequence[int | None]) -> str:
-    """The line of a draft config.json that states ``ids`` (``null`` for an id no convention gives)."""
+def config_line(ids: Sequence[int | None], key: str = "") -> str:
+    """The line of a draft config.json that states ``ids`` (``null`` for an id no convention gives) under the
+    last part of ``key`` (default ``eagle_aux_hidden_state_layer_ids``; the objects it sits in are said apart)."""
     shown = ", ".join("null" if i is None else str(i) for i in ids)
-    return f'"eagle_aux_hidden_state_layer_ids": [{shown}]'
+    name = key.rsplit(".", 1)[-1] if key else "eagle_aux_hidden_state_layer_ids"
+    return f'"{name}": [{shown}]'
 
 
 @dataclass(frozen=True)
@@ -334,6 +336,8 @@ class Recommendation:
     unservable: tuple[str, ...] = field(default=(), compare=False)
     version: str | None = None
     rule: str = ""
+    kind: str = "eagle3"  #: the draft kind the ids are written for (hsdiff.rules.kinds)
+    config_key: str = ""  #: where the engine reads them in the draft config.json ("" nowhere)
 
     def to_dict(self) -> dict:
         return {
@@ -341,13 +345,15 @@ class Recommendation:
             "engine_version": self.version,
             "rule": self.rule,
             "model_family": self.model_family,
+            "draft_kind": self.kind,
+            "config_key": self.config_key,
             "eagle_aux_hidden_state_layer_ids": list(self.ids),
             "boundary_indices": list(self.boundary_indices),
             "by_engine": {e: v.to_dict() for e, v in self.by_engine.items()},
         }
 
     def config_line(self) -> str:
-        return config_line(self.ids)
+        return config_line(self.ids, self.config_key)
 
 
 @dataclass(frozen=True)

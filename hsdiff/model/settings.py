@@ -65,6 +65,7 @@ class Settings:
     hidden_size_source: str = ""
     vllm_runner: str | None = None
     recorded: bool = field(default=True)
+    draft_kind: str = "eagle3"  #: the draft kind whose rows read the ids (hsdiff.rules.kinds)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "infer_index", Index(self.infer_index))
@@ -97,6 +98,8 @@ class Settings:
         ]
         if self.vllm_runner:
             out[0] += f", {self.vllm_runner.upper()} runner"
+        if self.draft_kind != "eagle3":
+            out.append(f"draft kind: {self.draft_kind} (its ids are read with that kind's rows)")
         out.append(f"model family: {self.model_family} ({self.model_family_source})")
         if self.train_engine is not None:
             out.append(
@@ -136,6 +139,7 @@ class Settings:
             "hidden_size": self.hidden_size,
             "hidden_size_source": self.hidden_size_source,
             "vllm_runner": self.vllm_runner,
+            "draft_kind": self.draft_kind,
         }
 
     @classmethod
@@ -174,6 +178,7 @@ class Settings:
                 s.get("hidden_size"),
                 s.get("hidden_size_source") or "",
                 s.get("vllm_runner"),
+                draft_kind=str(s.get("draft_kind") or "eagle3"),
             )
         rec = doc.get("recommended") or {}
         inputs = doc.get("inputs") or {}

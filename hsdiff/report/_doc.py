@@ -80,12 +80,14 @@ def engine_title(result: Doc) -> str:
 
 def config_line(rec: Doc) -> str:
     """The config.json line of a recommendation as a report document holds it."""
-    return ids_line(rec["eagle_aux_hidden_state_layer_ids"])
+    return ids_line(rec["eagle_aux_hidden_state_layer_ids"], str(rec.get("config_key") or ""))
 
 
 def nested_in(rec: Doc) -> str:
     """The object of the draft config.json the recommended ids go under, as ``hsdiff fix-config`` writes them
     (:func:`hsdiff.rules.conventions.write_key`); ``""`` for the top level or an engine that reads no draft config."""
+    if rec.get("config_key"):  # the key the report's engine reads for its draft kind
+        return ".".join(str(rec["config_key"]).split(".")[:-1])
     info = ENGINE_INFO.get(str(rec["engine"]))
     key = info.writes if info else ()
     return key[0] if len(key) > 1 else ""

@@ -88,8 +88,7 @@ def render_keys() -> str:
         "|---|---|---|---|---|",
     ]
     for key, paths in CONFIG_KEYS.items():
-        engine = key.split("-")[0]
-        runner = key if "-" in key else ""
+        engine, runner = (key, "") if key in ENGINE_INFO else (key.split("-")[0], key)  # vllm-v2: a runner's
         read = ", ".join(".".join(p) + _meaning(runner, p) for p in paths) or "none (not the draft config)"
         writes = ".".join(ENGINE_INFO[engine].writes) or "—"
         out.append(
@@ -101,7 +100,8 @@ def render_keys() -> str:
         found = DFLASH_KEYS.get(key, DFLASH_KEYS.get(engine))
         read = ", ".join(".".join(p) for p in found) if found else "as for EAGLE-3, by runner (rows above)"
         writes = ".".join(DFLASH_WRITES.get(key, DFLASH_WRITES.get(engine, ())))
-        out.append(f"| `{engine}` | {kinds} | {read} | {writes} | {_cell(DFLASH_DEFAULTS.get(engine, ''))} |")
+        default = DFLASH_DEFAULTS.get(key, DFLASH_DEFAULTS.get(engine, "")) if kind or key == engine else ""
+        out.append(f"| `{engine}` | {kinds} | {read} | {writes} | {_cell(default)} |")
     return "\n".join(out)
 
 
@@ -121,6 +121,8 @@ def render_rules() -> str:
         fam = ", ".join(r.families) or "(any other)"
         kinds = ", ".join(r.kinds or EAGLE3_KINDS)
         reading = _READING[r.reading] + (" — default B[3, L//2+1, L-2]" if r.default == "shifted" else "")
+        if r.fixed:
+            reading = "none: B[2, L//2, L-3] whatever the ids say"
         if r.note:
             reading += f" — {r.note}"
         out.append(

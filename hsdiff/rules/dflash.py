@@ -256,6 +256,8 @@ DFLASH_DEFAULTS: dict[str, str] = {
     "vllm-tpu": "every layer: output indices L - num_target_layers .. L-1, num_target_layers from the draft "
     "config, else L (tpu-inference==0.32.0 models/jax/llama3.py:332-336), while its DFlash draft sizes itself "
     "for evenly spaced 1..L-3 (qwen3_dflash.py:45-65): set the ids",
+    "automodel": "evenly spaced output indices 1..L-3, one per draft layer (Automodel@36044ad3d "
+    "dflash/draft_qwen3.py:282-288)",
     "automodel:dspark": "evenly spaced output indices 1..L-1, the last (post-norm) included (Automodel@36044ad3d "
     "dspark/registry.py:86-104)",
 }

@@ -179,9 +179,16 @@ def serve(
             )
     notes = []
     if r.fixed and known:
+        if L is None:
+            raise InputError(
+                f"{title} captures layers of its own whatever the config says ({r.label}): whether they are these "
+                "depends on the target's layer count",
+                hint="give the target's num_hidden_layers (`num_layers`)",
+                options=("num_layers",),
+            )
         fixed = _fixed(key, fam, ver, kind, L)
-        if fixed is None or known != fixed:
-            got = "B[2, L//2, L-3]" if fixed is None else _listed(fixed, L)
+        if known != fixed:
+            got = _listed(fixed, L)
             obstacles.append(
                 Obstacle(
                     ObstacleKind.FIXED,
@@ -207,10 +214,8 @@ def serve(
     return Serving(key, tuple(bs), tuple(ids), tuple(obstacles), r.label, fc_order, tuple(notes))
 
 
-def _fixed(key: str, fam: str | None, ver: str, kind: str | None, L: int | None) -> list[int] | None:
-    """The boundaries an engine that reads no ids captures (None where L is unknown)."""
-    if L is None:
-        return None
+def _fixed(key: str, fam: str | None, ver: str, kind: str | None, L: int) -> list[int]:
+    """The boundaries an engine that reads no ids captures."""
     return sorted(conv.default_boundaries(L, key, fam, ver, kind))
 
 

@@ -16,13 +16,14 @@ engine never gets two answers in one report.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from ..errors import InputError
 from ..model.capture import Index
 from ..model.settings import EngineVersion, Settings
 from . import conventions as conv
 
-__all__ = ["engine_version", "assumed_versions", "settings_for", "family_key", "TITLES"]
+__all__ = ["engine_version", "assumed_versions", "settings_for", "for_kind", "family_key", "TITLES"]
 
 #: engine key -> its name in sentences ("SGLang"), for reading settings back from JSON
 TITLES: dict[str, str] = {e: conv.rule(e).title for e in conv.ENGINES}
@@ -88,19 +89,28 @@ def settings_for(
     hidden_size: int | None = None,
     hidden_size_source: str = "",
     vllm_runner: str | None = None,
+    kind: str | None = None,
 ) -> Settings:
-    """The :class:`Settings` record for these options (see the module's example)."""
+    """The :class:`Settings` record for these options (see the module's example); ``kind``: the draft kind whose
+    rows read the ids (None: EAGLE-3), which names the rule of every engine."""
     own = engine_version(engine, version, model_family)
     if not given and own.version != conv.default_version(own.engine):  # a version given through the library
         given = (f"{own.engine}=={own.version}",)
     train = None if train_engine is None else engine_version(train_engine, train_version, model_family)
+    k = conv.draft_kind(kind).key
+    if conv.draft_kind(k).reading != conv.draft_kind(None).reading:
+        own = for_kind(own, model_family, k)
+        train = None if train is None else for_kind(train, model_family, k)
     return Settings(
         own,
         family_key(model_family),
         family_source,
         tuple(given),
-        assumed_versions(
-            own.engine, own.version, model_family, given, train_engine, None if train is None else train.version
+        tuple(
+            v if k == "eagle3" else for_kind(v, model_family, k)
+            for v in assumed_versions(
+                own.engine, own.version, model_family, given, train_engine, None if train is None else train.version
+            )
         ),
         Index(infer_index),
         Index(train_index),
@@ -111,4 +121,15 @@ def settings_for(
         hidden_size,
         hidden_size_source,
         vllm_runner,
+        draft_kind=k,
     )
+
+
+def for_kind(at: EngineVersion, model_family: str | None, kind: str) -> EngineVersion:
+    """``at`` naming the row it applies for a draft of ``kind`` (as it was where it has none for that kind)."""
+    try:
+        fam = family_key(model_family)
+        fam_ = fam if fam in conv.MODEL_FAMILIES else None
+        return replace(at, rule=conv.applied(at.engine, fam_, at.version, kind).label)
+    except InputError:  # no rows of that kind: the caller's serving says so
+        return at

@@ -20,6 +20,7 @@ class LogLine:
     kind: str
     pattern: str  # a regex with named groups, searched in each line
     source: str  # file:line and version of the logging call
+    boundaries: bool = False  # the ids it prints are the boundaries captured, not the ids as configured
 
 
 LOG_LINES: tuple[LogLine, ...] = (
@@ -36,6 +37,7 @@ LOG_LINES: tuple[LogLine, ...] = (
         r"Using Eagle3 auxiliary layers from config: [\(\[](?P<ids>[-\d,\s]*)[\)\]]",
         "vllm==0.33.0 vllm/v1/worker/gpu/spec_decode/eagle/eagle3_utils.py:34-36 (the V2 runner: the layers it "
         "took from the draft config, the DFlash keys' + 1 applied, eagle3_utils.py:113-150)",
+        boundaries=True,
     ),
     LogLine(
         "vllm",
@@ -43,6 +45,7 @@ LOG_LINES: tuple[LogLine, ...] = (
         r"Using Eagle3 auxiliary layers from model: [\(\[](?P<ids>[-\d,\s]*)[\)\]]",
         "vllm==0.33.0 vllm/v1/worker/gpu/spec_decode/eagle/eagle3_utils.py:37-39 (the V2 runner found no ids: "
         "the model's default layers)",
+        boundaries=True,
     ),
     LogLine(
         "vllm",
