@@ -376,7 +376,11 @@ def fix_config(
     old = node.get(key[-1])
     node[key[-1]] = ids
     new_text = json.dumps(new_cfg, indent=_indent(text), ensure_ascii=False) + "\n"
-    own = _other_key_warnings(new_cfg, engine) if conv.draft_kind(kind).reading == conv.EAGLE3 else []
+    own = (
+        _other_key_warnings(new_cfg, engine)
+        if conv.draft_kind(kind).reading == conv.EAGLE3
+        else _left_keys(new_cfg, engine, key, kind, ids)
+    )
     warnings = own + _shadowed(new_cfg, engine, key, kind, stated)
     changed = old != ids
     diff = "".join(
@@ -441,14 +445,39 @@ def _other_key_warnings(cfg: dict[str, Any], engine: str) -> list[str]:
     return [] if value is None else [info.left_key_note.format(value=value)]
 
 
+def _left_keys(cfg: dict[str, Any], engine: str, key: tuple[str, ...], kind: str, ids: list[int]) -> list[str]:
+    """A DFlash-family draft: the other id keys left in place that hold other ids, and who reads them (they then
+    feed the draft other layers there)."""
+    out = []
+    for k in conv.id_keys(kind):
+        value = config_value(cfg, k)[1]
+        if tuple(k) == tuple(key) or not isinstance(value, list) or not value or value == ids:
+            continue
+        readers = [
+            conv.rule(e).title
+            for e in conv.readers_of(k, kind)
+            if e != engine
+            and any(
+                (found := read_config_ids(cfg, e, vllm_runner=r, kind=kind)[1]) is not None and tuple(found) == tuple(k)
+                for r in conv.rule(e).runners or (conv.DEFAULT_RUNNER,)
+            )
+        ]  # those that read it first, with the written key in place
+        who = f"{', '.join(readers)} read{'s' if len(readers) == 1 else ''} it" if readers else "no engine reads it"
+        out.append(
+            f"{conv.key_name(k)} {value} was left as it is ({who}): check that it names the same layers there "
+            "(`hsdiff ids`), or remove it"
+        )
+    return out
+
+
 def _shadowed(cfg: dict[str, Any], engine: str, key: tuple[str, ...], kind: str, stated: Any) -> list[str]:
     """What to say when ``engine`` would not read the key just written: another key it reads first holds ids
     (for each of its model runners), or the config states another draft kind."""
     out = []
     if conv.draft_kind(kind).reading != stated.reading:
         out.append(
-            f"the draft config's architectures say {stated.title}, but the ids were written for a "
-            f"{conv.draft_kind(kind).title} draft (--draft-kind); check which it is"
+            f"the draft config's architectures say {stated.title}, but the ids were written for "
+            f"{_article(conv.draft_kind(kind).title)} draft (--draft-kind); check which it is"
         )
     for runner in conv.rule(engine).runners or (conv.DEFAULT_RUNNER,):
         _, read = read_config_ids(cfg, engine, vllm_runner=runner, kind=kind)
@@ -459,6 +488,11 @@ def _shadowed(cfg: dict[str, Any], engine: str, key: tuple[str, ...], kind: str,
                 f"{conv.key_name(key)}, so it never sees the ids written: remove {conv.key_name(read)}"
             )
     return out
+
+
+def _article(title: str) -> str:
+    """``title`` after "a" or "an" ("an EAGLE-3", "a DFlash")."""
+    return ("an " if title[:1] in "AEIOU" else "a ") + title
 
 
 def _backup_path(p: Path) -> Path:

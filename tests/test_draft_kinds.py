@@ -549,3 +549,29 @@ def test_ids_from_the_tpu_are_its_own_layers_and_need_the_layer_count() -> None:
     assert list(t.out) == [1, 14, 26] and any("reads no ids" in w for w in t.warnings)
     with pytest.raises(InputError, match="layer count"):
         translate_ids([2, 15, 27], "vllm", "vllm-tpu")
+
+
+def test_fix_config_names_who_reads_a_dflash_key_it_left_in_place(tmp_path: Path) -> None:
+    """Writing SGLang's dspark_target_layer_ids beside an old top-level target_layer_ids: the engines that still
+    read the old key first (TokenSpeed, Automodel, DeepSpec; not vLLM, whose V2 runner reads the new key first)."""
+    path = _dflash(tmp_path / "c.json", arch="DSparkDraftModel", target_layer_ids=[-1, 14, 29])
+    result = fix_config(path, [1, 10, 20], engine="sglang", kind="dspark")
+    said = " ".join(result.warnings)
+    assert "target_layer_ids [-1, 14, 29] was left as it is" in said and "NeMo Automodel" in said
+    assert "vLLM read" not in said and "vLLM," not in said
+
+
+def test_compare_on_the_tpu_reads_its_own_layers_and_offers_nothing_to_paste() -> None:
+    from hsdiff import compare
+    from hsdiff.report.text import render_text
+
+    seed = conv_root() / "fixtures" / "seed"
+    report = compare(
+        seed / "train",
+        seed / "infer-fixed-neighbours",
+        engine="vllm-tpu",
+        layer_ids=[3, 31, 59],
+        model_config=str(seed / "model" / "config.json"),
+    )
+    assert report.configured is not None and list(report.configured.boundary_indices) == [2, 30, 58]
+    assert "(nothing: vLLM TPU (tpu-inference, JAX models) reads no layer ids" in render_text(report)

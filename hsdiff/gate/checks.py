@@ -532,6 +532,9 @@ def _silent_fallback(c: CheckInput) -> Finding:
             f"default layers{what}, and the draft gets other layers than it was trained on. Write the ids "
             f"where {title} reads them (`hsdiff fix-config --engine {c.ids.engine}`).",
         )
+    judged = [conv.key_name(k) for k in covered if _is_int_list(v := config_value(c.config, k)[1]) and v]
+    if judged:
+        return _ok(f"the ids sit in {' and '.join(judged)}, which the ignored-key check judges")
     return _ok(
         f"no key of the draft config holds ids, so nothing sits where only another engine looks (ids-source "
         f"warns of {title}'s fallback)"

@@ -15,7 +15,7 @@ from ..model.gate import fails_gate, warns
 from ..model.results import config_line as ids_line
 from ..model.results import why_not_writable
 from ..model.settings import Settings, by_engine_entries
-from ..rules.conventions import ENGINE_INFO, rule
+from ..rules.conventions import ENGINE_INFO, applied, rule
 from ..rules.settings import TITLES
 
 Doc = dict[str, Any]
@@ -80,7 +80,19 @@ def engine_title(result: Doc) -> str:
 
 def config_line(rec: Doc) -> str:
     """The config.json line of a recommendation as a report document holds it."""
+    engine = str(rec.get("engine"))
+    if engine in ENGINE_INFO and _fixed(rec):
+        return f"(nothing: {TITLES.get(engine, engine)} reads no layer ids and captures its own, {rec.get('rule')})"
     return ids_line(rec["eagle_aux_hidden_state_layer_ids"], str(rec.get("config_key") or ""))
+
+
+def _fixed(rec: Doc) -> bool:
+    """Whether the recommendation's engine, as its row reads a draft of the report's kind, reads no ids at all."""
+    try:
+        fam = rule(str(rec["engine"])).family_for(rec.get("model_family"))
+        return applied(str(rec["engine"]), fam, rec.get("engine_version"), rec.get("draft_kind")).fixed
+    except (InputError, KeyError):
+        return False
 
 
 def nested_in(rec: Doc) -> str:

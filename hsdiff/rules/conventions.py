@@ -295,6 +295,9 @@ def to_boundary(
     ids = [int(i) for i in ids]
     if not ids:
         return []
+    if r.fixed:  # reads no id: its own layers, whatever these say
+        L = _needs_layers(num_layers, f"{info.title}'s own layers ({r.label})")
+        return sorted(default_boundaries(L, info.key, model_family, version, kind))
     shift = _shift(r, ids, num_layers)
     out = []
     plain = []  # boundaries of the residual stream; only an id that names the final state may go past L
