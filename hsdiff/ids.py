@@ -141,6 +141,12 @@ def translate_ids(
     else:
         b = conv.to_boundary(ids, src, num_layers=num_layers, model_family=fam_src, version=sv, kind=k)
     served = serve(b, dst, num_layers=num_layers, model_family=fam_dst, version=dv, kind=k)
+    n = conv.rule(src).id_count
+    if n and len(ids) != n and conv.draft_kind(k).reading == conv.draft_kind(None).reading:
+        fixed.append(
+            f"{conv.rule(src).title} takes exactly {n} ids ({conv.rule(src).source('id_count')}): data said to "
+            f"come from it with {len(ids)} is suspect"
+        )
     warnings = (
         fixed
         + [

@@ -575,3 +575,10 @@ def test_compare_on_the_tpu_reads_its_own_layers_and_offers_nothing_to_paste() -
     )
     assert report.configured is not None and list(report.configured.boundary_indices) == [2, 30, 58]
     assert "(nothing: vLLM TPU (tpu-inference, JAX models) reads no layer ids" in render_text(report)
+
+
+def test_ids_from_a_trainer_that_takes_three_warn_of_four() -> None:
+    """Automodel raises for anything but three EAGLE-3 ids (target.py:64-83): four said to come from it are suspect."""
+    t = translate_ids([1, 14, 26, 27], "automodel", "vllm", num_layers=L)
+    assert any("takes exactly 3 ids" in w for w in t.warnings)
+    assert not any("takes exactly" in w for w in translate_ids([1, 14, 26], "automodel", "vllm", num_layers=L).warnings)
