@@ -27,7 +27,7 @@ from .errors import ConfigError, InputError
 from .model import EngineVersion, Settings
 from .model.results import why_not_writable
 from .rules import conventions as conv
-from .rules.serving import as_written, serve
+from .rules.serving import ObstacleKind, as_written, serve
 from .rules.settings import TITLES, engine_version, family_key
 
 __all__ = ["FixResult", "fix_config", "ids_from_report", "ReportIds"]
@@ -294,7 +294,7 @@ def _capturable(ids: Sequence[int], engine: str, family: str | None, version: st
         served = serve(b, engine, model_family=family, version=version, kind=kind)
     except InputError:  # a rule that needs the layer count: check-config, with the target, judges it
         return
-    lost = [o for o in served.obstacles if o.kind == "uncapturable"]
+    lost = [o for o in served.obstacles if o.kind == ObstacleKind.UNCAPTURABLE]
     if lost:
         raise InputError(
             f"{ids} names a layer {conv.rule(engine).title} never captures: " + " ".join(o.sentence() for o in lost),

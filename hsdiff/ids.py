@@ -124,22 +124,15 @@ def translate_ids(
     fam_src, fam_dst = conv.rule(src).family_for(model_family), conv.rule(dst).family_for(model_family)
     family = conv.normalize_family(model_family) if conv.rule(src).family_rule or conv.rule(dst).family_rule else None
     src_rule = conv.applied(src, fam_src, sv, k)
-    fixed = []
-    if src_rule.fixed:  # reads no ids: what it captured are its own layers, whatever these ids say
-        if num_layers is None:
-            raise InputError(
-                f"{conv.rule(src).title} reads no ids ({src_rule.label}): what it captured depends on the "
-                "target's layer count",
-                hint="give the target's num_hidden_layers (`num_layers`)",
-                options=("num_layers",),
-            )
-        b = conv.default_boundaries(num_layers, src, fam_src, sv, k)
-        fixed = [
+    b = conv.to_boundary(ids, src, num_layers=num_layers, model_family=fam_src, version=sv, kind=k)
+    fixed = (  # a row that reads no ids: to_boundary gave the layers it captures, whatever these ids say
+        [
             f"{conv.rule(src).title} reads no ids: it captured B{b} whatever {list(ids)} say ({src_rule.label}); "
             "these are translated"
         ]
-    else:
-        b = conv.to_boundary(ids, src, num_layers=num_layers, model_family=fam_src, version=sv, kind=k)
+        if src_rule.fixed
+        else []
+    )
     served = serve(b, dst, num_layers=num_layers, model_family=fam_dst, version=dv, kind=k)
     n = conv.rule(src).id_count
     if n and len(ids) != n and conv.draft_kind(k).reading == conv.draft_kind(None).reading:

@@ -82,6 +82,11 @@ class Draft:
     embeddings_from: str = "draft"
     warnings: tuple[str, ...] = ()
 
+    @property
+    def norms(self) -> tuple[str, ...]:
+        """The EAGLE-3.1 norms it runs with, by their config names."""
+        return tuple(n for n in ("norm_before_fc", "fc_norm", "norm_output") if getattr(self, n))
+
     def to_target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
         return draft_ids if self.d2t is None else draft_ids + self.d2t[draft_ids]
 

@@ -351,11 +351,7 @@ def predict_acceptance(
         warnings=tuple(warnings),
         ids_for=_ids_words(rep.engine, rep.version, rep.family),
         scales=_slot_scales(d, rep, feeder),
-        norms=tuple(
-            n
-            for n, on in (("norm_before_fc", d.norm_before_fc), ("fc_norm", d.fc_norm), ("norm_output", d.norm_output))
-            if on
-        ),
+        norms=d.norms,
     )
 
 

@@ -186,7 +186,7 @@ def serve(
                 hint="give the target's num_hidden_layers (`num_layers`)",
                 options=("num_layers",),
             )
-        fixed = _fixed(key, fam, ver, kind, L)
+        fixed = conv.to_boundary(known, key, num_layers=L, model_family=fam, version=ver, kind=kind)  # its own
         if known != fixed:
             got = _listed(fixed, L)
             obstacles.append(
@@ -212,11 +212,6 @@ def serve(
             f"(source: {r.source})"
         )
     return Serving(key, tuple(bs), tuple(ids), tuple(obstacles), r.label, fc_order, tuple(notes))
-
-
-def _fixed(key: str, fam: str | None, ver: str, kind: str | None, L: int) -> list[int]:
-    """The boundaries an engine that reads no ids captures."""
-    return sorted(conv.default_boundaries(L, key, fam, ver, kind))
 
 
 def max_capturable(
