@@ -29,7 +29,7 @@ Example, on records alone::
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 
 from .align.separation import Separation, best_of_neighbours, clears_noise_floor, neighbour_separation, what_to_dump
@@ -66,7 +66,6 @@ __all__ = [
     "resolve",
     "verdict",
     "recommend",
-    "count_warning",
 ]
 
 #: Largest median per-token relative error still read as "the same tensor" (bf16/fp16/fp8 noise).
@@ -199,7 +198,7 @@ def decide_slot(slot: int, cands: Sequence[Candidate], tolerance: float, num_lay
             runner,
             f"matches {top.capture.label()} at {pct(m.rel_err)} but {who} may be nearly as close "
             f"({pct(sep.value)}{'' if sep.measured else ', estimated from ' + sep.basis}): the evidence cannot "
-            f"separate neighbouring layers ({what_to_dump(b, sep.measured)})",
+            f"separate neighbouring layers ({what_to_dump(b, sep.measured)})" + _depth_words(sep, m.rel_err),
             candidate_boundary=b,
             separation=sep.value,
             measured=sep.measured,
@@ -223,6 +222,17 @@ def decide_slot(slot: int, cands: Sequence[Candidate], tolerance: float, num_lay
         return SlotDecision(slot, Status.UNLABELLED, None, conf, margin, top, runner, note)
     return SlotDecision(
         slot, Status.IDENTIFIED, b, conf, margin, top, runner, note, separation=sep.value, measured=sep.measured
+    )
+
+
+def _depth_words(sep: Separation, err: float) -> str:
+    """For a slot left open by the assumed depth: the layer counts that would settle it, and the flag."""
+    upto = sep.settled_up_to(err, AMBIGUOUS_RATIO) if sep.depth_assumed else 0
+    if upto < 1:
+        return ""
+    return (
+        f"; it is the unknown depth that keeps it open: on a target of up to {upto} layers this error settles it, "
+        "so pass --num-layers or --model-config"
     )
 
 
@@ -254,11 +264,13 @@ def resolve(
     family: str,
     num_layers: int | None,
     version: str | None = None,
+    finals: Collection[int] = (),
 ) -> Resolution:
     """Weigh the labels in: a slot the values match within noise without ruling out a neighbour takes
     the layer its labels agree on (``consistent``); a slot with no value evidence is inferred from the
     training labels shifted by the offset the values show (as labelled when nothing was matched at
-    all); then each slot is judged against the configured ids."""
+    all; ``finals``, the slots that hold the training file's final post-norm state, as labelled: that
+    state is no count of layers that could be off); then each slot is judged against the configured ids."""
     decisions = at_noise_floor(decisions)
     label_offset, warnings = _label_offset(decisions, claims, claim_src)
     cfg_b = list(configured.boundary_indices) if configured else None
@@ -283,6 +295,7 @@ def resolve(
             candidates.get(s, []),
             tolerance,
             configured is None,
+            s in finals,
         )
         status, against = _against_config(d, a.boundary, a.evidence, cfg_b, candidates.get(s, []), tolerance)
         note = a.note + (f"; {against}" if against else "")
@@ -381,10 +394,11 @@ def _answer(
     cands: list[Candidate],
     tolerance: float,
     unconfigured: bool,
+    final: bool = False,
 ) -> _Answer:
     """One slot's layer, what it rests on and how sure: values, then values and labels, then labels."""
     note = d.note
-    guess = None if claim is None or offset is None else claim + offset
+    guess = claim if final else None if claim is None or offset is None else claim + offset
     if d.identified:
         conf = d.confidence
         if _conflict(d, claim, unconfigured) and d.match is not None and d.boundary is not None and claim is not None:
@@ -414,14 +428,13 @@ def _answer(
             conf = round(INFERRED_FACTOR * min(observed_conf), 4)
         else:
             conf = LABELS_ONLY_CONFIDENCE
-        how = "as labelled" if offset == 0 else f"labels shifted by {offset:+d}"
-        src = "as on the observed slots" if not offset_assumed else "no slot was identified by value"
-        return _Answer(
-            guess,
-            Evidence.INFERRED,
-            conf,
-            (note + "; " if note else "") + f"inferred B{guess} from the training labels ({claim_src}; {how}, {src})",
-        )
+        if final:
+            said = "the final post-norm state: the training file's final hidden state, bit for bit"
+        else:
+            how = "as labelled" if offset == 0 else f"labels shifted by {offset:+d}"
+            src = "as on the observed slots" if not offset_assumed else "no slot was identified by value"
+            said = f"B{guess} from the training labels ({claim_src}; {how}, {src})"
+        return _Answer(guess, Evidence.INFERRED, conf, (note + "; " if note else "") + f"inferred {said}")
     if d.status in (Status.UNOBSERVED, Status.UNMATCHED):
         note += "; capture more layers to identify it (e.g. dump every layer's input once, see docs/capture.md)"
     return _Answer(None, Evidence.NONE, 0.0, note)
@@ -575,12 +588,17 @@ def verdict(
     return Verdict.INCONCLUSIVE
 
 
-def recommend(settings: Settings, boundaries: Sequence[int | None]) -> tuple[Recommendation, list[str]]:
+def recommend(
+    settings: Settings, boundaries: Sequence[int | None], finals: Collection[int] = ()
+) -> tuple[Recommendation, list[str]]:
     """The ids that make the settings' engine, at its version, capture ``boundaries``; the same layers on
     every engine at the version ``settings`` assumes for it (the report's own engine: its own answer);
-    warnings for what stands in the way of serving them (:func:`hsdiff.rules.serving.serve`)."""
+    warnings for what stands in the way of serving them (:func:`hsdiff.rules.serving.serve`; ``finals``: the
+    slots that hold the final post-norm state)."""
     own, family, L, kind = settings.engine, settings.model_family, settings.num_layers, settings.draft_kind
-    served = serve(list(boundaries), own.engine, num_layers=L, model_family=family, version=own.version, kind=kind)
+    served = serve(
+        list(boundaries), own.engine, num_layers=L, model_family=family, version=own.version, kind=kind, finals=finals
+    )
     by_engine: dict[str, EngineIds] = {}
     for at in settings.versions:
         if at.engine == own.engine:
@@ -600,7 +618,7 @@ def recommend(settings: Settings, boundaries: Sequence[int | None]) -> tuple[Rec
     rec = Recommendation(
         own.engine, family, served.ids, tuple(boundaries), by_engine, tuple(served.sentences()), own.version, own.rule
     )
-    return replace(rec, kind=kind, config_key=key), list(served.notes)
+    return replace(rec, kind=kind, config_key=key, finals=tuple(sorted(finals))), list(served.notes)
 
 
 def to_recommend(results: Sequence[SlotResult]) -> list[int | None]:
@@ -611,10 +629,3 @@ def to_recommend(results: Sequence[SlotResult]) -> list[int | None]:
         r.boundary_index if r.boundary_index is not None or r.status != Status.OK else r.configured_boundary
         for r in results
     ]
-
-
-def count_warning(configured: Configured | None, k: int) -> list[str]:
-    """A warning when the number of configured ids differs from the number of training slots."""
-    if configured is not None and len(configured.boundary_indices) != k:
-        return [f"{len(configured.boundary_indices)} ids are configured but the training side has {k} slots"]
-    return []

@@ -51,17 +51,31 @@ def explain(
     debug log, so the walk-through ends with what the log lacked). ``verdict`` is the one the slots
     give; what overrode it (``diagnosis.overrides``) leads the cause."""
     cause = _cause(verdict, diagnosis, results, configured, num_layers, recommended, label_offset, claim_src)
-    cause = _overrides(diagnosis, results, claims, tolerance, cause)
+    cause = _overrides(diagnosis, results, claims, tolerance, cause, configured, num_layers)
     return Words(
         cause, tuple(_walkthrough(results, configured, claims, claim_src, recommended, printed_evidence, num_layers))
     )
 
 
 def _overrides(
-    d: Diagnosis, results: Sequence[SlotResult], claims: Sequence[int | None], tolerance: float, cause: str
+    d: Diagnosis,
+    results: Sequence[SlotResult],
+    claims: Sequence[int | None],
+    tolerance: float,
+    cause: str,
+    configured: Configured | None = None,
+    num_layers: int | None = None,
 ) -> str:
     """The cause the slots give, led by what overrode their verdict, in the order it was applied."""
     for why in d.overrides:
+        if why == Override.SLOT_COUNT and configured is not None:
+            n, k = len(configured.boundary_indices), len(results)
+            cause = (
+                f"The engine is fed {n} slot{'s' if n != 1 else ''} (ids {list(configured.ids)} read as "
+                f"{boundary_list(list(configured.boundary_indices), num_layers)}), but the draft was trained on {k}: "
+                f"its fc takes {k} × the hidden size, so it fails at load or is fed other layers than it learnt, "
+                f"whatever the slots that are fed show. Configure {k} ids, one per training slot. {cause}"
+            )
         if why == Override.TORN_TOKENS:
             torn = [r for r in results if r.slot in d.torn and r.match is not None]
             what = "; ".join(
@@ -467,7 +481,7 @@ def _walkthrough(
 ) -> list[str]:
     lines = []
     if any(c is not None for c in claims):
-        lines.append(f"The training side labels its slots B{_bl(claims)} ({claim_src}).")
+        lines.append(f"The training side labels its slots {boundary_list(list(claims), num_layers)} ({claim_src}).")
     if configured is not None:
         lines.append(
             f"The engine is configured with ids {list(configured.ids)} "

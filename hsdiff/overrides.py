@@ -11,7 +11,7 @@ from dataclasses import replace
 from typing import NamedTuple
 
 from .decide import recommend
-from .model import Evidence, NormFinding, Report, Settings, SlotResult, Verdict
+from .model import Configured, Evidence, NormFinding, Report, Settings, SlotResult, Verdict
 from .model.diagnosis import Diagnosis, Override
 
 __all__ = [
@@ -20,6 +20,7 @@ __all__ = [
     "rank_conflict",
     "torn_tokens",
     "norms_only",
+    "slot_count",
     "NormFinding",
     "TORN_FACTOR",
     "TORN_MIN_TOKENS",
@@ -114,3 +115,12 @@ def norms_only(found: Found, findings: Sequence[NormFinding], tolerance: float) 
         Verdict.MISMATCH if wrong else Verdict.INCONCLUSIVE,
         replace(_overridden(found.diagnosis, Override.NORMS_ONLY), norms=tuple(findings)),
     )
+
+
+def slot_count(found: Found, configured: Configured | None, k: int) -> Found:
+    """A draft trained on ``k`` slots must be fed ``k``: configured ids that make the engine capture another
+    number of slots (more or fewer ids; vLLM and TensorRT-LLM drop repeated ones) make the verdict a
+    mismatch, whatever the slots that are fed show: the draft's fc takes k·H inputs."""
+    if configured is None or len(configured.boundary_indices) == k:
+        return found
+    return Found(Verdict.MISMATCH, _overridden(found.diagnosis, Override.SLOT_COUNT))

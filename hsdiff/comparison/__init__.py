@@ -217,8 +217,9 @@ def _compare(
         opts.draft_kind,
         opts.configured_boundaries,
     )
-    train_slots = slots.split_train(train, hidden)
+    train_slots = slots.label_final(slots.split_train(train, hidden), num_layers)
     k = len(train_slots)
+    finals = slots.final_slots(train_slots)
     labelled, w_label = slots.label_infer(infer, hidden, configured)
     warnings += w_label
     usable = slots.with_final(labelled, num_layers)
@@ -259,6 +260,7 @@ def _compare(
         family,
         num_layers,
         opts.engine_version,
+        finals,
     )
     warnings += resolution.warnings
     results = resolution.slots
@@ -268,12 +270,13 @@ def _compare(
             results, found_miss, configured, opts.engine, family, num_layers, opts.engine_version
         )
     warnings += explain.norm_warnings(results)
-    recommended, w_rec = decide.recommend(settings, decide.to_recommend(results))
+    recommended, w_rec = decide.recommend(settings, decide.to_recommend(results), finals)
     warnings += w_rec
     verdict = decide.verdict(results, configured, recommended)
     diagnosis = diagnose.diagnose(verdict, results, configured, recommended, found_miss)
     found = overrides.torn_tokens(overrides.Found(verdict, diagnosis), results, opts.tolerance)
     found = overrides.rank_conflict(found, train.rank_conflicts + infer.rank_conflicts)
+    found = overrides.slot_count(found, configured, k)
     if not usable:
         found = overrides.norms_only(found, norms.findings(train_slots, infer.norm_prints), opts.tolerance)
     words = explain.explain(
@@ -289,7 +292,6 @@ def _compare(
         printed_evidence=any(c.is_partial for c in infer.captures),
         tolerance=opts.tolerance,
     )
-    warnings += decide.count_warning(configured, k)
     verdict, diagnosis = found
     report = Report(
         verdict=verdict,

@@ -205,6 +205,22 @@ def with_final(captures: Sequence[Capture], num_layers: int | None) -> list[Capt
     return [c.replace(layer=final) if c.post_norm and c.layer is None else c for c in captures]
 
 
+def final_slots(train_slots: Slots) -> list[int]:
+    """The training slots that hold the final post-norm state (their reader found it equal, bit for bit, to
+    the file's final hidden state): real slots the draft's fc was trained on."""
+    return sorted(s for s, caps in train_slots.items() if caps and all(c.post_norm for c in caps))
+
+
+def label_final(train_slots: Slots, num_layers: int | None) -> Slots:
+    """Training slots holding the final post-norm state labelled as its boundary (L + 1,
+    :func:`~hsdiff.rules.conventions.final_boundary`) when the layer count is known; unchanged otherwise."""
+    finals = final_slots(train_slots)
+    if num_layers is None or not finals:
+        return train_slots
+    final = Layer(conv.final_boundary(num_layers), Index.BOUNDARY, LabelSource.KEY)
+    return {s: [c.replace(layer=final) if s in finals else c for c in caps] for s, caps in train_slots.items()}
+
+
 def claims(
     k: int,
     slots: Slots,
@@ -232,6 +248,7 @@ def claims(
     labelled = [slots[s][0].boundary for s in range(k)]
     if all(b is not None for b in labelled):
         return labelled, "labels in the training dump"
+    finals = {s: labelled[s] for s in final_slots(slots) if labelled[s] is not None}
     for path, cfg in train.configs:
         ids = draft_ids(cfg)
         if ids is not None:
@@ -239,8 +256,17 @@ def claims(
                 b = read(ids)
             except InputError:
                 continue
-            return _pad(b, k), f"{Path(path).name} beside the training dump ({train_engine} convention)"
+            return _overlay(
+                _pad(b, k), finals
+            ), f"{Path(path).name} beside the training dump ({train_engine} convention)"
+    if finals:
+        return _overlay([None] * k, finals), "labels in the training dump"
     return [None] * k, ""
+
+
+def _overlay(claimed: list[int | None], finals: dict[int, int | None]) -> list[int | None]:
+    """``claimed`` with the final post-norm slots as the file shows them (its final state, bit for bit)."""
+    return [finals.get(s, b) for s, b in enumerate(claimed)]
 
 
 def _pad(b: list[int], k: int) -> list[int | None]:

@@ -153,6 +153,10 @@ class Capture:
     final_pre_norm: bool = False
     #: the layer of each slot of a concatenated capture, as the file's provenance states them (empty: unknown)
     slot_layers: tuple[Layer | None, ...] = ()
+    #: the last slot of a concatenated capture is the file's final state, bit for bit (TensorRT-LLM's -1
+    #: capture kept in the aux buffer, HF's ``hidden_states[-1]``): a slot of its own, which :meth:`split`
+    #: marks ``post_norm`` unless :attr:`final_pre_norm`
+    final_last: bool = False
     #: which variant of its format the file is, and how that was told (for ``inspect``), or ""
     variant: str = ""
 
@@ -230,6 +234,7 @@ class Capture:
         out = []
         for s in range(k):
             layer = layers[s] if layers is not None and s < len(layers) else self.layer
+            post = self.post_norm or (self.final_last and s == k - 1 and not self.final_pre_norm)
             obs = self.observation
             if obs is not None:
                 keep = [i for i, c in enumerate(obs.cols) if _col_in(c, s, hidden_size, self.width)]
@@ -247,6 +252,8 @@ class Capture:
                     col_stop=self.col_start + (s + 1) * hidden_size,
                     norm=None,
                     slot_layers=(),
+                    final_last=False,
+                    post_norm=post,
                 )
             )
         return out

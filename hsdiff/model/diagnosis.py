@@ -41,6 +41,8 @@ class Override(StrEnum):
     RANK_CONFLICT = "rank-conflict"  #: tensor-parallel ranks hold different values for one tensor
     RUNS_DISAGREE = "runs-disagree"  #: the dumper runs in one directory disagree
     NORMS_ONLY = "norms-only"  #: the inference side printed per-token norms only (weak evidence)
+    #: the configured ids feed the draft another number of slots than the training side holds
+    SLOT_COUNT = "slot-count"
 
 
 @dataclass(frozen=True)

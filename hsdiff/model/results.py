@@ -338,6 +338,8 @@ class Recommendation:
     rule: str = ""
     kind: str = "eagle3"  #: the draft kind the ids are written for (hsdiff.rules.kinds)
     config_key: str = ""  #: where the engine reads them in the draft config.json ("" nowhere)
+    #: the slots that hold the training file's final post-norm state (a slot like the others, fed to the fc)
+    finals: tuple[int, ...] = ()
 
     def to_dict(self) -> dict:
         return {
@@ -349,6 +351,7 @@ class Recommendation:
             "config_key": self.config_key,
             "eagle_aux_hidden_state_layer_ids": list(self.ids),
             "boundary_indices": list(self.boundary_indices),
+            "final_post_norm_slots": list(self.finals),
             "by_engine": {e: v.to_dict() for e, v in self.by_engine.items()},
         }
 

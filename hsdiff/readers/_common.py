@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from ..arrays import as_f32, lower_median
 from ..model import Capture, Index, LabelSource, Layer, NormPrint, Origin
 from ..rules.conventions import BOUNDARY, OUTPUT
 from ._container import Entry, Table
@@ -165,6 +166,9 @@ def float_entries(table: Table) -> list[Entry]:
 
 #: Rows of a tensor looked at to tell what it holds (a duplicated column block, attention sinks).
 PROBE_ROWS = 64
+#: The rows compared bit for bit to tell that an aux tensor's last columns are the final state (a few
+#: hundred values each, equal in every bit only when they are the same tensor).
+FINAL_ROWS = 4
 
 
 def first_rows(entry: Entry, n: int = PROBE_ROWS) -> np.ndarray:
@@ -175,12 +179,40 @@ def first_rows(entry: Entry, n: int = PROBE_ROWS) -> np.ndarray:
     return np.array(a.reshape(-1, a.shape[-1])[:n])
 
 
+#: A token whose norm is over this many times the median of a final state's shows it pre-norm: a final
+#: RMSNorm scales every token to about the same norm (SmolLM2: 0.84–1.25× the median), while the residual
+#: stream before it keeps its attention sinks (over 8× the median).
+PRENORM_SINK = 3.0
+
+
+def sink_ratio(final: Entry) -> float:
+    """The largest per-token norm over the median among the first :data:`PROBE_ROWS` rows of a final state
+    (0 when it cannot be told): over :data:`PRENORM_SINK`, the state was taken before the final norm."""
+    norms = np.linalg.norm(as_f32(first_rows(final)), axis=-1)
+    finite = norms[np.isfinite(norms)]
+    med = lower_median(finite) if finite.size else 0.0
+    return float(finite.max()) / med if med > 0 else 0.0
+
+
 def final_in_last_columns(aux: Entry, final: Entry) -> bool:
     """Whether the last columns of a concatenated ``aux`` are the ``final`` state, bit for bit (TensorRT-LLM
     keeps its layer -1 capture there when it was asked for), judged on the first :data:`PROBE_ROWS` rows."""
     h = final.shape[-1]
-    last = first_rows(final)
-    return aux.shape[-1] > h and np.array_equal(first_rows(aux)[:, -h:], last)
+    if aux.shape[-1] <= h:
+        return False
+    return np.array_equal(first_rows(aux, FINAL_ROWS)[:, -h:], first_rows(final, FINAL_ROWS))
+
+
+def with_final_last(cap: Capture, aux: Entry, final: Entry | None) -> Capture:
+    """``cap``, a concatenated aux capture, marked when its last slot is the file's final state bit for bit (a
+    slot the draft is fed like the others): the final post-norm state, unless that state has attention sinks
+    (then it is B = L, taken before the final norm)."""
+    if final is None or len(final.shape) < 2 or not final_in_last_columns(aux, final):
+        return cap
+    pre = sink_ratio(final) > PRENORM_SINK
+    what = "the last layer's output before the final norm" if pre else "the final post-norm state"
+    note = f"its last aux slot is the file's final state, {what}: a slot of its own"
+    return cap.replace(final_last=True, final_pre_norm=pre, variant=f"{cap.variant}; {note}" if cap.variant else note)
 
 
 def rank_and_run(path: Path, rank_dir: re.Pattern[str], ctx: ReadContext) -> tuple[int | None, str]:

@@ -16,19 +16,22 @@ the final state is depends on the script, and the file says so only through the 
   ``id`` replaced by ``conversation_id`` and ``hidden_state`` renamed ``hidden_states`` (the -1
   capture: after the final norm); its aux key is ``hidden_state_features`` from TensorRT-LLM
   releases before ``aux_hidden_states``, and when -1 was asked for explicitly the final state is
-  also the aux tensor's last H columns (see :mod:`.trtllm`);
+  also the aux tensor's last H columns, a slot the draft is trained on (see :mod:`.trtllm`);
 * ``modelopt/torch/speculative/eagle/utils.py:152-162``: the trainer reads
   ``hidden_states_prenorm`` (absent: False, post-norm) and re-applies the final norm when it is true
   (added in bc5bc1ac5, #1846).
 
 Which variant a file is, this reader decides from what it holds, in this order: the flag when
-present; ``hidden_state_features`` (TensorRT-LLM); an aux tensor whose last H columns are the final
-state (TensorRT-LLM with -1: those columns are left out of the slots); else the final state's
+present; ``hidden_state_features`` (TensorRT-LLM); else the final state's
 per-token norms: a final RMSNorm scales every token to about the same norm (SmolLM2: 0.84–1.25×
 the median), while the residual stream before it keeps its attention sinks (over 8× the median), so
 a token over :data:`PRENORM_SINK` times the median among the first rows (``PROBE_ROWS``) makes the file a
 vLLM dump, pre-norm. A model without attention sinks reads as post-norm, as ModelOpt's own trainer
 reads a file without the flag.
+
+Every column of the aux tensor is a slot: the trainer feeds all of them to the draft's fc. When its last
+H columns equal the final state bit for bit (TensorRT-LLM with -1; an HF dump that listed the last
+entry), that slot is the final state, marked post-norm unless the file says the final state is pre-norm.
 """
 
 from __future__ import annotations
@@ -36,20 +39,23 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import numpy as np
-
-from ..arrays import as_f32, lower_median
 from ..errors import FormatError
 from ..model import Capture
-from ._common import ReadContext, final_in_last_columns, first_rows, make_capture, sample_name, token_ids_of
+from ._common import (
+    PRENORM_SINK,
+    ReadContext,
+    final_in_last_columns,
+    make_capture,
+    sample_name,
+    sink_ratio,
+    token_ids_of,
+)
 from ._container import Entry, Table
 
 KEY = "modelopt"
 READS = "table"
 PRIORITY = 20
 
-#: A token whose norm is over this many times the median of the final state's shows it pre-norm.
-PRENORM_SINK = 3.0
 _AUX_KEYS = ("aux_hidden_states", "hidden_state_features")
 
 
@@ -70,10 +76,15 @@ def read(table: Table, ctx: ReadContext) -> list[Capture]:
             hint="re-dump with at least one aux layer (--aux-layers), or point hsdiff at the aux dump itself",
         )
     h = final.shape[-1] if final is not None and len(final.shape) >= 2 else None
-    pre_norm, variant, width = _variant(table, key, entry, final)
+    pre_norm, variant = _variant(table, key, final)
+    last = final is not None and h is not None and final_in_last_columns(entry, final)
+    if last:
+        variant += (
+            f"; the aux tensor's last {h} columns are that final state, bit for bit: a slot of its own (the draft's "
+            "fc was trained on it: TensorRT-LLM's -1, HF's hidden_states[-1])"
+        )
     conv = table.extras.get("conversation_id")
     group = str(conv) if isinstance(conv, (str, int)) else sample_name(table.path)
-    cut = width != entry.shape[-1]
     cap = make_capture(
         table,
         entry,
@@ -84,43 +95,29 @@ def read(table: Table, ctx: ReadContext) -> list[Capture]:
         concat=True,
         final_width=h,
         final=final.loader if final is not None and h else None,
-        shape=(*entry.shape[:-1], width),
         mask=table.entries["loss_mask"].loader if "loss_mask" in table.entries else None,
-        key=f"{key}[:, :{width}]" if cut else None,
     )
-    return [cap.replace(col_stop=width if cut else None, final_pre_norm=pre_norm, variant=variant)]
+    return [cap.replace(final_pre_norm=pre_norm, variant=variant, final_last=last)]
 
 
-def _variant(table: Table, key: str, aux: Entry, final: Entry | None) -> tuple[bool, str, int]:
-    """(final state pre-norm?, the variant in words, the aux columns that are slots)."""
-    width = aux.shape[-1]
+def _variant(table: Table, key: str, final: Entry | None) -> tuple[bool, str]:
+    """(final state pre-norm?, the variant in words)."""
     flag = _flag(table)
     if flag is not None:
-        return flag, f"hidden_states_prenorm={flag}: final state {'before' if flag else 'after'} the final norm", width
+        return flag, f"hidden_states_prenorm={flag}: final state {'before' if flag else 'after'} the final norm"
     if key == "hidden_state_features":
-        return False, "TensorRT-LLM dump (hidden_state_features, renamed by compute_hidden_states_trtllm.py)", width
+        return False, "TensorRT-LLM dump (hidden_state_features, renamed by compute_hidden_states_trtllm.py)"
     if final is None or len(final.shape) < 2:
-        return False, "no final state", width
-    h = final.shape[-1]
-    if final_in_last_columns(aux, final):
-        return (
-            False,
-            "TensorRT-LLM dump with layer -1 asked for: the aux tensor's last H columns are the final state "
-            "(after the final norm) and are not a slot",
-            width - h,
-        )
-    norms = np.linalg.norm(as_f32(first_rows(final)), axis=-1)
-    finite = norms[np.isfinite(norms)]
-    med = lower_median(finite) if finite.size else 0.0
-    if med > 0 and float(finite.max()) > PRENORM_SINK * med:
+        return False, "no final state"
+    ratio = sink_ratio(final)
+    if ratio > PRENORM_SINK:
         return (
             True,
-            f"vLLM dump: the final state has attention sinks ({float(finite.max()) / med:.0f}× the median "
+            f"vLLM dump: the final state has attention sinks ({ratio:.0f}× the median "
             "norm), so it was taken before the final norm; its aux ids went to vLLM unshifted, so they are "
             "vLLM's boundary indices (the modelopt-vllm convention), not ModelOpt's output indices",
-            width,
         )
-    return False, "HF or TensorRT-LLM dump: final state after the final norm (no attention sink in it)", width
+    return False, "HF or TensorRT-LLM dump: final state after the final norm (no attention sink in it)"
 
 
 def _flag(table: Table) -> bool | None:

@@ -25,7 +25,15 @@ import math
 
 from ..errors import FormatError
 from ..model import Capture
-from ._common import ReadContext, final_loader, final_width, make_capture, sample_name, token_ids_of
+from ._common import (
+    ReadContext,
+    final_loader,
+    final_width,
+    make_capture,
+    sample_name,
+    token_ids_of,
+    with_final_last,
+)
 from ._container import Table
 
 KEY = "specforge_dflash"
@@ -75,4 +83,4 @@ def read(table: Table, ctx: ReadContext) -> list[Capture]:
         final=final_loader(table, _FINAL),
         mask=table.entries["loss_mask"].loader,
     )
-    return [cap.replace(variant=variant)]
+    return [with_final_last(cap.replace(variant=variant), entry, final if final_width(table, _FINAL) else None)]

@@ -15,8 +15,10 @@ the same at 17c59c3 with the older key) and ``tensorrt_llm/llmapi/llm_args.py``
   ``SaveHiddenStatesSpecMetadata.__post_init__``, lines 158-166 of the code index's newest text, whose commit
   it does not record): an O-index training set, which SGLang's ids ``[1, L//2-1, L-4]`` reproduce;
 * the config always adds -1; only when the user listed -1 itself does the aux tensor keep it as its
-  last H columns (``_last_hidden_in_save``). This reader finds those columns by value (they equal
-  ``hidden_state``) and leaves them out of the slots.
+  last H columns (``_last_hidden_in_save``), and then the draft is trained on it: a slot like the
+  others. This reader finds those columns by value (they equal ``hidden_state`` bit for bit) and marks
+  that slot as the final post-norm state, so that it is scored against the engine's final state and
+  an engine that cannot feed it is named.
 
 A record with no aux tensor holds only the final state (one layer captured): it is read as a
 post-norm capture. Records count as samples, named ``{file stem}:{id}``.
@@ -28,7 +30,13 @@ import re
 
 from ..errors import FormatError
 from ..model import Capture
-from ._common import ReadContext, final_in_last_columns, make_capture, sample_name, token_ids_of
+from ._common import (
+    ReadContext,
+    make_capture,
+    sample_name,
+    token_ids_of,
+    with_final_last,
+)
 from ._container import Table
 
 KEY = "trtllm"
@@ -81,12 +89,6 @@ def read(table: Table, ctx: ReadContext) -> list[Capture]:
                 )
             )
             continue
-        width = aux.shape[1]
-        cut = width > final.shape[1] and final_in_last_columns(aux, final)
-        width -= final.shape[1] if cut else 0
-        variant = f"{aux_key}: the layers captured" + (
-            " and, as its last H columns, layer -1 (the final state), left out of the slots" if cut else ""
-        )
         cap = make_capture(
             sub,
             aux,
@@ -95,10 +97,9 @@ def read(table: Table, ctx: ReadContext) -> list[Capture]:
             group=group,
             token_ids=ids,
             concat=True,
-            shape=(t, width),
-            key=f"[{i}].{aux_key}" + (f"[:, :{width}]" if cut else ""),
+            key=f"[{i}].{aux_key}",
             final_width=final.shape[1],
             final=final.loader,
         )
-        out.append(cap.replace(col_stop=width if cut else None, variant=variant))
+        out.append(with_final_last(cap.replace(variant=f"{aux_key}: the layers captured"), aux, final))
     return out

@@ -83,7 +83,26 @@ def config_line(rec: Doc) -> str:
     engine = str(rec.get("engine"))
     if engine in ENGINE_INFO and _fixed(rec):
         return f"(nothing: {TITLES.get(engine, engine)} reads no layer ids and captures its own, {rec.get('rule')})"
-    return ids_line(rec["eagle_aux_hidden_state_layer_ids"], str(rec.get("config_key") or ""))
+    ids = rec["eagle_aux_hidden_state_layer_ids"]
+    missing = [s for s, i in enumerate(ids) if i is None]
+    if missing:  # a line with a null in it would break the config it is pasted into
+        bs = rec.get("boundary_indices") or []
+        finals = set(rec.get("final_post_norm_slots") or ())
+        unknown = [s for s in missing if (s >= len(bs) or bs[s] is None) and s not in finals]
+        unserved = [s for s in missing if s not in unknown]
+        why = []
+        if unserved:
+            post = [s for s in unserved if s in finals]
+            what = f" (the final post-norm state{'' if len(post) == 1 else 's'}: {_slots(post)})" if post else ""
+            why.append(f"no id makes {TITLES.get(engine, engine)} feed {_slots(unserved)}{what}: the cause says why")
+        if unknown:
+            why.append(f"{_slots(unknown)} {'is' if len(unknown) == 1 else 'are'} not identified")
+        return f"(nothing to paste: {'; '.join(why)})"
+    return ids_line(ids, str(rec.get("config_key") or ""))
+
+
+def _slots(slots: list[int]) -> str:
+    return f"slot{'s' if len(slots) > 1 else ''} {', '.join(map(str, slots))}"
 
 
 def _fixed(rec: Doc) -> bool:

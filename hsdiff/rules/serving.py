@@ -25,7 +25,7 @@ Only B1 alone cannot be written.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from ..enums import StrEnum
@@ -103,9 +103,14 @@ def serve(
     model_family: str | None = None,
     version: str | None = None,
     kind: str | None = None,
+    finals: Collection[int] = (),
 ) -> Serving:
     """Whether ``engine`` can feed the draft the training slots ``boundaries`` in their order, the ids
     that do it, and otherwise each obstacle with its reason (source cited) and what would work.
+
+    ``finals``: the positions of slots that hold the final post-norm state while its boundary (L + 1) is
+    not known, the layer count not being known: an engine whose convention has no id for that state
+    cannot serve them, whatever L is.
 
     >>> s = serve([2, 15, 30], "sglang", num_layers=30)
     >>> s.ids, s.obstacles[0].kind
@@ -126,6 +131,9 @@ def serve(
         obstacles.append(
             Obstacle(ObstacleKind.UNCAPTURABLE, (b,), _why(b, key, r, L), _instead(b, key, fam, ver, L, kind))
         )
+    open_finals = [s for s in finals if s < len(bs) and bs[s] is None]
+    if open_finals and not r.names_final:
+        obstacles.append(_no_final(open_finals, key, r))
     if r.reading == DEEPSEEK and not bad and known and any(i is None for b, i in zip(bs, ids) if b is not None):
         obstacles.append(
             Obstacle(
@@ -212,6 +220,26 @@ def serve(
             f"(source: {r.source})"
         )
     return Serving(key, tuple(bs), tuple(ids), tuple(obstacles), r.label, fc_order, tuple(notes))
+
+
+def _no_final(slots: Sequence[int], key: str, r: conv.Rule) -> Obstacle:
+    """The final post-norm state in training ``slots``, on an engine with no id for it (any layer count)."""
+    which = ", ".join(map(str, slots))
+    where = [
+        f"{conv.rule(e).title} (id {conv.rule(e).final_id})"
+        for e in serving_engines
+        if conv.rule(e).final_id and conv.applied(e).names_final
+    ]
+    return Obstacle(
+        ObstacleKind.UNCAPTURABLE,
+        (),
+        f"Training slot{'s' if len(slots) > 1 else ''} {which} hold{'' if len(slots) > 1 else 's'} the final hidden "
+        f"state after the final norm, and {r.label} cannot capture it: no id of its convention names it, and the "
+        f"last layer's output it can capture is taken before the final norm (source: {r.source}).",
+        f"What would work: {'serving on ' + ' or '.join(where) + ', or ' if where else ''}retraining the draft on "
+        "the last layer's output before the final norm (speculators #313: post-norm in training, pre-norm in "
+        "serving; acceptance went from 25% to 40% once both took the same state).",
+    )
 
 
 def max_capturable(

@@ -290,6 +290,12 @@ def test_recommend_says_when_no_engine_reproduces_the_order() -> None:
     assert any("no id list reproduces the training order" in w for w in rec.unservable)
 
 
-def test_count_warning() -> None:
-    assert decide.count_warning(Configured("sglang", (1, 2), (2, 3)), 3)
-    assert decide.count_warning(Configured("sglang", (1, 2, 3), (2, 3, 4)), 3) == []
+def test_a_slot_count_other_than_the_training_sides_is_a_mismatch() -> None:
+    from hsdiff.model.diagnosis import Diagnosis, Finding, Override
+    from hsdiff.overrides import Found, slot_count
+
+    ok = Found(Verdict.OK, Diagnosis(Finding.MATCH))
+    two = slot_count(ok, Configured("sglang", (1, 2), (2, 3)), 3)
+    assert two.verdict == Verdict.MISMATCH and two.diagnosis.overrides == (Override.SLOT_COUNT,)
+    assert slot_count(ok, Configured("sglang", (1, 2, 3), (2, 3, 4)), 3) is ok
+    assert slot_count(ok, None, 3) is ok

@@ -43,14 +43,15 @@ def test_the_hidden_states_prenorm_flag_is_what_the_file_says(tmp_path, flag):
     assert cap.final_pre_norm is flag and cap.variant.startswith(f"hidden_states_prenorm={flag}")
 
 
-def test_tensorrt_llm_with_layer_minus_one_leaves_the_final_state_out_of_the_slots(tmp_path):
+def test_tensorrt_llm_with_layer_minus_one_keeps_the_final_state_as_a_slot(tmp_path):
     train = B.modelopt_trtllm_file(tmp_path / "train", minus_one=True)
     (cap,) = scan(train, "train").captures
-    assert cap.origin.key == "aux_hidden_states[:, :1728]" and cap.width == 1728 and not cap.final_pre_norm
-    assert "TensorRT-LLM dump with layer -1" in cap.variant
-    assert cap.array().shape == (61, 1728) and cap.read_rows(0, 4).shape == (4, 1728)
+    assert cap.origin.key == "aux_hidden_states" and cap.width == 2304 and not cap.final_pre_norm
+    assert cap.final_last and "a slot of its own" in cap.variant
+    assert cap.array().shape == (61, 2304) and cap.read_rows(0, 4).shape == (4, 2304)
     r = hsdiff.compare(train, B.REAL / "sglang-dumper", layer_ids=[1, 14, 26])
-    assert r.verdict == "ok" and [s.boundary_index for s in r.slots] == [2, 15, 27]
+    assert [s.boundary_index for s in r.slots][:3] == [2, 15, 27] and len(r.slots) == 4
+    assert r.verdict == "mismatch" and r.recommended.finals == (3,)  # three ids for a four-slot fc
 
 
 def test_tensorrt_llm_s_older_key_is_read(tmp_path):

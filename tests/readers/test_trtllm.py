@@ -21,13 +21,22 @@ def test_records_are_samples_and_their_layers_are_identified(tmp_path, minus_one
         "data_2:2",
     ]
     key = "hidden_state_features" if old_key else "aux_hidden_states"
-    assert caps[0].origin.key == f"[0].{key}" + ("[:, :1728]" if minus_one else "")
-    assert all(c.width == 1728 and c.final_width == 576 and not c.final_pre_norm for c in caps)
-    assert caps[1].array().shape == (52, 1728) and caps[1].token_ids is not None and len(caps[1].token_ids) == 52
-    assert ("left out of the slots" in caps[0].variant) is minus_one
+    width = 2304 if minus_one else 1728  # with -1 listed, the final state is a fourth slot the draft is fed
+    assert caps[0].origin.key == f"[0].{key}"
+    assert all(c.width == width and c.final_width == 576 and not c.final_pre_norm for c in caps)
+    assert caps[1].array().shape == (52, width) and caps[1].token_ids is not None and len(caps[1].token_ids) == 52
+    assert (
+        all(c.final_last is minus_one for c in caps)
+        and ("the final post-norm state: a slot of its own" in caps[0].variant) is minus_one
+    )
     r = hsdiff.compare(train, B.REAL / "sglang-dumper", layer_ids=[1, 14, 26])
-    assert r.verdict == "ok" and r.exit_code == 0 and [s.boundary_index for s in r.slots] == [2, 15, 27]
-    assert {s.match.sample for s in r.slots} == {"data_2:1"}  # the dumper ran over example-0's tokens
+    assert [s.boundary_index for s in r.slots][:3] == [2, 15, 27]
+    assert {s.match.sample for s in r.slots[:3]} == {"data_2:1"}  # the dumper ran over example-0's tokens
+    if minus_one:  # SGLang has no id for the final post-norm state, and three ids feed a four-slot fc
+        assert r.verdict == "mismatch" and r.exit_code == 1 and len(r.slots) == 4
+        assert "slot-count" in r.diagnosis.overrides and r.recommended.finals == (3,)
+    else:
+        assert r.verdict == "ok" and r.exit_code == 0
 
 
 def test_a_record_without_aux_is_the_final_state(tmp_path):
@@ -42,8 +51,8 @@ def test_a_record_without_aux_is_the_final_state(tmp_path):
 def test_inspect_names_the_format(tmp_path):
     info = hsdiff.inspect(B.trtllm_file(tmp_path, minus_one=True))
     assert info.formats[0]["format"] == "trtllm" and "SaveHiddenStates" in info.formats[0]["why"]
-    assert "layer -1 (the final state), left out of the slots" in info.formats[0]["why"]
-    assert info.summary[0].startswith("TensorRT-LLM SaveHiddenStates: 2 samples, 52–61 tokens; 3 slots × 576")
+    assert "the final post-norm state: a slot of its own" in info.formats[0]["why"]
+    assert info.summary[0].startswith("TensorRT-LLM SaveHiddenStates: 2 samples, 52–61 tokens; 4 slots × 576")
 
 
 def test_a_record_of_another_shape_is_one_line_naming_the_file(tmp_path):
