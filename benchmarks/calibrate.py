@@ -50,6 +50,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--targets", default=",".join(TARGETS), help=f"targets of the deployments (default {','.join(TARGETS)})"
     )
+    ap.add_argument(
+        "--classes",
+        type=int,
+        default=40,
+        help="held-out cases per named class of thin evidence (tests/scenarios/classes.py), seeds seed..seed+N-1 "
+        "(default 40)",
+    )
     ap.add_argument("--json", type=Path, default=None, help="write the summary and every outcome here")
     ap.add_argument("--examples", type=int, default=10, help="examples listed per failure kind")
     ap.add_argument(
@@ -105,6 +112,9 @@ def main(argv: list[str] | None = None) -> int:
             print("\n" + deep_table(int(d), args.verbose))
     held = heldout_table(args) if args.deployments else ""
     print("\n" + held)
+    named = classes_table(args) if args.classes else ""
+    print("\n" + named)
+    held = "\n\n".join(x for x in (held, named) if x)
     wall = time.perf_counter() - t0
     print(f"\nmake calibrate: {wall / 60:.1f} min wall time ({wall:.0f} s)")
     fit = set(FIT_SEEDS) & {*range(args.seed, args.seed + max(args.n, args.deployments))}
@@ -135,6 +145,25 @@ def heldout_table(args: argparse.Namespace) -> str:
         path = args.json.with_name(args.json.stem + "-heldout.json")
         path.write_text(json.dumps(outcomes, indent=1) + "\n")
     return heldout.table(outcomes)
+
+
+def classes_table(args: argparse.Namespace) -> str:
+    """The named classes of thin evidence (``tests/scenarios/classes.py``), seeds seed..seed+classes-1 each."""
+    import tempfile
+
+    from tests.scenarios import classes
+
+    outcomes = []
+    for make in classes.CLASSES.values():
+        for seed in range(args.seed, args.seed + args.classes):
+            with tempfile.TemporaryDirectory(prefix="calibration-class-") as d:
+                outcomes.append(classes.outcome(make(seed), Path(d)))
+            if args.verbose:
+                print(json.dumps(outcomes[-1]))
+    if args.json:
+        path = args.json.with_name(args.json.stem + "-classes.json")
+        path.write_text(json.dumps(outcomes, indent=1) + "\n")
+    return classes.table(outcomes)
 
 
 def deep_table(depth: int, verbose: bool) -> str:

@@ -51,3 +51,45 @@ def test_no_internal_errors(outcomes):
 def test_no_pass_on_a_wrong_deployment(outcomes):
     bad = [o for o in outcomes if o.exit_code == 0 and o.should_pass is False]
     assert not bad, _show(bad)
+
+
+# ----------------------------------------------------------------------------- named classes of thin evidence
+CLASS_SEEDS = FIT_SEEDS[:12]
+
+
+@pytest.fixture(scope="module")
+def class_outcomes(tmp_path_factory) -> list[dict]:
+    from .scenarios import classes
+
+    logging.disable(logging.WARNING)
+    try:
+        return [
+            classes.outcome(f(seed), tmp_path_factory.mktemp(f"{name}-{seed}"))
+            for name, f in classes.CLASSES.items()
+            for seed in CLASS_SEEDS
+        ]
+    finally:
+        logging.disable(logging.NOTSET)
+
+
+def _show_cases(items: list[dict]) -> str:
+    return "\n".join(
+        f"{o['class']} seed {o['seed']}: {o['case']} -> {o['verdict']} exit {o['exit_code']}" for o in items
+    )
+
+
+def test_classes_pass_no_wrong_deployment(class_outcomes):
+    bad = [o for o in class_outcomes if o["exit_code"] == 0 and o["should_pass"] is False]
+    assert not bad, _show_cases(bad)
+
+
+def test_classes_give_no_wrong_id_at_high_confidence_and_no_internal_error(class_outcomes):
+    bad = [
+        o for o in class_outcomes if o["exit_code"] == 3 or any(k == "wrong" and c >= CONFIDENT for k, c in o["slots"])
+    ]
+    assert not bad, _show_cases(bad)
+
+
+def test_classes_keep_every_training_slot(class_outcomes):
+    bad = [o for o in class_outcomes if o.get("slots_read", len(o["slots"])) != len(o["slots"])]
+    assert not bad, _show_cases(bad)
