@@ -90,6 +90,14 @@ INFERRED_FACTOR = 0.8
 LABELS_ONLY_CONFIDENCE = 0.4
 #: Highest confidence of a match whose capture label contradicts the training side's label.
 CONFLICT_CONFIDENCE = 0.5
+#: The most a slot identified by a capture's own unchecked label (a dumper tag or a printed layer nothing
+#: confirmed how it counts) is trusted: that counting is a convention a person chose, one layer off as
+#: easily as an engine's ids; below the 0.9 the calibration holds a gate's answers to.
+UNCHECKED_LABEL_CONFIDENCE = 0.8
+#: Engines and trainers count layers at most one apart (a boundary index against an output index, SGLang's
+#: +1): training labels further than this from the layers the values identify follow no counting
+#: convention, so no unobserved slot is inferred from them shifted (one of the two labels is wrong).
+MAX_LABEL_OFFSET = 1
 _RULE_OUT = math.log10(AMBIGUOUS_RATIO)
 
 
@@ -274,13 +282,15 @@ def resolve(
     decisions = at_noise_floor(decisions)
     label_offset, warnings = _label_offset(decisions, claims, claim_src)
     cfg_b = list(configured.boundary_indices) if configured else None
-    conflicts = [_conflict(d, c, configured is None) for d, c in zip(decisions, claims)]
+    conflicts = [_conflict(d, c, candidates.get(d.slot, []), tolerance) for d, c in zip(decisions, claims)]
     observed_conf = [
         min(d.confidence, CONFLICT_CONFIDENCE) if x else d.confidence
         for d, x in zip(decisions, conflicts)
         if d.identified
     ]
     offset = label_offset if label_offset is not None else (0 if not observed_conf else None)
+    if offset is not None and abs(offset) > MAX_LABEL_OFFSET:
+        offset = None
     results = []
     for d in decisions:
         s = d.slot
@@ -294,14 +304,22 @@ def resolve(
             observed_conf,
             candidates.get(s, []),
             tolerance,
-            configured is None,
             s in finals,
+            num_layers,
         )
         status, against = _against_config(d, a.boundary, a.evidence, cfg_b, candidates.get(s, []), tolerance)
         note = a.note + (f"; {against}" if against else "")
         if conflicts[s] and status == Status.OK:
             status = Status.UNVERIFIED
             note += "; a gate does not pass on labels that contradict the training side"
+        elif conflicts[s] and status == Status.MISMATCH and cfg is not None and claims[s] == cfg:
+            status = (
+                Status.UNVERIFIED
+            )  # the configured ids reproduce the training labels; only a capture's label differs
+            note += (
+                f"; the training labels say B{cfg}, as the configured ids capture: whether the engine feeds this slot "
+                "what it was trained on turns on which label counts right, which the values cannot tell"
+            )
         layer_id = None
         if a.boundary is not None:
             layer_id = conv.from_boundary(
@@ -393,15 +411,20 @@ def _answer(
     observed_conf: list[float],
     cands: list[Candidate],
     tolerance: float,
-    unconfigured: bool,
     final: bool = False,
+    num_layers: int | None = None,
 ) -> _Answer:
     """One slot's layer, what it rests on and how sure: values, then values and labels, then labels."""
     note = d.note
     guess = claim if final else None if claim is None or offset is None else claim + offset
     if d.identified:
         conf = d.confidence
-        if _conflict(d, claim, unconfigured) and d.match is not None and d.boundary is not None and claim is not None:
+        if (
+            _conflict(d, claim, cands, tolerance)
+            and d.match is not None
+            and d.boundary is not None
+            and claim is not None
+        ):
             # two sets of labels disagree and the values cannot say which counts right
             conf = min(conf, CONFLICT_CONFIDENCE)
             whose = _label_words(d.match)
@@ -409,6 +432,12 @@ def _answer(
                 f"; the training side labels this slot B{claim} ({claim_src}): {whose} and the training label "
                 f"differ by {layers_in_words(d.boundary - claim)}"
                 " and the values cannot tell which counts right"
+            )
+        elif _unchecked(d, claim, cands, tolerance) and conf > UNCHECKED_LABEL_CONFIDENCE:
+            conf = UNCHECKED_LABEL_CONFIDENCE
+            note += (
+                "; its layer is the capture's own label, whose counting (boundary or layer output) nothing "
+                "confirmed: no training label agrees with it and the dump holds no embedding lookup to check it by"
             )
         return _Answer(d.boundary, Evidence.OBSERVED, conf, note)
     label = _consistent_label(d, guess, cands, tolerance)
@@ -423,6 +452,16 @@ def _answer(
             note + f"; consistent with B{b}, as {said_by}: the values equal it within noise but {why}, "
             "so the answer comes from the labels",
         )
+    if guess is not None and num_layers is not None and guess > num_layers and not final:
+        note += f"; the training labels place it at B{guess}, past the target's last layer: not inferred"
+        guess = None
+    refuted = None if guess is None else _refuted(guess, cands, tolerance)
+    if refuted is not None:  # the values contradict the label: the slot stays open rather than repeat it
+        note += (
+            f"; the training labels place it at B{guess}, but the capture labelled B{guess} "
+            f"({refuted.capture.label()}) differs from it by {pct(refuted.metrics.rel_err)}: not inferred"
+        )
+        guess = None
     if guess is not None and (d.candidate_boundary is None or abs(d.candidate_boundary - guess) <= 1):
         if observed_conf:
             conf = round(INFERRED_FACTOR * min(observed_conf), 4)
@@ -438,6 +477,16 @@ def _answer(
     if d.status in (Status.UNOBSERVED, Status.UNMATCHED):
         note += "; capture more layers to identify it (e.g. dump every layer's input once, see docs/capture.md)"
     return _Answer(None, Evidence.NONE, 0.0, note)
+
+
+def _refuted(b: int, cands: list[Candidate], tolerance: float) -> Candidate | None:
+    """A whole capture labelled ``b`` that differs from the slot beyond the tolerance on ordinary tokens,
+    when no capture labelled ``b`` equals it: the values refute that the slot is ``b``."""
+    at = [c for c in cands if c.boundary == b and math.isfinite(c.metrics.rel_err)]
+    if any(c.metrics.rel_err <= tolerance for c in at):
+        return None
+    whole = [c for c in at if not c.capture.is_partial and not c.metrics.sink_only]
+    return min(whole, key=lambda c: c.metrics.rel_err) if whole else None
 
 
 def _consistent_label(
@@ -471,13 +520,38 @@ def _label_words(c: Candidate) -> str:
     return "the configured ids" if src == LabelSource.CONFIGURED else "the capture's label"
 
 
-def _conflict(d: SlotDecision, claim: int | None, unconfigured: bool) -> bool:
-    """An identified slot whose layer rests on labels that contradict the training label: the capture's
-    own label with no configuration to back it, or the configured ids themselves (a capture with no
-    label of its own, labelled from the configuration under test)."""
+def _checked(d: SlotDecision, cands: Sequence[Candidate], tolerance: float) -> bool:
+    """Whether a capture at the slot's layer that matches it within the tolerance carries a label whose
+    counting the values confirmed (:mod:`hsdiff.comparison.tags`): the same tensor, confirmed named."""
+    return any(
+        c.boundary == d.boundary and c.capture.layer is not None and c.capture.layer.checked
+        for c in cands
+        if c.metrics.rel_err <= tolerance
+    )
+
+
+def _unchecked(d: SlotDecision, claim: int | None, cands: Sequence[Candidate], tolerance: float) -> bool:
+    """A slot identified by a capture's own label that a person chose (a dumper's tag, a printed layer),
+    whose counting neither the values confirmed nor a training label agreeing with it backs: the values
+    place the slot, a prior names its layer."""
+    layer = None if d.match is None else d.match.capture.layer
+    return (
+        layer is not None
+        and layer.source in (LabelSource.TAG, LabelSource.LOG)
+        and (claim is None or claim != d.boundary)
+        and not _checked(d, cands, tolerance)
+    )
+
+
+def _conflict(d: SlotDecision, claim: int | None, cands: Sequence[Candidate], tolerance: float) -> bool:
+    """An identified slot whose layer rests on a label that contradicts the training label: the capture's own
+    label (a dumper tag, a key, a printed layer) or the configured ids (a capture labelled from the
+    configuration under test). Two labels that disagree cannot both be right, and the values, which match
+    the tensor whatever it is called, cannot say which is, unless they confirmed how a capture's label at
+    that layer counts (:mod:`hsdiff.comparison.tags`)."""
     if not d.identified or claim is None or d.boundary == claim:
         return False
-    return unconfigured or _from_config(d.match)
+    return not _checked(d, cands, tolerance)
 
 
 def _from_config(c: Candidate | None) -> bool:
@@ -624,8 +698,13 @@ def recommend(
 def to_recommend(results: Sequence[SlotResult]) -> list[int | None]:
     """The boundary to recommend per slot: the one the values identified, else, for a slot that is
     OK because the configured boundary agrees with the values within noise, that configured one (a
-    paste line with a null in it would break the config it goes into)."""
+    paste line with a null in it would break the config it goes into); none for a slot whose labels
+    disagree with the training side's where the values cannot tell which is right."""
     return [
-        r.boundary_index if r.boundary_index is not None or r.status != Status.OK else r.configured_boundary
+        None
+        if r.status == Status.UNVERIFIED and r.claimed_boundary not in (None, r.boundary_index)
+        else r.boundary_index
+        if r.boundary_index is not None or r.status != Status.OK
+        else r.configured_boundary
         for r in results
     ]

@@ -24,10 +24,22 @@ from .model import Candidate, Configured, Evidence, Recommendation, SlotResult, 
 from .model.diagnosis import Diagnosis, Finding, Miss
 from .rules import conventions as conv
 
-__all__ = ["diagnose", "miss", "with_miss", "MISS_CONFIDENCE", "label_shift", "position_shift"]
+__all__ = [
+    "diagnose",
+    "miss",
+    "with_miss",
+    "MISS_CONFIDENCE",
+    "label_shift",
+    "position_shift",
+    "slot_shift",
+    "with_slot_shift",
+]
 
 #: Confidence of a slot inferred from the way its capture misses it (norms, not a match).
 MISS_CONFIDENCE = 0.3
+#: Confidence of a slot placed by a slot shift the other slots show (its own values match within noise but
+#: do not rule out a neighbour): labels and values agree, as weakly as an inference from a miss.
+SHIFT_CONFIDENCE = MISS_CONFIDENCE
 
 
 def diagnose(
@@ -50,15 +62,11 @@ def diagnose(
         cfg = list(configured.boundary_indices)
         if verdict == Verdict.OK:
             return Diagnosis(Finding.MATCH)
-        pairs = [
-            (r.slot, r.boundary_index, cfg[r.slot])
-            for r in results
-            if r.boundary_index is not None and r.slot < len(cfg)
-        ]
+        pairs = _decided(results, cfg)
         diffs = {c - b for _, b, c in pairs}
-        if pairs and len(diffs) == 1 and 0 not in diffs:
+        shift = slot_shift(results, cfg)
+        if pairs and len(diffs) == 1 and 0 not in diffs and not shift:
             return Diagnosis(Finding.LAYER_SHIFT, offset=diffs.pop(), slots=tuple(s for s, _, _ in pairs))
-        shift = position_shift(pairs, cfg)
         if shift:
             missing = tuple(b for b in (r.boundary_index for r in results) if b is not None and b not in cfg)
             return Diagnosis(Finding.SLOT_SHIFT, offset=shift, slots=tuple(s for s, _, _ in pairs), missing=missing)
@@ -71,6 +79,66 @@ def diagnose(
         Finding.OPEN,
         slots=tuple(r.slot for r in results if r.evidence != Evidence.OBSERVED or r.boundary_index is None),
     )
+
+
+def _decided(results: Sequence[SlotResult], cfg: list[int]) -> list[tuple[int, int, int]]:
+    """(slot, layer, configured layer) of every slot whose layer was decided (not one whose labels disagree
+    where the values cannot tell which is right: unverified)."""
+    return [
+        (r.slot, r.boundary_index, cfg[r.slot])
+        for r in results
+        if r.boundary_index is not None and r.slot < len(cfg) and r.status != Status.UNVERIFIED
+    ]
+
+
+def slot_shift(results: Sequence[SlotResult], cfg: list[int]) -> int:
+    """How many slots late the configured ids hold the training layers, as the matched captures place them:
+    the decided slots, and a slot with a match but no layer (it matched a capture within noise without
+    ruling out its neighbours: that capture sits in an engine slot all the same). A shift seen on two
+    slots or more, or on one whose layer differs from the configured one by more than one layer, is a
+    slot shift rather than the engine counting layers one off (which :func:`diagnose` calls a layer
+    shift)."""
+    pairs = _decided(results, cfg)
+    placed = pairs + [
+        (r.slot, r.match.capture.boundary, cfg[r.slot])
+        for r in results
+        if r.boundary_index is None
+        and r.match is not None
+        and r.match.capture.boundary is not None
+        and r.slot < len(cfg)
+    ]
+    shift = position_shift(placed, cfg)
+    if not shift:
+        return 0
+    one_layer = len(pairs) == 1 and abs(pairs[0][2] - pairs[0][1]) <= 1
+    return shift if len(placed) > 1 or not one_layer else 0
+
+
+def with_slot_shift(results: Sequence[SlotResult], configured: Configured | None) -> tuple[SlotResult, ...]:
+    """Under a slot shift (:func:`slot_shift`), a slot whose match could not rule out a neighbouring layer
+    takes the layer of the capture the shift places in it, said as consistent at its own (low) confidence:
+    the labels and the shift agree on it, the values do not rule out a neighbour."""
+    if configured is None:
+        return tuple(results)
+    cfg = list(configured.boundary_indices)
+    shift = slot_shift(results, cfg)
+    if not shift:
+        return tuple(results)
+    out = []
+    for r in results:
+        b = None if r.match is None else r.match.capture.boundary
+        if r.boundary_index is None and b is not None and r.slot + shift < len(cfg) and cfg[r.slot + shift] == b:
+            r = replace(
+                r,
+                boundary_index=b,
+                evidence=Evidence.CONSISTENT,
+                confidence=max(r.confidence, SHIFT_CONFIDENCE),
+                status=Status.MISMATCH,
+                note=f"{r.note}; consistent with B{b}: the configured ids hold every matched training slot {shift} "
+                f"slot{'s' if shift > 1 else ''} late, and B{b} is what they place in this slot's capture",
+            )
+        out.append(r)
+    return tuple(out)
 
 
 def label_shift(results: Sequence[SlotResult], configured: Configured | None) -> int:

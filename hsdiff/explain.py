@@ -51,7 +51,7 @@ def explain(
     debug log, so the walk-through ends with what the log lacked). ``verdict`` is the one the slots
     give; what overrode it (``diagnosis.overrides``) leads the cause."""
     cause = _cause(verdict, diagnosis, results, configured, num_layers, recommended, label_offset, claim_src)
-    cause = _overrides(diagnosis, results, claims, tolerance, cause, configured, num_layers)
+    cause = _overrides(diagnosis, results, claims, tolerance, cause, configured, num_layers, label_offset, claim_src)
     return Words(
         cause, tuple(_walkthrough(results, configured, claims, claim_src, recommended, printed_evidence, num_layers))
     )
@@ -65,9 +65,21 @@ def _overrides(
     cause: str,
     configured: Configured | None = None,
     num_layers: int | None = None,
+    label_offset: int | None = None,
+    claim_src: str = "",
 ) -> str:
     """The cause the slots give, led by what overrode their verdict, in the order it was applied."""
     for why in d.overrides:
+        if why == Override.UNDESCRIBED and configured is not None and label_offset is not None:
+            r = next(r for r in results if r.evidence == Evidence.OBSERVED and r.claimed_boundary is not None)
+            cause = (
+                f"The configured ids {list(configured.ids)} cannot describe this dump: the capture they call "
+                f"B{r.boundary_index} equals training slot {r.slot}, which the training labels ({claim_src}) call "
+                f"B{r.claimed_boundary}, {layers_in_words(label_offset)} away; no engine or trainer counts layers "
+                "that differently, so one of the two labels is wrong. If the dump was made with other ids, compare "
+                "with the ids it was made with (or dump again with these); if it was made with these, the training "
+                f"labels are wrong. Read with the configured ids as its labels: {cause}"
+            )
         if why == Override.SLOT_COUNT and configured is not None:
             n, k = len(configured.boundary_indices), len(results)
             cause = (
@@ -369,11 +381,18 @@ def _miss(m: Miss, configured: Configured, results: Sequence[SlotResult], title:
         f"No capture equals a training slot, but every capture sits about one layer {seen.way} than its training "
         f"slot ({figures})"
     )
+    claimed = [r.claimed_boundary for r in results]
+    refuted = (
+        f" The training side's own labels say {boundary_list(claimed, L)}, the layers the configured ids capture: "
+        "the values refute them (no capture so labelled equals its slot)."
+        if any(c is not None for c in claimed) and claimed == cfg[: len(claimed)]
+        else ""
+    )
     if m.explained_by:
         return (
             f"{head}: {title} takes {boundary_list(cfg, L)} where training used {boundary_list(bs, L)}, likely ids "
             f"written in another convention — {_and(list(m.explained_by))} read {list(configured.ids)} as exactly "
-            f"the training layers. The recommendation is inferred from that, not observed: {confirm}."
+            f"the training layers. The recommendation is inferred from that, not observed: {confirm}.{refuted}"
         )
     way = "shallower" if seen.sign > 0 else "deeper"
     return (
@@ -381,7 +400,7 @@ def _miss(m: Miss, configured: Configured, results: Sequence[SlotResult], title:
         f"engine's reading of the ids {list(configured.ids)} names those layers; each capture is the nearest to its "
         f"slot but for a neighbour and above the least one layer moves the states by here{floor}, and one layer is "
         f"the nearest reading (two layers off can look the same). The recommendation moves each id one layer {way} "
-        f"in {title}'s convention: inferred from the miss at low confidence, not observed — {confirm}."
+        f"in {title}'s convention: inferred from the miss at low confidence, not observed — {confirm}.{refuted}"
     )
 
 

@@ -10,8 +10,8 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from typing import NamedTuple
 
-from .decide import recommend
-from .model import Configured, Evidence, NormFinding, Report, Settings, SlotResult, Verdict
+from .decide import MAX_LABEL_OFFSET, recommend
+from .model import Configured, Evidence, LabelSource, NormFinding, Report, Settings, SlotResult, Verdict
 from .model.diagnosis import Diagnosis, Override
 
 __all__ = [
@@ -21,6 +21,7 @@ __all__ = [
     "torn_tokens",
     "norms_only",
     "slot_count",
+    "undescribed",
     "NormFinding",
     "TORN_FACTOR",
     "TORN_MIN_TOKENS",
@@ -124,3 +125,19 @@ def slot_count(found: Found, configured: Configured | None, k: int) -> Found:
     if configured is None or len(configured.boundary_indices) == k:
         return found
     return Found(Verdict.MISMATCH, _overridden(found.diagnosis, Override.SLOT_COUNT))
+
+
+def undescribed(found: Found, results: Sequence[SlotResult], label_offset: int | None) -> Found:
+    """The slots identified by value rest on labels the configured ids gave the captures, and the training
+    labels put those same tensors ``label_offset`` layers away, more than any counting convention: one of
+    the two labels is wrong, and the configured ids cannot be judged by a dump they may not have made. A
+    mismatch or an OK becomes inconclusive (the cause says which way each reading goes)."""
+    if label_offset is None or abs(label_offset) <= MAX_LABEL_OFFSET:
+        return found
+    observed = [r for r in results if r.evidence == Evidence.OBSERVED and r.match is not None]
+    if not observed or any(
+        r.match is None or r.match.capture.layer is None or r.match.capture.layer.source != LabelSource.CONFIGURED
+        for r in observed
+    ):
+        return found
+    return Found(Verdict.INCONCLUSIVE, _overridden(found.diagnosis, Override.UNDESCRIBED))

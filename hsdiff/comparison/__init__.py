@@ -25,7 +25,7 @@ from ..model import INFER, TRAIN, Dump, Report, Settings
 from ..readers import scan
 from ..rules import conventions as conv
 from ..rules.settings import settings_for
-from . import norms, profiles, scoring, shape, slots, validate
+from . import norms, profiles, scoring, shape, slots, tags, validate
 
 __all__ = ["compare", "Options"]
 
@@ -202,7 +202,8 @@ def _compare(
     train, w_train = validate.with_values(train, "training", train_path)
     infer, w_infer = validate.with_values(infer, "inference", infer_path) if infer.captures else (infer, [])
     infer, w_joined = slots.join_rank_parts(infer, train)
-    warnings += w_train + w_infer + w_joined
+    infer, w_tags = tags.arbitrate(infer)
+    warnings += w_train + w_infer + w_joined + w_tags
 
     num_layers, layers_from = shape.num_layers(opts.num_layers, model_cfg, train, infer)
     hidden, hidden_from = shape.hidden_size(opts.hidden_size, model_cfg, train, infer, opts.layer_ids)
@@ -269,6 +270,7 @@ def _compare(
         results = diagnose.with_miss(
             results, found_miss, configured, opts.engine, family, num_layers, opts.engine_version
         )
+    results = diagnose.with_slot_shift(results, configured)
     warnings += explain.norm_warnings(results)
     recommended, w_rec = decide.recommend(settings, decide.to_recommend(results), finals)
     warnings += w_rec
@@ -277,6 +279,7 @@ def _compare(
     found = overrides.torn_tokens(overrides.Found(verdict, diagnosis), results, opts.tolerance)
     found = overrides.rank_conflict(found, train.rank_conflicts + infer.rank_conflicts)
     found = overrides.slot_count(found, configured, k)
+    found = overrides.undescribed(found, results, resolution.label_offset)
     if not usable:
         found = overrides.norms_only(found, norms.findings(train_slots, infer.norm_prints), opts.tolerance)
     words = explain.explain(

@@ -78,6 +78,9 @@ class Layer:
     value: int
     index: Index = Index.BOUNDARY
     source: LabelSource = LabelSource.KEY
+    #: how this label counts was confirmed by value (a dumper's tag 0 that is, or is not, the embedding
+    #: lookup: :mod:`hsdiff.comparison.tags`), so it outweighs a label nothing confirmed
+    checked: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "index", Index(self.index))

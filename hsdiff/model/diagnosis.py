@@ -43,6 +43,9 @@ class Override(StrEnum):
     NORMS_ONLY = "norms-only"  #: the inference side printed per-token norms only (weak evidence)
     #: the configured ids feed the draft another number of slots than the training side holds
     SLOT_COUNT = "slot-count"
+    #: the training labels and the labels the configured ids give the captures the values match are further
+    #: apart than any counting convention: the configured ids cannot describe the dump
+    UNDESCRIBED = "labels-disagree"
 
 
 @dataclass(frozen=True)

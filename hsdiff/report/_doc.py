@@ -144,7 +144,7 @@ def other_engines(rec: Doc, engines: tuple[str, ...] | None = None) -> str:
             none.append(title)
             continue
         out.append(f"{title} [{', '.join('null' if i is None else str(i) for i in ids)}]")
-    return ", ".join(out) + (f"; no ids on {', '.join(none)}" if none else "")
+    return "; ".join(x for x in (", ".join(out), f"no ids on {', '.join(none)}" if none else "") if x)
 
 
 def settings_lines(d: Doc) -> list[str]:
