@@ -186,6 +186,138 @@ def _final_train(d: Path, s: dict, train_b: list[int], fmt: str, sample: int) ->
     return d
 
 
+# ----------------------------------------------------------------------------- dumper tags that count outputs
+@_class("dump-tags-shifted")
+def dump_tags(seed: int) -> Case:
+    """An SGLang dumper run of per-layer tensors tagged with a layer id (``dumper.dump(name, h,
+    layer_id=i)``, a neutral name), called before each decoder layer (tag i holds Bi) or after it (tag i
+    holds B(i+1): the tags lie one layer), over every layer or around the configured ones only, over the
+    whole request or its positions with the repeated tokens left out (no embedding lookup to check the
+    tags by), training labels absent or right, SGLang ids right or one layer deep. Wrong ids must never
+    pass; where nothing can tell the tags' counting, an honest inconclusive is right."""
+    rng = random.Random(f"tags-{seed}")
+    sample = rng.randrange(3)
+    k = rng.choice([1, 2, 3])
+    train_b = sorted(rng.sample(range(2, B.L - 2), k))
+    after = rng.random() < 0.5
+    every = rng.random() < 0.5
+    repeats = rng.random() < 0.6
+    labels = rng.choice(["none", "right"])
+    off = rng.choice([0, 0, 1])
+    ids = [b - 1 + off for b in train_b]
+    s = real(sample)
+    positions = list(range(len(s["input_ids"])))
+    if not repeats:
+        first = {t: p for p, t in reversed(list(enumerate(s["input_ids"].tolist())))}
+        positions = sorted(first.values())
+    captured = [b + off for b in train_b]
+    tags = range(B.L) if every else sorted({t for b in captured for t in (b - 1, b, b + 1)} & set(range(B.L)))
+    checkable = every and repeats
+    should_pass: bool | None
+    if off:
+        should_pass = False
+    elif after and not checkable:
+        should_pass = None  # the tags say one layer less and nothing confirms or refutes them
+    else:
+        should_pass = True
+
+    def write(root: Path) -> tuple[Path, Path]:
+        train = root / "train"
+        _spec_train(train, s, train_b, sample)
+        if labels == "right":
+            B.draft_config(train / "config.json", [b - 1 for b in train_b])
+        idx = torch.tensor(positions)
+        recs = [("input_ids", s["input_ids"][idx], {})]
+        recs += [("hidden_states", s["bf16"][t + 1 if after else t][idx], {"layer_id": t}) for t in tags]
+        dumper_records(root / "infer" / "dump_20261207_000000_000001", recs)
+        return train, root / "infer"
+
+    return Case(
+        "dump-tags-shifted",
+        seed,
+        f"train B{train_b} (labels {labels}); ids {ids}; tags {'after' if after else 'before'} each layer, "
+        f"{'every layer' if every else 'around the configured'}, {'with' if repeats else 'without'} repeated tokens",
+        train_b,
+        should_pass,
+        write,
+        {"engine": "sglang", "layer_ids": ids},
+    )
+
+
+# ----------------------------------------------------------------------------- training labels one layer deep
+@_class("training-labels-shifted")
+def labels_shifted(seed: int) -> Case:
+    """The training side's config.json names every slot one layer deeper than the files hold (ids written
+    in another engine's convention), and the engine runs either those ids (one layer deeper: a wrong
+    deployment whose fix must not repeat them) or the right ones; the dump holds the configured captures
+    only, or with their neighbours, or every layer."""
+    rng = random.Random(f"labels-{seed}")
+    sample = rng.randrange(3)
+    k = rng.choice([1, 2, 3])
+    train_b = sorted(rng.sample(range(2, B.L - 3), k))
+    engine = rng.choice(["sglang", "vllm"])
+    runs_labels = rng.random() < 0.7
+    dump = rng.choice(["configured", "neighbours", "every"])
+    labelled = [b + 1 for b in train_b]  # what the training config.json says, as boundaries
+    captured = labelled if runs_labels else list(train_b)
+    ids = [b - 1 for b in captured] if engine == "sglang" else list(captured)
+    s = real(sample)
+    should_pass = None if not runs_labels else False  # right ids beside wrong labels: either answer defensible
+
+    def write(root: Path) -> tuple[Path, Path]:
+        train = root / "train"
+        _spec_train(train, s, train_b, sample)
+        B.draft_config(train / "config.json", [b - 1 for b in labelled])  # SpecForge writes SGLang's ids
+        extra = (
+            range(B.L)
+            if dump == "every"
+            else sorted({n for b in captured for n in (b - 1, b + 1)} - set(captured))
+            if dump == "neighbours"
+            else ()
+        )
+        if engine == "vllm":
+            infer = root / "infer"
+            infer.mkdir(parents=True)
+            hs = torch.stack([s["bf16"][b] for b in captured], dim=1).contiguous()
+            save_file({"hidden_states": hs, "token_ids": s["input_ids"].clone()}, str(infer / "req-0.safetensors"))
+            if extra:
+                recs = [("input_ids", s["input_ids"], {})]
+                recs += [("layer_input", s["bf16"][b], {"layer_id": b}) for b in extra]
+                dumper_records(infer / "dump_20261207_000000_000001", recs)
+            return train, infer
+        aux = torch.cat([s["bf16"][b] for b in captured], dim=-1)
+        recs = [("input_ids", s["input_ids"], {}), ("aux_hidden_states", aux, {})]
+        recs += [("layer_input", s["bf16"][b], {"layer_id": b}) for b in extra]
+        dumper_records(root / "infer" / "dump_20261207_000000_000001", recs)
+        return train, root / "infer"
+
+    return Case(
+        "training-labels-shifted",
+        seed,
+        f"train B{train_b}, labels B{labelled}; {engine} ids {ids} ({'the labels' if runs_labels else 'right'}); "
+        f"dump {dump}",
+        train_b,
+        should_pass,
+        write,
+        {"engine": engine, "layer_ids": ids},
+    )
+
+
+def _spec_train(d: Path, s: dict, train_b: list[int], sample: int) -> None:
+    rows = d / "rows_0-2000"
+    rows.mkdir(parents=True)
+    ids = s["input_ids"]
+    torch.save(
+        {
+            "input_ids": ids.clone(),
+            "loss_mask": torch.ones_like(ids),
+            "aux_hidden_state": torch.cat([s["fp32"][b] for b in train_b], dim=-1)[None].clone(),
+            "hidden_state": s["fp32.final"][None].clone(),
+        },
+        rows / f"data_{sample}.ckpt",
+    )
+
+
 # ----------------------------------------------------------------------------- grading
 def outcome(case: Case, root: Path) -> dict:
     """``case`` through ``hsdiff.compare``: exit code, verdict, and per slot right / null / wrong (the slot's
@@ -231,14 +363,15 @@ def table(outcomes: list[dict]) -> str:
     seeds = [o["seed"] for o in outcomes]
     head = (
         "| class | cases | should pass, n: exit 0 / inconclusive / mismatch | should fail, n: exit 0 / inconclusive "
-        "/ mismatch | slots, n: right / null / wrong | wrong at confidence >= 0.9 | exit 2 |"
+        "/ mismatch | either, n: exit 0 / inconclusive / mismatch | slots, n: right / null / wrong | wrong at "
+        "confidence >= 0.9 | exit 2 |"
     )
     rows = [
         f"Held-out cases per class (seeds {min(seeds, default=0)}..{max(seeds, default=0)}, "
         "`tests/scenarios/classes.py`):",
         "",
         head,
-        "|---|---:|---|---|---|---:|---:|",
+        "|---|---:|---|---|---|---|---:|---:|",
     ]
     for name in CLASSES:
         sel = [o for o in outcomes if o["class"] == name]
@@ -257,7 +390,8 @@ def table(outcomes: list[dict]) -> str:
         wrong = sum(1 for k, c in slots if k == "wrong" and c >= 0.9)
         errors = sum(o["exit_code"] == 2 for o in sel)
         rows.append(
-            f"| {name} | {len(sel)} | {exits(True)} | {exits(False)} | {len(slots)}: {n[0]} / {n[1]} / {n[2]} "
+            f"| {name} | {len(sel)} | {exits(True)} | {exits(False)} | {exits(None)} | {len(slots)}: {n[0]} / {n[1]} / "
+            f"{n[2]} "
             f"| **{wrong}** | {errors} |"
         )
     return "\n".join(rows)
