@@ -34,7 +34,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .inspection import Inspection, inspect
     from .model import Capture, Dump, Report, Settings
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "compare",
