@@ -47,7 +47,7 @@ def main() -> int:
     import hsdiff as package
 
     where = Path(package.__file__).resolve()
-    check("hsdiff is the installed wheel, not the source tree", ROOT not in where.parents, str(where.parent))
+    check("hsdiff is the installed wheel, not the source tree", "site-packages" in where.parts, str(where.parent))
     check("the wheel ships py.typed", (where.parent / "py.typed").is_file())
     check("the wheel is pure Python (no C loop)", importlib.util.find_spec("hsdiff._fused") is None)
 
