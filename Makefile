@@ -53,7 +53,7 @@ CORE_VENV ?= .venv-core
 test-core: $(CORE_VENV)/.installed
 	HSDIFF_TEST_CORE=1 $(CORE_VENV)/bin/python -m pytest -q -p no:cacheprovider --durations=5
 
-$(CORE_VENV)/.installed: setup.cfg setup.py pyproject.toml
+$(CORE_VENV)/.installed: setup.cfg setup.py pyproject.toml $(shell find hsdiff -name '*.py' -o -name '*.json')
 	rm -rf $(CORE_VENV) && $(PYTHON) -m venv $(CORE_VENV)
 	$(CORE_VENV)/bin/python -m pip install --disable-pip-version-check -q . pytest
 	touch $@

@@ -180,3 +180,25 @@ def test_the_library_names_the_extra_a_notebook_needs(monkeypatch):
         assert e.value.extra == extra
     with pytest.raises(MissingExtraError, match=r"hsdiff\[torch\]"):
         report.slots[0].match.capture.load()
+
+
+@pytest.mark.parametrize(
+    "words, cword, expected",
+    [
+        ("hsdiff ga", 1, ["gate"]),
+        ("hsdiff gate --draft-c", 2, ["--draft-config"]),
+        ("hsdiff compare --engine vl", 3, ["vllm", "vllm-tpu"]),
+    ],
+)
+def test_shell_completion_offers_commands_options_and_choices(words, cword, expected):
+    """What docs/install.md's completion scripts ask the program (click's ``_HSDIFF_COMPLETE`` protocol)."""
+    env = {**os.environ, "_HSDIFF_COMPLETE": "bash_complete", "COMP_WORDS": words, "COMP_CWORD": str(cword)}
+    r = subprocess.run([sys.executable, "-m", "hsdiff"], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert [line.split(",", 1)[1] for line in r.stdout.split()] == expected
+
+
+def test_the_bash_completion_script_is_written_for_hsdiff():
+    env = {**os.environ, "_HSDIFF_COMPLETE": "bash_source"}
+    r = subprocess.run([sys.executable, "-m", "hsdiff"], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert r.returncode == 0 and "complete -o nosort -F _hsdiff_completion hsdiff" in r.stdout, r.stdout[-500:]

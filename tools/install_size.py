@@ -11,6 +11,7 @@ their sizes and install times; ``--write`` puts it between the ``install-size`` 
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import shutil
 import subprocess
@@ -51,7 +52,8 @@ def table(wheel: Path, rows: list[dict]) -> str:
     py = platform.python_version()
     lines = [
         f"Measured by `make install-size` ({wheel.name}, {wheel.stat().st_size / 1e3:.0f} kB; Python {py}, "
-        f"{platform.machine()}, pip's cache warm): each a fresh `python -m venv`, pip and setuptools included "
+        f"{platform.machine()}, {os.cpu_count()} cores, pip's cache warm; the times move with the machine's load, "
+        "the sizes do not): each a fresh `python -m venv`, pip and setuptools included "
         f"({rows[0]['base_mb']:.0f} MB of it).",
         "",
         "| install | venv size | packages | install time |",

@@ -29,7 +29,7 @@ def draft_options(f: F) -> F:
                 type=click.Path(path_type=str),
                 default=None,
                 help="The deployed EAGLE-3 draft's folder (config.json + weights): predict its acceptance "
-                "length on both sides' hidden states.",
+                "length on both sides' hidden states (runs the draft with torch: pip install 'hsdiff[draft]').",
             ),
             click.option(
                 "--target-model",
