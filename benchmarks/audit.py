@@ -14,7 +14,7 @@ audit), and ``--cluster`` to a ``dask scheduler`` with 2 ``dask worker`` process
 beforehand. *Steady* rates count the files that arrived after the first result, over the time from
 the first result to the last: they leave out starting the cluster and the first batch, which a long
 audit pays once. Nothing is asserted; ``make bench`` rewrites ``benchmarks/results/audit.json`` and
-the README table between the ``bench:audit`` markers.
+the table between the ``bench:audit`` markers of docs/audit.md.
 
     python benchmarks/audit.py [--files 2048] [--tokens 560] [--no-write]
 """

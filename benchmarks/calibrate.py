@@ -67,9 +67,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("-v", "--verbose", action="store_true", help="print every scenario and its outcome")
     ap.add_argument(
-        "--readme",
+        "--docs",
         action="store_true",
-        help="rewrite the table between the calibrate markers of README.md and "
+        help="rewrite the table between the calibrate markers of docs/calibration.md and "
         "benchmarks/results/calibration.json (the summary, without the outcomes)",
     )
     args = ap.parse_args(argv)
@@ -118,10 +118,10 @@ def main(argv: list[str] | None = None) -> int:
     wall = time.perf_counter() - t0
     print(f"\nmake calibrate: {wall / 60:.1f} min wall time ({wall:.0f} s)")
     fit = set(FIT_SEEDS) & {*range(args.seed, args.seed + max(args.n, args.deployments))}
-    if args.readme and args.n >= 1000 and not fit:
+    if args.docs and args.n >= 1000 and not fit:
         write_results(s, args, held, wall)
-    elif args.readme:
-        print("README and results left alone: they hold a run of at least 1000 scenarios on held-out seeds")
+    elif args.docs:
+        print("docs page and results left alone: they hold a run of at least 1000 scenarios on held-out seeds")
     return 0
 
 
@@ -182,13 +182,13 @@ def deep_table(depth: int, verbose: bool) -> str:
     return deep.table(depth, outcomes)
 
 
-README = ROOT / "README.md"
+PAGE = ROOT / "docs" / "calibration.md"
 RESULTS = ROOT / "benchmarks" / "results" / "calibration.json"
 BEGIN, END = "<!-- calibrate:begin -->", "<!-- calibrate:end -->"
 
 
 def write_results(s: dict, args: argparse.Namespace, held: str, wall: float) -> None:
-    """The README tables (the scenarios, then the held-out deployments per target) and the summary JSON,
+    """The docs page's tables (the scenarios, then the held-out deployments per target) and the summary JSON,
     from this run (seeds ``seed..seed+n-1``)."""
     import platform
     import subprocess
@@ -215,12 +215,12 @@ def write_results(s: dict, args: argparse.Namespace, held: str, wall: float) -> 
         )
         + "\n"
     )
-    body = README.read_text()
+    body = PAGE.read_text()
     if BEGIN in body and END in body:
         head, rest = body.split(BEGIN, 1)
         tables = f"\n{held}\n" if held else ""
-        README.write_text(f"{head}{BEGIN}\n{about}\n\n{markdown(s)}\n{tables}{END}{rest.split(END, 1)[1]}")
-        print(f"README table and {RESULTS.relative_to(ROOT)} rewritten")
+        PAGE.write_text(f"{head}{BEGIN}\n{about}\n\n{markdown(s)}\n{tables}{END}{rest.split(END, 1)[1]}")
+        print(f"{PAGE.relative_to(ROOT)} table and {RESULTS.relative_to(ROOT)} rewritten")
 
 
 if __name__ == "__main__":

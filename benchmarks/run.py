@@ -149,7 +149,7 @@ def main() -> None:
     ap.add_argument("--sizes", default=env("HSDIFF_BENCH_SIZES", "0.2,1,4"), help="pair sizes in GB (0.2, 1, 2.2, 4)")
     ap.add_argument("--cases", default=env("HSDIFF_BENCH_CASES", "sizes,window,samples"))
     ap.add_argument("--samples", default=env("HSDIFF_BENCH_SAMPLES", "100,200,400"), help="training-set sizes")
-    ap.add_argument("--no-write", action="store_true", help="print only: leave results JSON and README alone")
+    ap.add_argument("--no-write", action="store_true", help="print only: leave results JSON and docs page alone")
     a = ap.parse_args()
     if a.only != "scale":
         micro()

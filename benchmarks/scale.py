@@ -11,7 +11,7 @@ Environment (or the matching ``benchmarks/run.py`` flags):
 - ``HSDIFF_BENCH_CACHE``: where generated dumps live, default ``~/.cache/hsdiff-bench``.
 
 Results merge into benchmarks/results/scale.json (one entry per case, the newest measurement
-wins) and the table between the ``bench:scale`` markers of README.md is regenerated from it.
+wins) and the table between the ``bench:scale`` markers of docs/benchmarks.md is regenerated from it.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from hsdiff.comparison import scoring
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results" / "scale.json"
-README = ROOT / "README.md"
+PAGE = ROOT / "docs" / "benchmarks.md"
 BEGIN, END = "<!-- bench:scale:begin -->", "<!-- bench:scale:end -->"
 BIN = Path(sys.executable).parent
 PY = sys.executable
@@ -402,12 +402,12 @@ def _bytes_read(r: dict) -> str:
     )
 
 
-def write_readme(text: str) -> None:
-    body = README.read_text()
+def write_page(text: str) -> None:
+    body = PAGE.read_text()
     if BEGIN not in body:
         return
     head, rest = body.split(BEGIN, 1)
-    README.write_text(f"{head}{BEGIN}\n{text}\n{END}{rest.split(END, 1)[1]}")
+    PAGE.write_text(f"{head}{BEGIN}\n{text}\n{END}{rest.split(END, 1)[1]}")
 
 
 def save(results: dict) -> dict:
@@ -464,5 +464,5 @@ def main(sizes: list[str], cases: list[str], counts: tuple[int, ...], write: boo
     text = table(results)
     print(text)
     if write:
-        write_readme(text)
+        write_page(text)
     return results

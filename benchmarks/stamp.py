@@ -1,4 +1,4 @@
-"""What every benchmark table is stamped with, and how a table is written between README markers."""
+"""What every benchmark table is stamped with, and how a table is written between the markers of its docs page."""
 
 from __future__ import annotations
 
@@ -11,7 +11,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-README = ROOT / "README.md"
+#: The docs page that publishes each section's table (between ``<!-- bench:SECTION:begin -->`` and ``...:end -->``).
+PAGES = {
+    "scale": ROOT / "docs" / "benchmarks.md",
+    "audit": ROOT / "docs" / "audit.md",
+    "central": ROOT / "docs" / "audit.md",
+}
 
 
 def machine() -> dict:
@@ -41,26 +46,27 @@ def line(m: dict, load_after: float | None = None) -> str:
     return f"Last run {m['date']} on {m['machine']}, hsdiff at {m['commit']}; 1-minute load average {load}."
 
 
-def write_readme(section: str, text: str) -> bool:
-    """Replace what lies between ``<!-- bench:SECTION:begin -->`` and ``...:end -->`` in README.md."""
+def write_page(section: str, text: str) -> bool:
+    """Replace what lies between ``<!-- bench:SECTION:begin -->`` and ``...:end -->`` in the section's page."""
+    page = PAGES[section]
     begin, end = f"<!-- bench:{section}:begin -->", f"<!-- bench:{section}:end -->"
-    body = README.read_text()
+    body = page.read_text()
     if begin not in body or end not in body:
         return False
     head, rest = body.split(begin, 1)
-    README.write_text(f"{head}{begin}\n{text}\n{end}{rest.split(end, 1)[1]}")
+    page.write_text(f"{head}{begin}\n{text}\n{end}{rest.split(end, 1)[1]}")
     return True
 
 
 def publish(result: dict, table: Callable[[dict], str], path: Path, section: str, *, write: bool) -> None:
-    """Stamp the load after the run, print the table, and (``write``) save the JSON and the README section."""
+    """Stamp the load after the run, print the table, and (``write``) save the JSON and the docs page's section."""
     result["load_after"] = round(os.getloadavg()[0], 1)
     text = table(result)
     print(text)
     if write:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(result, indent=1) + "\n")
-        write_readme(section, text)
+        write_page(section, text)
 
 
 def peak_rss() -> int:

@@ -25,7 +25,15 @@ import os
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-from .errors import AlignmentError, ConfigError, FormatError, HsdiffError, InputError, UnsafeFileError
+from .errors import (
+    AlignmentError,
+    ConfigError,
+    FormatError,
+    HsdiffError,
+    InputError,
+    MissingExtraError,
+    UnsafeFileError,
+)
 from .rules.conventions import ENGINES, default_ids, describe_boundary, from_boundary, to_boundary, translate
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -34,7 +42,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .inspection import Inspection, inspect
     from .model import Capture, Dump, Report, Settings
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "compare",
@@ -60,6 +68,7 @@ __all__ = [
     "FormatError",
     "UnsafeFileError",
     "AlignmentError",
+    "MissingExtraError",
 ]
 
 # The heavy parts (torch, the pipeline) load on first use: ``import hsdiff`` stays cheap.

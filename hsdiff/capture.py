@@ -31,10 +31,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch
-from torch import nn
-
 from .errors import InputError
+from .extras import needs, require
+
+with needs("capture", "hsdiff capture"):
+    import torch
+    from torch import nn
 
 __all__ = [
     "BoundaryCapture",
@@ -204,13 +206,7 @@ def capture_boundaries(
 
 
 def _transformers() -> Any:
-    try:
-        import transformers
-    except ImportError:
-        raise InputError(
-            "hsdiff capture needs Hugging Face transformers", hint='install the extra: pip install "hsdiff[capture]"'
-        ) from None
-    return transformers
+    return require("transformers", "capture", "hsdiff capture")
 
 
 def capture_hf(

@@ -9,7 +9,8 @@ hsdiff itself (exit status 3)::
     │   └── ConfigError         a config.json is unreadable or lacks what is needed
     ├── FormatError             a file is not in any format hsdiff reads, or is damaged
     │   └── UnsafeFileError     a file would need arbitrary code to load (pickle globals, object arrays)
-    └── AlignmentError          the two sides cannot be compared at all (no shared hidden size, ...)
+    ├── AlignmentError          the two sides cannot be compared at all (no shared hidden size, ...)
+    └── MissingExtraError       a feature needs a package of an extra that is not installed (hsdiff.extras)
 
 Messages speak the library's terms: a setting is named as the parameter (or record field) that takes
 it, in backquotes (```layer_ids```, ```infer_format=vllm```), and listed in ``options``; a front end
@@ -33,6 +34,7 @@ __all__ = [
     "FormatError",
     "UnsafeFileError",
     "AlignmentError",
+    "MissingExtraError",
 ]
 
 
@@ -87,3 +89,25 @@ class UnsafeFileError(FormatError):
 
 class AlignmentError(HsdiffError):
     """The training and inference sides cannot be compared at all."""
+
+
+class MissingExtraError(HsdiffError):
+    """A feature needs a package that ``pip install hsdiff`` leaves out; the hint names the extra that brings it.
+
+    >>> str(MissingExtraError("the pictures", "matplotlib", "plot"))
+    "matplotlib is needed for the pictures and is not installed — pip install 'hsdiff[plot]'"
+    """
+
+    def __init__(
+        self, what: str, package: str, extra: str, *, path: object | None = None, alternative: str | None = None
+    ):
+        self.what, self.package, self.extra, self.alternative = what, package, extra, alternative
+        hint = f"pip install 'hsdiff[{extra}]'" + (f", or {alternative}" if alternative else "")
+        super().__init__(f"{package} is needed for {what} and is not installed", path=path, hint=hint)
+
+    def __reduce__(self) -> tuple:  # rebuilt from its fields, e.g. when a worker process raises it
+        return (_rebuild, (type(self), self.what, self.package, self.extra, self.path, self.alternative))
+
+
+def _rebuild(cls: type, what: str, package: str, extra: str, path: str | None, alternative: str | None) -> Exception:
+    return cls(what, package, extra, path=path, alternative=alternative)

@@ -9,6 +9,8 @@ import pytest
 from hsdiff.errors import InputError
 from hsdiff.rules import conventions as conv
 
+pytestmark = pytest.mark.core
+
 
 @pytest.mark.parametrize(
     "ids,engine,family,L,expected",

@@ -7,6 +7,8 @@ import importlib
 
 import pytest
 
+pytestmark = pytest.mark.core
+
 MODULES = [
     "hsdiff.arrays",
     "hsdiff.rules.conventions",
@@ -17,6 +19,8 @@ MODULES = [
     "hsdiff.ids",
     "hsdiff.request",
     "hsdiff.model.results",
+    "hsdiff.errors",
+    "hsdiff.extras",
 ]
 
 

@@ -19,6 +19,8 @@ from hsdiff.ids import translate_ids
 from hsdiff.rules import conventions as conv
 from hsdiff.rules.serving import serve
 
+pytestmark = pytest.mark.core
+
 L = 30  # SmolLM2-135M's layers, as elsewhere in the tests
 
 
@@ -442,6 +444,7 @@ def test_a_norm_flag_the_engine_does_not_read_is_a_warning() -> None:
     assert {c.name: c for c in static_checks(cfg, read_ids(cfg, "vllm", num_layers=L), num_layers=L)}["draft-kind"].ok
 
 
+@pytest.mark.extra("draft")
 def test_a_four_layer_draft_with_top_level_ids_only_fails_to_load_on_vllm(tmp_path: Path) -> None:
     """vLLM sizes the fc from num_aux_hidden_states, else the nested ids, else 3 (llama_eagle3.py:209-220, 0.33):
     a speculators draft of four layers with its ids at the top level only is built for three (vLLM #54526)."""

@@ -17,6 +17,8 @@ from hsdiff.cli import cli
 from hsdiff.engine_log import read_engine_log
 from hsdiff.errors import InputError
 
+pytestmark = pytest.mark.core
+
 ROOT = Path(__file__).resolve().parents[1]
 LOGS = ROOT / "fixtures" / "engine-logs"
 SEED = ROOT / "fixtures" / "seed"
@@ -152,6 +154,7 @@ def test_gate_sees_vllm_falling_back_to_its_default(tmp_path):
     assert named.exit_code == 1 and not check["ok"] and "[2, 15, 27]" in check["message"]
 
 
+@pytest.mark.extra("test")
 def test_the_json_follows_the_schemas(tmp_path):
     from hsdiff.schemas import validate
 

@@ -33,6 +33,8 @@ from hsdiff.rules.profile import (
 from hsdiff.rules.serving import serve
 from hsdiff.rules.traces import LOG_LINES
 
+pytestmark = pytest.mark.core
+
 _FIELDS = {f.name: f for f in dataclasses.fields(EngineInfo)}
 _DESCRIBED = {"key", "title", "kind", "index", "sorts", "reads", "sources"}
 _WORDS = {"order_words", "order_source", "left_key_note", "fallback_note", "endpoint", "package_names"}

@@ -4,6 +4,8 @@ says what to do next."""
 
 from __future__ import annotations
 
+import pytest
+
 from hsdiff import explain
 from hsdiff.model import (
     Candidate,
@@ -22,6 +24,8 @@ from hsdiff.model import (
     Status,
     Verdict,
 )
+
+pytestmark = pytest.mark.core
 
 L = 30
 

@@ -7,7 +7,11 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from hsdiff.gate.checks import CHECK_NAMES
+
+pytestmark = pytest.mark.core
 
 STABLE = (
     "ids-source",

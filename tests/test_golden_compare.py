@@ -30,6 +30,8 @@ from .golden.compare import (
     text_differences,
 )
 
+pytestmark = pytest.mark.core
+
 GOLDEN = Path(__file__).resolve().parent / "golden"
 REPORTS = sorted(p.stem for p in GOLDEN.glob("*.json"))
 

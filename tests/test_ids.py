@@ -11,6 +11,8 @@ from hsdiff.cli import cli
 from hsdiff.ids import translate_ids
 from hsdiff.rules import conventions as conv
 
+pytestmark = pytest.mark.core
+
 
 def ids(*args: str):
     return CliRunner().invoke(cli, ["ids", *args])

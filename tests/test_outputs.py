@@ -22,6 +22,8 @@ from hsdiff.errors import FormatError
 from hsdiff.model import INFER
 from hsdiff.readers import scan
 
+pytestmark = pytest.mark.core
+
 ROOT = Path(__file__).resolve().parent.parent
 SEED = ROOT / "fixtures" / "seed"
 ARGS = ["compare", str(SEED / "train"), str(SEED / "infer-fixed-neighbours"), "--layer-ids", "2,30,58", "-q"]
@@ -148,6 +150,7 @@ def test_a_dump_rewritten_while_held_is_refused(tmp_path):
         assert float(old.read_rows(16, 24)[0, 0]) == 1.0
 
 
+@pytest.mark.extra("torch")
 def test_many_training_files_under_a_low_open_file_limit(tmp_path):
     """A training set of more files than the soft open-file limit: the command line raises the limit."""
     import torch

@@ -32,6 +32,7 @@ import numpy as np
 
 from ..arrays import as_f32, dtype_name, row_norms
 from ..errors import HsdiffError
+from ..extras import require
 from ..sinks import ordinary_median
 
 log = logging.getLogger("hsdiff.audit")
@@ -171,7 +172,7 @@ def _fs(url: str) -> tuple[Any, str]:
     """(fsspec filesystem, path) for a remote URL; (None, local path) for a local one."""
     if "://" not in url:
         return None, url
-    import fsspec
+    fsspec = require("fsspec", "audit", f"a URL ({url})")
 
     fs, path = fsspec.core.url_to_fs(url)
     if "file" in _protocols(fs):

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from ..configs import stated_hidden_size
 from ..errors import InputError
+from ..extras import needs
 from .fingerprint import FileSummary, Job, list_files, summarise_batch
 from .groups import analyse
 from .report import AuditReport
@@ -305,12 +306,8 @@ def _execute(jobs: list[Job], opts: AuditOptions, execution: dict) -> Iterator[l
 
 
 def _execute_dask(jobs: list[Job], opts: AuditOptions, execution: dict) -> Iterator[list[FileSummary]]:
-    try:
+    with needs("audit", "worker processes and clusters (--workers 0 audits in this process without them)"):
         from dask.distributed import Client, LocalCluster, as_completed
-    except ImportError:
-        raise InputError(
-            "Dask distributed is not installed", hint="pip install 'hsdiff[audit]', or use --workers 0"
-        ) from None
     cluster = None
     if opts.cluster:
         try:

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from ..extras import require
+
 if TYPE_CHECKING:
     from ..draft import PredictedAcceptance
     from ..engine_log import EngineLog
@@ -27,7 +29,7 @@ def draft_options(f: F) -> F:
                 type=click.Path(path_type=str),
                 default=None,
                 help="The deployed EAGLE-3 draft's folder (config.json + weights): predict its acceptance "
-                "length on both sides' hidden states.",
+                "length on both sides' hidden states (runs the draft with torch: pip install 'hsdiff[draft]').",
             ),
             click.option(
                 "--target-model",
@@ -130,9 +132,7 @@ def attach(
     if measured is not None:
         text.append(measured_text(measured, prediction))
     if plot and prediction is not None:
-        import matplotlib
-
-        matplotlib.use("Agg")
+        require("matplotlib", "plot", "--acceptance-plot").use("Agg")
         import matplotlib.pyplot as plt
 
         fig, ax = plt.subplots(figsize=(9, 4))
@@ -154,7 +154,7 @@ def predict(
     }
     if not opts["draft_dir"] or report is None:
         return None
-    import torch
+    torch = require("torch", "draft", "--draft")
 
     from ..draft import Speculation, predict_acceptance
 

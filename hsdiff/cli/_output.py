@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from ..errors import InputError
+from ..extras import require
 from ..model import Report
 
 
@@ -59,9 +60,7 @@ def write_json(report: Report, path: str) -> None:
 
 def write_plot(report: Report, path: str) -> list[Path]:
     """``--plot``: a folder gets the three pictures; a path ending in ``.png`` gets the heatmap alone."""
-    import matplotlib
-
-    matplotlib.use("Agg")
+    require("matplotlib", "plot", "--plot").use("Agg")
     from ..report.pictures import heatmap, png_bytes, write_pictures
 
     p = Path(path)
@@ -85,12 +84,13 @@ def write_documents(report: Report, markdown_path: str | None, html_path: str | 
     """``--markdown`` and ``--html``: the report to paste into an issue, and one self-contained page."""
     if markdown_path is None and html_path is None:
         return
-    import matplotlib
-
-    matplotlib.use("Agg")
     from ..report import document
 
     if markdown_path:
         write_text(markdown_path, document.render_report_markdown(report))
     if html_path:
+        if document.has_pictures():
+            require("matplotlib", "plot", "--html").use("Agg")
+        else:
+            click.echo(f"hsdiff: warning: {html_path}: {document.NO_PICTURES}", err=True)
         write_text(html_path, document.render_html(report))

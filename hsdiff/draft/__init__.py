@@ -8,15 +8,21 @@
 :mod:`.checkpoint` reads the draft as SGLang and vLLM load it, :mod:`.run` is its CPU forward
 (teacher-forced prefix, multi-step drafting on its own hidden state), :mod:`.predict` replays
 greedy verification; :mod:`.inputs` holds what it is told (the draft tree, the report's layers),
-:mod:`.records` what it gives.
+:mod:`.records` what it gives. The parts that run the draft need torch (the ``draft`` extra) and load
+on first use, so that reading a saved prediction (:mod:`.records`, :mod:`.attach`) does not.
 """
 
 from __future__ import annotations
 
-from .checkpoint import Draft, TargetHead, load_draft, load_target_head
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
 from .inputs import ReportLayers, Speculation
-from .predict import predict_acceptance
 from .records import PredictedAcceptance, Prediction
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .checkpoint import Draft, TargetHead, load_draft, load_target_head
+    from .predict import predict_acceptance
 
 __all__ = [
     "Draft",
@@ -29,3 +35,20 @@ __all__ = [
     "Speculation",
     "predict_acceptance",
 ]
+
+#: What runs the draft (torch), loaded on first use.
+_LAZY = {
+    "Draft": "checkpoint",
+    "TargetHead": "checkpoint",
+    "load_draft": "checkpoint",
+    "load_target_head": "checkpoint",
+    "predict_acceptance": "predict",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(import_module(f".{_LAZY[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -29,12 +29,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-import torch
-
 from ..arrays import to_torch
 from ..configs import load_config, num_aux, stated_ids
 from ..errors import ConfigError, FormatError, InputError
+from ..extras import needs
 from ..rules.kinds import DRAFT_NORMS, MISSING_NORM_WEIGHT, draft_norms
+
+with needs("draft", "--draft (the draft's forward, hsdiff.draft)"):
+    import torch
 
 __all__ = ["Draft", "TargetHead", "load_draft", "load_target_head", "DRAFT_ARCHITECTURES"]
 

@@ -33,14 +33,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import torch
 
 from ..errors import AlignmentError, InputError
+from ..extras import needs
 from ..model import INFER, TRAIN, Capture, Dump, Report
 from .checkpoint import Draft, TargetHead, load_draft, load_target_head
 from .inputs import ReportLayers, Speculation
 from .records import PredictedAcceptance, Prediction, SlotScales
 from .run import draft_tree, prefix_pass
+
+with needs("draft", "--draft (the draft's forward, hsdiff.draft)"):
+    import torch
 
 __all__ = ["Prediction", "PredictedAcceptance", "Speculation", "predict_acceptance", "acceptance_from_tree"]
 

@@ -7,6 +7,8 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ..extras import require
+
 if TYPE_CHECKING:
     import pandas as pd
     from matplotlib.axes import Axes
@@ -199,13 +201,13 @@ class PredictedAcceptance:
         return "\n".join(lines)
 
     def frame(self) -> pd.DataFrame:
-        import pandas as pd
-
+        """One row per setting (pandas, the ``frames`` extra)."""
+        pd = require("pandas", "frames", "PredictedAcceptance.frame()")
         return pd.DataFrame([r.to_dict() for r in self.rows]).set_index("name")
 
     def plot(self, ax: Axes | None = None) -> Axes:
-        """Bar chart of the predicted acceptance length of every row."""
-        import matplotlib.pyplot as plt
+        """Bar chart of the predicted acceptance length of every row (matplotlib, the ``plot`` extra)."""
+        plt = require("matplotlib.pyplot", "plot", "PredictedAcceptance.plot()")
 
         if ax is None:
             _, ax = plt.subplots(figsize=(8, 3.5))

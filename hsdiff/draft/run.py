@@ -27,10 +27,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import torch
-import torch.nn.functional as F
-
+from ..extras import needs
 from .checkpoint import Draft
+
+with needs("draft", "--draft (the draft's forward, hsdiff.draft)"):
+    import torch
+    import torch.nn.functional as F
 
 __all__ = ["Prefix", "DraftTree", "prefix_pass", "draft_tree", "draft_logits", "fed_back"]
 

@@ -15,6 +15,7 @@ import numpy as np
 
 from ..arrays import as_f32, to_torch
 from ..enums import StrEnum
+from ..extras import require
 from ..rowio import RowBuffer
 
 __all__ = [
@@ -191,7 +192,8 @@ class Capture:
 
     def load(self) -> Any:
         """The tensor as a torch ``[tokens, width]`` tensor in its stored dtype (imports torch; the
-        comparison itself reads :meth:`array`)."""
+        comparison itself reads :meth:`array`; torch is the ``torch`` extra)."""
+        require("torch", "torch", "Capture.load()")
         return to_torch(self.array())
 
     def array(self) -> np.ndarray:

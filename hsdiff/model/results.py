@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
 
+from ..extras import require
 from ..jsonout import dumps
 from .capture import Capture
 from .settings import EngineVersion, Settings
@@ -462,8 +463,10 @@ class Report:
         return dumps(self.to_dict(), indent)
 
     def slots_frame(self) -> pd.DataFrame:
-        import pandas as pd
+        """One row per training slot (pandas, the ``frames`` extra)."""
+        return require("pandas", "frames", "report.slots_frame()").DataFrame(self._slot_rows()).set_index("slot")
 
+    def _slot_rows(self) -> list[dict]:
         rows = []
         for s in self.slots:
             m = s.match.metrics if s.match else None
@@ -482,13 +485,12 @@ class Report:
                     "matched": None if s.match is None else s.match.capture.label(),
                 }
             )
-        return pd.DataFrame(rows).set_index("slot")
+        return rows
 
     def scores_frame(self) -> pd.DataFrame:
-        """Every (training slot, inference capture) pair that was scored, one row each."""
-        import pandas as pd
-
-        return pd.DataFrame([s.to_dict() for s in self.scores])
+        """Every (training slot, inference capture) pair that was scored, one row each (pandas, the
+        ``frames`` extra)."""
+        return require("pandas", "frames", "report.scores_frame()").DataFrame([s.to_dict() for s in self.scores])
 
     def plot(self, metric: str = "rel_err", ax: Any = None) -> Any:
         """The heatmap of every training slot against every inference capture, as a matplotlib ``Figure``
@@ -506,7 +508,15 @@ class Report:
         from html import escape
 
         head = f"<b>hsdiff: {escape(self.verdict)}</b> — {escape(self.cause)}"
-        return head + self.slots_frame().to_html() + f"<pre>{escape(self.recommended.config_line())}</pre>"
+        rows = self._slot_rows()
+        table = "<table><tr>" + "".join(f"<th>{escape(k)}</th>" for k in rows[0]) + "</tr>" if rows else "<table>"
+        for r in rows:  # the slots' table without pandas, which a notebook may not have
+            table += "<tr>" + "".join(f"<td>{escape(_cell(v))}</td>" for v in r.values()) + "</tr>"
+        return head + table + "</table>" + f"<pre>{escape(self.recommended.config_line())}</pre>"
+
+
+def _cell(v: Any) -> str:
+    return "" if v is None else f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
 _SCORE_KEYS = (

@@ -12,11 +12,26 @@ import html
 import math
 from typing import Any
 
+from ..errors import MissingExtraError
+from ..extras import require
 from ..rules.conventions import describe_boundary
 from ._doc import config_line, nested_in, other_engines, rec_words, settings_lines, writable
 from .pictures import heatmap, norm_trajectory, png_bytes, report_data, token_errors
 
-__all__ = ["render_report_markdown", "render_html"]
+__all__ = ["render_report_markdown", "render_html", "has_pictures", "NO_PICTURES"]
+
+#: What the HTML page says in place of its pictures where matplotlib is not installed.
+NO_PICTURES = "No pictures: they need matplotlib, which is not installed here (pip install 'hsdiff[plot]')"
+
+
+def has_pictures() -> bool:
+    """Whether the pictures can be drawn here (matplotlib, the ``plot`` extra, is installed)."""
+    try:
+        require("matplotlib", "plot", "the pictures")
+    except MissingExtraError:
+        return False
+    return True
+
 
 _HEAD = {"ok": "✅ OK", "mismatch": "❌ MISMATCH", "inconclusive": "⚠️ INCONCLUSIVE"}
 
@@ -125,9 +140,11 @@ pre{background:#f6f8fa;padding:.8em;overflow:auto}img{max-width:100%;border:1px 
 """  # noqa: E501
 
 
-def render_html(report: Any, *, pictures: bool = True) -> str:
+def render_html(report: Any, *, pictures: bool | None = None) -> str:
     """One self-contained HTML page: the verdict, cause, table, fix, the three pictures (embedded
     PNG data URIs), the walk-through and warnings. Nothing is fetched from anywhere when it opens.
+    ``pictures``: True draws them (matplotlib, the ``plot`` extra, must be installed), False leaves them
+    out, None (the default) draws them where matplotlib is installed and says how to get them where not.
 
     >>> page = render_html(report)      # doctest: +SKIP
     """
@@ -164,6 +181,10 @@ def render_html(report: Any, *, pictures: bool = True) -> str:
     others = _others(data)
     if others:
         parts.append(f"<p>Same layers on other engines: {e(others)}.</p>")
+    if pictures is None:
+        pictures = has_pictures()
+        if not pictures:
+            parts.append(f'<p class="meta">{e(NO_PICTURES)}.</p>')
     if pictures:
         for caption, draw in (
             ("Which inference capture holds each training slot", heatmap),

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..extras import require
 from ..model.capture import LabelSource
 from ._doc import as_doc
 
@@ -40,9 +41,7 @@ def report_data(report: Any) -> dict:
 
 
 def _plt() -> Any:
-    import matplotlib.pyplot as plt
-
-    return plt
+    return require("matplotlib.pyplot", "plot", "the pictures")
 
 
 def _tolerance(data: dict) -> float:
@@ -105,10 +104,10 @@ def heatmap(report: Any, metric: str = "rel_err", ax: Any = None) -> Any:
 
     >>> fig = heatmap(report)          # doctest: +SKIP
     """
+    plt = _plt()
     from matplotlib.colors import LogNorm, Normalize
     from matplotlib.patches import Rectangle
 
-    plt = _plt()
     data = report_data(report)
     slots, columns, grid = heatmap_grid(data, metric)
     if ax is None:
@@ -425,6 +424,7 @@ def write_pictures(report: Any, folder: str | os.PathLike, dpi: int = 110) -> li
     >>> write_pictures(report, "out/pictures")      # doctest: +SKIP
     [PosixPath('out/pictures/heatmap.png'), PosixPath('out/pictures/norms.png'), PosixPath('out/pictures/tokens.png')]
     """
+    _plt()
     out = Path(folder)
     out.mkdir(exist_ok=True)
     data = report_data(report)

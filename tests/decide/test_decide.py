@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from hsdiff import decide
 from hsdiff.align import separation
 from hsdiff.model import (
@@ -21,6 +23,8 @@ from hsdiff.model import (
     pct,
 )
 from hsdiff.rules.settings import settings_for
+
+pytestmark = pytest.mark.core
 
 TOL = decide.NOISE_TOLERANCE
 

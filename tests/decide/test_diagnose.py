@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from hsdiff import diagnose as dg
 from hsdiff import explain
 from hsdiff.model import (
@@ -24,6 +26,8 @@ from hsdiff.model import (
     Status,
     Verdict,
 )
+
+pytestmark = pytest.mark.core
 
 
 def cand(b: int, err: float) -> Candidate:

@@ -6,6 +6,8 @@ import pytest
 
 from hsdiff.readers._common import layer_from_name
 
+pytestmark = pytest.mark.core
+
 
 @pytest.mark.parametrize(
     "name,expected",

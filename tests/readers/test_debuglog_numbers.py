@@ -10,6 +10,8 @@ import pytest
 
 from hsdiff.readers import debuglog
 
+pytestmark = pytest.mark.core
+
 
 @pytest.mark.parametrize(
     "text, values, rows, cols",

@@ -103,7 +103,7 @@ def test_formats_are_listed_and_detected_in_their_documented_orders():
     ]
 
 
-def test_the_inspect_schema_and_the_readme_name_every_format():
+def test_the_inspect_schema_and_the_docs_name_every_format():
     import re
 
     from hsdiff.readers import FORMATS
@@ -111,10 +111,11 @@ def test_the_inspect_schema_and_the_readme_name_every_format():
 
     item = load("inspect")["properties"]["formats"]["items"]["properties"]["format"]
     assert tuple(item["enum"]) == FORMATS
-    readme = (B.ROOT / "README.md").read_text()
-    table = readme.split("## Formats read", 1)[1].split("\n\n", 2)[1]
+    formats = (B.ROOT / "docs" / "formats.md").read_text()
+    table = formats.split("# Formats read", 1)[1].split("\n\n", 2)[1]
     assert re.findall(r"^\| `(\w+)` \|", table, re.MULTILINE) == list(FORMATS)
-    choices = re.search(r"\| `--train-format`, `--infer-format` \| force a format: (.*) \|", readme)
+    compare = (B.ROOT / "docs" / "compare.md").read_text()
+    choices = re.search(r"\| `--train-format`, `--infer-format` \| force a format: (.*) \|", compare)
     assert choices is not None and re.findall(r"`(\w+)`", choices.group(1)) == list(FORMATS)
 
 

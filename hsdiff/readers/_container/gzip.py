@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ...errors import FormatError, HsdiffError
+from ...errors import FormatError, HsdiffError, MissingExtraError
 from . import limits
 from .sniff import sniff_container
 from .table import Table, short
@@ -30,11 +30,9 @@ def _gzip_stream(path: Path) -> Any:
 def _zstd_stream(path: Path) -> Any:
     try:
         import zstandard
-    except ImportError:
-        raise FormatError(
-            "zstd-compressed, and the zstandard package is not installed",
-            path=path,
-            hint="pip install 'hsdiff[zstd]' (or zstandard), or decompress it yourself (zstd -d)",
+    except ModuleNotFoundError:
+        raise MissingExtraError(
+            "a zstd-compressed file", "zstandard", "zstd", path=path, alternative="decompress it yourself (zstd -d)"
         ) from None
     return zstandard.ZstdDecompressor().stream_reader(open(path, "rb"), closefd=True)  # noqa: SIM115
 

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from ...arrays import dtype_name, from_torch
-from ...errors import FormatError, HsdiffError, UnsafeFileError
+from ...errors import FormatError, HsdiffError, MissingExtraError, UnsafeFileError
 from . import limits, torchzip
 from .filerows import file_rows
 from .table import Entry, Table, short
@@ -73,7 +73,19 @@ def open_table(path: Path, container: str) -> Table:
 
 def _load_legacy(path: Path) -> Any:
     """A legacy (non-zip) file through torch's safe loader, its tensors converted to numpy arrays."""
-    import torch
+    try:
+        import torch
+    except ModuleNotFoundError as e:
+        if e.name != "torch":
+            raise
+        raise MissingExtraError(
+            "a legacy (non-zip) torch.save file",
+            "torch",
+            "torch",
+            path=path,
+            alternative="re-save it with torch.save (zip, the default since torch 1.6) or as safetensors: "
+            "those read without torch",
+        ) from None
 
     with warnings.catch_warnings():  # e.g. "Detected pickle protocol 3": stderr stays one line per problem
         warnings.simplefilter("ignore")
