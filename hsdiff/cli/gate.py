@@ -8,8 +8,8 @@ from ..gate import run_gate
 from ._ci import ci_options, emit
 from ._draft import attach, draft_options
 from ._group import cli
-from ._options import dump_options, engine_option, where_ids_are_read
-from .compare import options_from
+from ._options import dump_settings, engine_option, where_ids_are_read
+from .compare import no_draft_with, options_from
 
 EPILOG = """\b
 Examples:
@@ -17,13 +17,22 @@ Examples:
       --draft-config fixtures/seed/draft-fixed/config.json --target-config fixtures/seed/model/config.json
   hsdiff gate train/ dump/ --draft-config draft/ --engine vllm --target-config target/ \\
       --junit gate.xml --markdown "$GITHUB_STEP_SUMMARY" --github
+  hsdiff gate sglang_dump/ --fingerprint draft/hsdiff-fingerprint.safetensors --draft-config draft/
 \b
 Exit status: 0 pass, 1 fail (a check failed or the layers differ), 2 bad input, 3 a bug in hsdiff.
 """ + where_ids_are_read()
 
 
 @cli.command("gate", epilog=EPILOG)
-@dump_options
+@click.argument("train", type=click.Path(exists=False, path_type=str))
+@click.argument("infer", type=click.Path(exists=False, path_type=str), required=False)
+@dump_settings
+@click.option(
+    "--fingerprint",
+    type=click.Path(path_type=str),
+    default=None,
+    help="A fingerprint (hsdiff fingerprint) as the training side: give INFER alone.",
+)
 @engine_option
 @click.option(
     "--draft-config",
@@ -62,6 +71,7 @@ def gate_cmd(
     markdown_path,
     github,
     min_acceptance,
+    fingerprint,
     **kw,
 ) -> None:
     """Pre-deployment gate: read the draft config's ids as ENGINE does, check it, compare TRAIN and INFER.
@@ -69,6 +79,13 @@ def gate_cmd(
     Passes only when every error-level check passes and each training slot equals what the engine
     captures. Falls back to the engine's default ids exactly as the engine would, and says so.
     """
+    if fingerprint is not None:
+        if infer is not None:
+            raise click.UsageError("with --fingerprint, give INFER alone (the fingerprint is the training side)")
+        train, infer = fingerprint, train
+    elif infer is None:
+        raise click.UsageError("Missing argument 'INFER' (or give --fingerprint FILE and INFER alone)")
+    no_draft_with(train, kw)
     if target_config and kw.get("model_config") and target_config != kw["model_config"]:
         raise click.UsageError("--target-config and --model-config name different files; give one")
     opts = options_from(kw, engine=engine, layer_ids=None, progress=progress)

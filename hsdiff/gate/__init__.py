@@ -32,6 +32,7 @@ from typing import Any
 from ..comparison import Options, compare
 from ..configs import load_config, load_draft, read_ids, target_shape
 from ..errors import InputError
+from ..fingerprint import check, is_fingerprint
 from ..model import Settings
 from ..model.gate import Check, GateResult, IdsSource
 from ..rules import conventions as conv
@@ -186,6 +187,7 @@ def run_gate(
 
     ``options`` are :class:`~hsdiff.comparison.Options` (its ``layer_ids`` is replaced by the ids read from the
     config); ``target_config`` is the target model's ``config.json`` (gives L, H and the model family).
+    ``train`` may be a fingerprint (:mod:`hsdiff.fingerprint`), checked against every layer it holds.
     """
     opts = options if options is not None else Options()
     engine = conv.rule(opts.engine).key
@@ -217,7 +219,7 @@ def run_gate(
             draft_kind=ids.kind,
             configured_boundaries=list(ids.boundaries),
         )
-        report = compare(train, infer, opts)
+        report = (check if is_fingerprint(train) else compare)(train, infer, opts)
     settings = (
         report.settings
         if report is not None and report.settings is not None
