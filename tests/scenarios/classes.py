@@ -231,14 +231,15 @@ def table(outcomes: list[dict]) -> str:
     seeds = [o["seed"] for o in outcomes]
     head = (
         "| class | cases | should pass, n: exit 0 / inconclusive / mismatch | should fail, n: exit 0 / inconclusive "
-        "/ mismatch | slots, n: right / null / wrong | wrong at confidence >= 0.9 | exit 2 |"
+        "/ mismatch | either, n: exit 0 / inconclusive / mismatch | slots, n: right / null / wrong "
+        "| wrong at confidence >= 0.9 | exit 2 |"
     )
     rows = [
         f"Held-out cases per class (seeds {min(seeds, default=0)}..{max(seeds, default=0)}, "
         "`tests/scenarios/classes.py`):",
         "",
         head,
-        "|---|---:|---|---|---|---:|---:|",
+        "|---|---:|---|---|---|---|---:|---:|",
     ]
     for name in CLASSES:
         sel = [o for o in outcomes if o["class"] == name]
@@ -257,7 +258,7 @@ def table(outcomes: list[dict]) -> str:
         wrong = sum(1 for k, c in slots if k == "wrong" and c >= 0.9)
         errors = sum(o["exit_code"] == 2 for o in sel)
         rows.append(
-            f"| {name} | {len(sel)} | {exits(True)} | {exits(False)} | {len(slots)}: {n[0]} / {n[1]} / {n[2]} "
-            f"| **{wrong}** | {errors} |"
+            f"| {name} | {len(sel)} | {exits(True)} | {exits(False)} | {exits(None)} "
+            f"| {len(slots)}: {n[0]} / {n[1]} / {n[2]} | **{wrong}** | {errors} |"
         )
     return "\n".join(rows)
