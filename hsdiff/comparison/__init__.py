@@ -25,7 +25,7 @@ from ..model import INFER, TRAIN, Dump, Report, Settings
 from ..readers import scan
 from ..rules import conventions as conv
 from ..rules.settings import settings_for
-from . import norms, profiles, scoring, shape, slots, validate
+from . import norms, printed, profiles, scoring, shape, slots, validate
 
 __all__ = ["compare", "Options"]
 
@@ -220,8 +220,9 @@ def _compare(
     train_slots = slots.label_final(slots.split_train(train, hidden), num_layers)
     k = len(train_slots)
     finals = slots.final_slots(train_slots)
+    infer, w_concat = printed.concatenated(infer, train_slots, hidden, configured, opts.tolerance)
     labelled, w_label = slots.label_infer(infer, hidden, configured)
-    warnings += w_label
+    warnings += w_concat + w_label
     usable = slots.with_final(labelled, num_layers)
     if not usable and not infer.norm_prints:
         widths = sorted({c.width for c in infer.captures if c.width})

@@ -172,7 +172,7 @@ class Builder:
                 self.saw_non_float += 1
                 self._int_labels(p, local)
                 continue
-            if NOT_VALUES_RE.search(strip_prefix(local).rstrip()[-60:]):
+            if NOT_VALUES_RE.search(_TORCH_SIZE.sub(" ", strip_prefix(local)).rstrip()[-60:]):
                 self.saw_stats += 1
                 self._norms(p, local, rec)
                 continue
@@ -402,6 +402,8 @@ class Builder:
         return out
 
 
+#: A printed shape before the values (``print("aux", h.shape, h)``): a label, not a statistic they are.
+_TORCH_SIZE = re.compile(r"torch\.Size\(\s*\[[\d,\s]*\]\s*\)")
 #: A print of per-token norms: its label ends in a norm word.
 _NORMS_RE = re.compile(r"norms?\b|\.norm\([^()]*\)", re.I)
 #: Fewer norms than this say too little to rule a layer out.

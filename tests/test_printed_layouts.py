@@ -1,0 +1,98 @@
+"""Printed evidence whose layout the print does not state, each from real SmolLM2 states: torch's
+summarised print of the concatenated aux slots."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+import hsdiff
+from hsdiff.cli import cli
+
+from . import builders as B
+
+LOG_HEAD = "[2026-11-30 01:15:07 TP0] Prefill batch. #new-seq: 1, #new-token: 24\n"
+
+
+def _compare(*args: object):
+    return CliRunner().invoke(cli, ["compare", *map(str, args)])
+
+
+def _torch_print(t: torch.Tensor) -> str:
+    """``print(t)`` as torch writes it under its default print options (summarised past 1000 elements)."""
+    torch.set_printoptions(profile="default")
+    return str(t)
+
+
+# ----------------------------------------------------------------------------- summarised print of torch.cat
+def _concat_log(path, boundaries, tokens=slice(None), sample=0):
+    """``print("aux:", torch.cat(aux_hidden_states, -1))`` of the bf16 captures at ``boundaries``."""
+    aux = B.concat(sample, boundaries, "bf16")[tokens]
+    path.write_text(LOG_HEAD + f"aux: {_torch_print(aux)}\n")
+    return path
+
+
+@pytest.mark.parametrize("boundaries", [[2, 15, 27], [3, 20]])
+def test_a_summarised_print_of_the_concatenated_slots_on_a_right_deployment_is_no_mismatch(tmp_path, boundaries):
+    train = B.specforge(tmp_path / "train", [0, 1], boundaries)
+    log = _concat_log(tmp_path / "server.log", boundaries)
+    assert "..." in log.read_text()  # torch summarised it: first/last 3 columns of the first/last 3 tokens
+    ids = [b - 1 for b in boundaries]  # SGLang: B = id + 1
+    report = hsdiff.compare(train, log, layer_ids=ids)
+    assert report.verdict == "inconclusive" and report.exit_code == 1  # 18 values per end slot: weak evidence
+    assert "different tensors" not in report.cause
+    assert any(f"read as the {len(boundaries)} aux slots side by side" in w for w in report.warnings)
+    # slot 0 is read from the first columns, the last slot from the last ones: both match the trained layers
+    first, last = report.slots[0], report.slots[-1]
+    assert first.match is not None and first.match.capture.slot == 0 and first.match.metrics.rel_err < 0.05
+    assert last.match is not None and last.match.capture.slot == len(boundaries) - 1
+    assert last.match.metrics.rel_err < 0.05
+    assert {s.boundary_index for s in report.slots} <= {None, *boundaries}
+    assert [i for i in report.recommended.ids if i is not None] == [
+        i for i, s in zip(ids, report.slots) if s.boundary_index
+    ]
+    r = _compare(train, log, "--layer-ids", ",".join(map(str, ids)))
+    assert r.exit_code == 1 and "MISMATCH" not in r.output
+
+
+def test_a_summarised_print_of_a_few_tokens_is_read_as_the_slots_too(tmp_path):
+    train = B.specforge(tmp_path / "train", [1], [2, 15, 27])
+    log = _concat_log(tmp_path / "server.log", [2, 15, 27], slice(4, 16), sample=1)  # tokens 4..15, placed by value
+    report = hsdiff.compare(train, log, layer_ids=[1, 14, 26])
+    assert report.verdict == "inconclusive"
+    assert report.slots[0].match is not None and report.slots[0].match.metrics.rel_err < 0.05
+
+
+@pytest.mark.parametrize(
+    ("engine", "ids"),
+    [([3, 16, 28], [2, 15, 27]), ([0, 2, 15], [-1, 1, 14])],  # one layer deeper; the embeddings in slot 0
+)
+def test_a_summarised_print_of_the_concatenated_slots_on_a_wrong_deployment_is_a_mismatch(tmp_path, engine, ids):
+    train = B.specforge(tmp_path / "train", [0], [2, 15, 27])
+    log = _concat_log(tmp_path / "server.log", engine)
+    report = hsdiff.compare(train, log, layer_ids=ids)
+    assert report.verdict == "mismatch" and report.exit_code == 1
+    truth = [1, 14, 26]
+    assert all(got in (None, want) for got, want in zip(report.recommended.ids, truth))
+
+
+def test_one_layer_printed_summarised_without_a_label_is_still_one_slot(tmp_path):
+    # print(hidden_states) at one layer: six columns of one tensor, which match training slot 1 as one slot
+    train = B.specforge(tmp_path / "train", [0], [2, 15, 27])
+    log = tmp_path / "server.log"
+    log.write_text(LOG_HEAD + f"hidden: {_torch_print(B.states(0)['bf16'][15])}\n")
+    report = hsdiff.compare(train, log, layer_ids=[1, 14, 26])
+    assert not any("side by side" in w for w in report.warnings)
+    assert report.slots[1].match is not None and report.slots[1].match.metrics.rel_err < 0.05
+    assert report.verdict != "mismatch"
+
+
+def test_a_summarised_print_after_its_shape_is_split_by_that_width(tmp_path):
+    train = B.specforge(tmp_path / "train", [0], [2, 15, 27])
+    aux = B.concat(0, [2, 15, 27], "bf16")
+    log = tmp_path / "server.log"
+    log.write_text(LOG_HEAD + f"aux {aux.shape}: {_torch_print(aux)}\n")
+    report = hsdiff.compare(train, log, layer_ids=[1, 14, 26])
+    assert not any("side by side" in w for w in report.warnings)  # its width was printed: nothing to infer
+    assert report.verdict == "inconclusive" and report.slots[0].match.metrics.rel_err < 0.05
