@@ -279,7 +279,9 @@ def _compare(
     found = overrides.rank_conflict(found, train.rank_conflicts + infer.rank_conflicts)
     found = overrides.slot_count(found, configured, k)
     if not usable:
-        found = overrides.norms_only(found, norms.findings(train_slots, infer.norm_prints), opts.tolerance)
+        found = overrides.norms_only(
+            found, norms.findings(train_slots, infer.norm_prints, opts.tolerance), opts.tolerance
+        )
     words = explain.explain(
         results,
         verdict,
