@@ -49,10 +49,11 @@ def concatenated(
         if any(_fits(ts, c, tolerance) for ts in loaded):
             continue
         changed[id(c)] = c.replace(width=k * hidden, concat=True)
+        between = "" if k == 2 else f"; slot{'s' if k > 3 else ''} {', '.join(map(str, range(1, k - 1)))} not printed"
         notes.append(
             f"{c.origin}: one print without a width, a slot or a layer, whose columns count from its end: read as "
             f"the {k} aux slots side by side ([T, {k}×{hidden}], torch.cat's layout): its first columns are "
-            f"slot 0's, its last slot {k - 1}'s"
+            f"slot 0's, its last slot {k - 1}'s{between}"
         )
     if not changed:
         return infer, []
