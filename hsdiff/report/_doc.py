@@ -1,7 +1,8 @@
 """The renderers' input: a report or gate result as its JSON document.
 
 Renderers read documents, never the pipeline's objects, so a saved ``--json`` file renders exactly
-like a fresh result, and rendering imports neither torch nor the comparison pipeline.
+like a fresh result, and rendering imports neither torch nor the comparison pipeline. Each takes a
+result object, its document (a dict) or the path of a saved one (:func:`as_doc`).
 """
 
 from __future__ import annotations
@@ -25,9 +26,27 @@ class _HasDict(Protocol):
     def to_dict(self) -> dict: ...
 
 
-def as_doc(obj: Doc | _HasDict) -> Doc:
-    """``obj``'s JSON document (a dict passes through)."""
-    return obj if isinstance(obj, dict) else obj.to_dict()
+#: What a renderer takes: a result object, its document, or the path of a saved document.
+DocLike = Doc | _HasDict | str | os.PathLike
+
+
+def as_doc(obj: DocLike) -> Doc:
+    """``obj``'s JSON document: a result object's ``to_dict()``, a document (a dict passes through), or the
+    path of a saved one (:func:`load_doc`).
+
+    >>> as_doc("report.json")["verdict"]       # doctest: +SKIP
+    'mismatch'
+    """
+    if isinstance(obj, (str, os.PathLike)):
+        return load_doc(obj)
+    if isinstance(obj, dict):
+        return obj
+    if not hasattr(obj, "to_dict"):
+        raise TypeError(
+            f"cannot render a {type(obj).__name__}: give a Report or GateResult, its to_dict() document, "
+            "or the path of a file written with --json"
+        )
+    return obj.to_dict()
 
 
 def load_doc(path: str | os.PathLike) -> Doc:
