@@ -36,7 +36,7 @@ def render_gate_text(result: DocLike, *, verbose: bool = True) -> str:
         out += ["", "settings:"] + [f"  {line}" for line in settings_lines(d)]
     for note in d["notes"]:
         out += ["", note]
-    out += ["", f"{d['command']}: {d['verdict'].upper()} — {d['cause']}"]
+    out += ["", f"{d['command']}: {d['gate'].upper()} — {d['cause']}"]
     return "\n".join(out)
 
 

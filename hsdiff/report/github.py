@@ -59,6 +59,6 @@ def render_github(result: DocLike) -> str:
             )
     elif d["command"] == "gate":
         lines.append(_line("error", "hsdiff gate", d["cause"], d["draft_config"]))
-    if d["verdict"] == GateVerdict.PASS:
+    if d["gate"] == GateVerdict.PASS:
         lines.append(_line("notice", f"hsdiff {d['command']}", f"pass: {d['cause']}", None))
     return "\n".join(lines)

@@ -21,7 +21,7 @@ def render_junit(result: DocLike) -> str:
     command = d["command"]
     suite = ET.Element("testsuite", name=f"hsdiff.{command}")
     props = ET.SubElement(suite, "properties")
-    for k in ("engine", "model_family", "draft_config", "target_config", "verdict"):
+    for k in ("engine", "model_family", "draft_config", "target_config", "gate"):
         if d[k] is not None:
             ET.SubElement(props, "property", name=k, value=str(d[k]))
     for c in d["checks"]:

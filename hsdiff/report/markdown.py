@@ -31,7 +31,7 @@ def render_markdown(result: DocLike) -> str:
         from .document import render_report_markdown  # pictures: drawn only for a compare report
 
         return render_report_markdown(d)
-    passed = d["verdict"] == GateVerdict.PASS
+    passed = d["gate"] == GateVerdict.PASS
     head = "✅ PASS" if passed else "❌ FAIL"
     out = [f"## hsdiff {d['command']}: {head}", ""]
     target = ""
