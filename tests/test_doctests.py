@@ -17,6 +17,9 @@ MODULES = [
     "hsdiff.ids",
     "hsdiff.request",
     "hsdiff.model.results",
+    "hsdiff.engine_log",
+    "hsdiff.watch.collapse",
+    "hsdiff.watch.scrape",
 ]
 
 
