@@ -153,8 +153,8 @@ def logged_acceptance(text: str, number: int = 0) -> LoggedAcceptance | None:
         mean = float(m["mean"])
         running = m.groupdict().get("running")
         steps = float(int(running) * row.steps_per_request) if running and row.steps_per_request else None
-        accepted = None if steps is None else (mean - 1.0) * steps
-        return LoggedAcceptance(row.engine, mean, steps, accepted, None, None, steps is not None, number)
+        gained = None if steps is None else (mean - 1.0) * steps
+        return LoggedAcceptance(row.engine, mean, steps, gained, None, None, steps is not None, number)
     return None
 
 

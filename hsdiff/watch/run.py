@@ -121,9 +121,9 @@ def watch_loop(
             _fit(watcher, reader.spec_tokens)
             watcher.spec_tokens = watcher.spec_tokens or reader.spec_tokens
             fitted = True
-        for e in _feed(watcher, got, time.time()):
-            alarmed |= e.alarm
-            emit(e)
+        for event in _feed(watcher, got, time.time()):
+            alarmed |= event.alarm
+            emit(event)
         if max_windows is not None and watcher.index >= max_windows:
             break
         sleep(interval)

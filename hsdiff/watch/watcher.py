@@ -37,13 +37,13 @@ class Watcher:
     def __init__(self, settings: Settings, baseline: Baseline | None = None) -> None:
         self.settings = settings
         self.baseline = baseline
-        self.given = baseline is not None  # a baseline given is kept across restarts; a learned one is relearned
         self.segment = 0
         self.index = 0
         self.open: Window | None = None
         self.learned: list[Window] = []
         self.recent: list[Window] = []  # the streak's windows
         self.streak = 0
+        self.healthy = 0  # windows in a row that broke no rule: as many as an alarm needs end it
         self.alarmed = False
         self.spec_tokens = settings.spec_tokens
 
@@ -71,13 +71,18 @@ class Watcher:
         return self._judge(closed, at)
 
     def restart(self, reason: str, at: float) -> list[Event]:
-        """The server restarted: drop the open window and the streak; a learned baseline is learned anew."""
+        """The server restarted: a new segment. The open window (two processes' counts) and the streak are
+        dropped; the baseline is kept, since a restart is when a deployment changes (a draft swapped, a plugin
+        left out); a baseline still being learned is learned anew from the new process."""
         self.segment += 1
-        self.open, self.recent, self.streak, self.alarmed = None, [], 0, False
-        relearn = not self.given
-        if relearn:
-            self.baseline, self.learned = None, []
-        kept = "the baseline is learned again" if relearn else f"the baseline stays {self.baseline_summary()}"
+        self.open, self.recent, self.streak, self.healthy, self.alarmed = None, [], 0, 0, False
+        if self.baseline is None:
+            self.learned = []
+        kept = (
+            "the baseline is learned from it"
+            if self.baseline is None
+            else f"the baseline stays {self.baseline_summary()}"
+        )
         return [Event(RESET, at, f"the server restarted ({reason}): segment {self.segment} begins; {kept}")]
 
     def baseline_summary(self) -> str:
@@ -110,9 +115,12 @@ class Watcher:
         if alarm_on and not self.alarmed:
             self.alarmed = True
             events.append(self._alarm(alarm_on, reasons, at))
-        elif not reasons and self.alarmed:
+        self.healthy = 0 if reasons else self.healthy + 1
+        if self.alarmed and self.healthy >= self.settings.consecutive:
             self.alarmed = False
-            events.append(Event(RECOVERED, at, f"window {window.index} reads healthy again", window=window))
+            events.append(
+                Event(RECOVERED, at, f"windows {window.index - self.healthy + 1}-{window.index} read healthy again")
+            )
         if learning and not reasons:
             self.learned.append(window)
             if len(self.learned) >= self.settings.baseline_windows:
@@ -156,13 +164,13 @@ class Watcher:
         return {
             "settings": asdict(self.settings),
             "baseline": None if self.baseline is None else asdict(self.baseline),
-            "given": self.given,
             "segment": self.segment,
             "index": self.index,
             "open": w(self.open),
             "learned": [w(x) for x in self.learned],
             "recent": [w(x) for x in self.recent],
             "streak": self.streak,
+            "healthy": self.healthy,
             "alarmed": self.alarmed,
             "spec_tokens": self.spec_tokens,
         }
@@ -183,12 +191,12 @@ class Watcher:
             pp = b.get("per_position")
             baseline = Baseline(**{**b, "per_position": None if pp is None else tuple(pp), "notes": tuple(b["notes"])})
         self = cls(settings, baseline)
-        self.given = bool(doc.get("given"))
         self.segment, self.index = int(doc["segment"]), int(doc["index"])
         self.open = w(doc.get("open"))
         self.learned = [x for x in map(w, doc.get("learned") or []) if x is not None]
         self.recent = [x for x in map(w, doc.get("recent") or []) if x is not None]
         self.streak, self.alarmed = int(doc["streak"]), bool(doc["alarmed"])
+        self.healthy = int(doc.get("healthy", 0))
         self.spec_tokens = doc.get("spec_tokens") or settings.spec_tokens
         return self
 
