@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from dataclasses import replace
 
 import click
 
@@ -60,11 +61,10 @@ class _Output:
         self.hook = parse_command(kw["hook"]) if kw["hook"] else None
 
     def __call__(self, event: Event) -> None:
-        if self.engine():
-            event.extra.setdefault("engine", self.engine())
-        event.extra.setdefault("source", self.src.name)
+        where = {"engine": self.engine(), "source": self.src.name} if self.engine() else {"source": self.src.name}
+        event = replace(event, extra={**where, **event.extra})
         if event.alarm and self.hook is not None:
-            event.extra["on_alarm"] = run_hook(self.hook, event.to_json()).to_dict()
+            event = replace(event, extra={**event.extra, "on_alarm": run_hook(self.hook, event.to_json()).to_dict()})
         line = event.to_json()
         if self.events is not None:
             self.events.write(line + "\n")

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..errors import InputError
-from ..rules.metrics import SERIES, SPEC_TOKENS, WATCH_INFO, Series
+from ..rules.metrics import MEAN, SERIES, SPEC_TOKENS, WATCH_INFO, Series
 
 __all__ = ["Sample", "MetricsError", "MissingMetricsError", "fetch", "parse_metrics", "server_of", "MAX_BYTES"]
 
@@ -157,6 +157,8 @@ def parse_metrics(text: str, engine: str | None = None, *, at: float = 0.0) -> S
             if pos is not None and pos.lstrip("-").isdigit():
                 d = positions.setdefault(r.role, {})
                 d[int(pos)] = d.get(int(pos), 0.0) + float(s.value)
+        elif r.role == MEAN:  # a gauge of the last interval: kept as read, never summed
+            totals[MEAN] = float(s.value)
         else:
             totals[r.role] = totals.get(r.role, 0.0) + float(s.value)
     for r in rows:  # every position's child made at start (vLLM): their count is the speculative tokens

@@ -160,3 +160,14 @@ def test_once_as_a_real_process(served):
     )
     assert proc.returncode == 1, proc.stderr
     assert "measured acceptance length 1.0" in proc.stderr and "baseline 1.194" in proc.stderr
+
+
+def test_follow_a_log_until_the_windows_asked_for(tmp_path):
+    from .test_sources import vllm_line
+
+    log = tmp_path / "server.log"
+    log.write_text("\n".join(vllm_line(100, (3, 1, 0, 0, 0)) for _ in range(3)) + "\n")
+    r = run("--log", str(log), "--baseline", "1.194", "--window-drafts", "100", "--interval", "0", "--max-windows", "3")
+    assert r.exit_code == 1
+    assert r.stderr.count("hsdiff: window") == 3 and "acceptance collapsed" in r.stderr
+    assert "measured acceptance length 1.040 (position 1 0.030) over window 1-3 (300 drafts)" in r.stderr
