@@ -114,7 +114,14 @@ def fetch(
 
 
 def _families(text: str):
-    from prometheus_client.parser import text_string_to_metric_families
+    try:
+        from prometheus_client.parser import text_string_to_metric_families
+    except ImportError:
+        raise InputError(
+            "reading Prometheus metrics needs the prometheus-client package, which is not installed",
+            hint="pip install 'hsdiff[watch]' (or prometheus-client), or follow the engine's log with `log`",
+            options=("log",),
+        ) from None
 
     try:
         return list(text_string_to_metric_families(text))
