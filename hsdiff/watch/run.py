@@ -167,6 +167,7 @@ def check_once(
         watcher = Watcher(settings_now, baseline)
     else:
         watcher = Watcher.from_state(doc["watcher"], settings)
+        watcher.baseline = baseline or watcher.baseline  # one given today wins over the state's
     now = time.time()
     if source.metrics:
         sample = reader.sample()
