@@ -51,13 +51,8 @@ class _Output:
     def __init__(self, src: Source, kw: dict, engine: Callable[[], str | None]) -> None:
         events = kw["events"]
         self.events = open(events, "a", encoding="utf-8") if events else None  # noqa: SIM115 - held for the run
-        self.as_json, self.quiet, self.recipe_for, self.src, self.engine = (
-            kw["as_json"],
-            kw["quiet"],
-            kw["recipe"],
-            src,
-            engine,
-        )
+        self.as_json, self.quiet, self.recipe_for = kw["as_json"], kw["quiet"], kw["recipe"]
+        self.src, self.engine = src, engine
         self.hook = parse_command(kw["hook"]) if kw["hook"] else None
 
     def __call__(self, event: Event) -> None:

@@ -118,9 +118,9 @@ class Watcher:
         self.healthy = 0 if reasons else self.healthy + 1
         if self.alarmed and self.healthy >= self.settings.consecutive:
             self.alarmed = False
-            events.append(
-                Event(RECOVERED, at, f"windows {window.index - self.healthy + 1}-{window.index} read healthy again")
-            )
+            first = window.index - self.healthy + 1
+            span = f"windows {first}-{window.index} read" if first < window.index else f"window {window.index} reads"
+            events.append(Event(RECOVERED, at, f"{span} healthy again"))
         if learning and not reasons:
             self.learned.append(window)
             if len(self.learned) >= self.settings.baseline_windows:
