@@ -41,6 +41,7 @@ COMMANDS = {
     "capture": "capture",
     "audit": "audit",
     "inspect": "inspect",
+    "watch": "watch",
 }
 
 
