@@ -33,7 +33,9 @@ from tests.scenarios.score import as_json, markdown, run, summarise  # noqa: E40
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--n", type=int, default=1000, help="number of scenarios (default 1000)")
+    ap.add_argument(
+        "--n", type=int, default=1000, help="number of scenarios (default 1000; 0: only the deployments and classes)"
+    )
     ap.add_argument(
         "--seed",
         type=int,
@@ -57,6 +59,11 @@ def main(argv: list[str] | None = None) -> int:
         help="held-out cases per named class of thin evidence (tests/scenarios/classes.py), seeds seed..seed+N-1 "
         "(default 40)",
     )
+    ap.add_argument(
+        "--class-names",
+        default="",
+        help="only these named classes, comma-separated (default: every class in tests/scenarios/classes.py)",
+    )
     ap.add_argument("--json", type=Path, default=None, help="write the summary and every outcome here")
     ap.add_argument("--examples", type=int, default=10, help="examples listed per failure kind")
     ap.add_argument(
@@ -77,6 +84,29 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(1)  # tiny tensors: threads only add contention
+    t0 = time.perf_counter()
+    s = scenarios_table(args) if args.n else None
+    for d in args.depths.split(","):
+        if d:
+            print("\n" + deep_table(int(d), args.verbose))
+    held = heldout_table(args) if args.deployments else ""
+    print("\n" + held)
+    named = classes_table(args) if args.classes else ""
+    print("\n" + named)
+    held = "\n\n".join(x for x in (held, named) if x)
+    wall = time.perf_counter() - t0
+    print(f"\nmake calibrate: {wall / 60:.1f} min wall time ({wall:.0f} s)")
+    fit = set(FIT_SEEDS) & {*range(args.seed, args.seed + max(args.n, args.deployments))}
+    if args.docs and s is not None and args.n >= 1000 and not fit:
+        write_results(s, args, held, wall)
+    elif args.docs:
+        print("docs page and results left alone: they hold a run of at least 1000 scenarios on held-out seeds")
+    return 0
+
+
+def scenarios_table(args: argparse.Namespace) -> dict:
+    """The generated scenarios of seeds seed..seed+n-1: printed as a table per confidence bin (with the
+    failures listed); returns their summary."""
     outcomes = []
     t0 = time.perf_counter()
     for i, seed in enumerate(range(args.seed, args.seed + args.n)):
@@ -107,22 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"summary": s, "outcomes": as_json(outcomes)}, indent=1) + "\n")
         print(f"JSON: {args.json}")
-    for d in args.depths.split(","):
-        if d:
-            print("\n" + deep_table(int(d), args.verbose))
-    held = heldout_table(args) if args.deployments else ""
-    print("\n" + held)
-    named = classes_table(args) if args.classes else ""
-    print("\n" + named)
-    held = "\n\n".join(x for x in (held, named) if x)
-    wall = time.perf_counter() - t0
-    print(f"\nmake calibrate: {wall / 60:.1f} min wall time ({wall:.0f} s)")
-    fit = set(FIT_SEEDS) & {*range(args.seed, args.seed + max(args.n, args.deployments))}
-    if args.docs and args.n >= 1000 and not fit:
-        write_results(s, args, held, wall)
-    elif args.docs:
-        print("docs page and results left alone: they hold a run of at least 1000 scenarios on held-out seeds")
-    return 0
+    return s
 
 
 def heldout_table(args: argparse.Namespace) -> str:
@@ -153,8 +168,12 @@ def classes_table(args: argparse.Namespace) -> str:
 
     from tests.scenarios import classes
 
+    names = [n for n in args.class_names.split(",") if n] or list(classes.CLASSES)
+    unknown = sorted(set(names) - set(classes.CLASSES))
+    if unknown:
+        raise SystemExit(f"unknown class(es) {', '.join(unknown)}; the classes: {', '.join(classes.CLASSES)}")
     outcomes = []
-    for make in classes.CLASSES.values():
+    for make in (classes.CLASSES[n] for n in names):
         for seed in range(args.seed, args.seed + args.classes):
             with tempfile.TemporaryDirectory(prefix="calibration-class-") as d:
                 outcomes.append(classes.outcome(make(seed), Path(d)))

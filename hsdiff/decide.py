@@ -32,14 +32,15 @@ import math
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 
+from . import labels
 from .align.separation import Separation, best_of_neighbours, clears_noise_floor, neighbour_separation, what_to_dump
 from .errors import InputError
+from .labels import CONFLICT_CONFIDENCE, MAX_LABEL_OFFSET, UNCHECKED_LABEL_CONFIDENCE
 from .model import (
     Candidate,
     Configured,
     EngineIds,
     Evidence,
-    LabelSource,
     Metrics,
     Recommendation,
     Settings,
@@ -88,16 +89,6 @@ CONSISTENT_CONFIDENCE = 0.6
 INFERRED_FACTOR = 0.8
 #: Confidence of a slot inferred from the training labels alone, with no offset learned from values.
 LABELS_ONLY_CONFIDENCE = 0.4
-#: Highest confidence of a match whose capture label contradicts the training side's label.
-CONFLICT_CONFIDENCE = 0.5
-#: The most a slot identified by a capture's own unchecked label (a dumper tag or a printed layer nothing
-#: confirmed how it counts) is trusted: that counting is a convention a person chose, one layer off as
-#: easily as an engine's ids; below the 0.9 the calibration holds a gate's answers to.
-UNCHECKED_LABEL_CONFIDENCE = 0.8
-#: Engines and trainers count layers at most one apart (a boundary index against an output index, SGLang's
-#: +1): training labels further than this from the layers the values identify follow no counting
-#: convention, so no unobserved slot is inferred from them shifted (one of the two labels is wrong).
-MAX_LABEL_OFFSET = 1
 _RULE_OUT = math.log10(AMBIGUOUS_RATIO)
 
 
@@ -280,9 +271,9 @@ def resolve(
     all; ``finals``, the slots that hold the training file's final post-norm state, as labelled: that
     state is no count of layers that could be off); then each slot is judged against the configured ids."""
     decisions = at_noise_floor(decisions)
-    label_offset, warnings = _label_offset(decisions, claims, claim_src)
+    label_offset, warnings = labels.label_offset(decisions, claims, claim_src)
     cfg_b = list(configured.boundary_indices) if configured else None
-    conflicts = [_conflict(d, c, candidates.get(d.slot, []), tolerance) for d, c in zip(decisions, claims)]
+    conflicts = [labels.conflict(d, c, candidates.get(d.slot, []), tolerance) for d, c in zip(decisions, claims)]
     observed_conf = [
         min(d.confidence, CONFLICT_CONFIDENCE) if x else d.confidence
         for d, x in zip(decisions, conflicts)
@@ -344,7 +335,7 @@ def resolve(
                 separation_measured=d.measured,
             )
         )
-    warnings += _label_warnings(results, decisions, claim_src, label_offset)
+    warnings += labels.label_warnings(results, decisions, claim_src, label_offset)
     return Resolution(tuple(results), label_offset, tuple(warnings))
 
 
@@ -387,21 +378,6 @@ def at_noise_floor(decisions: Sequence[SlotDecision]) -> list[SlotDecision]:
     return out
 
 
-def _label_offset(
-    decisions: Sequence[SlotDecision], claims: Sequence[int | None], claim_src: str
-) -> tuple[int | None, list[str]]:
-    """The one offset between the training labels and the identified layers, or None."""
-    offsets = {
-        d.boundary - c for d, c in zip(decisions, claims) if d.identified and d.boundary is not None and c is not None
-    }
-    if len(offsets) > 1:
-        return None, [
-            f"the training labels ({claim_src}) disagree with the values by different amounts on different slots "
-            f"({', '.join(f'{o:+d}' for o in sorted(offsets))} layers): unobserved slots were not inferred from them"
-        ]
-    return next(iter(offsets), None), []
-
-
 def _answer(
     d: SlotDecision,
     claim: int | None,
@@ -420,27 +396,27 @@ def _answer(
     if d.identified:
         conf = d.confidence
         if (
-            _conflict(d, claim, cands, tolerance)
+            labels.conflict(d, claim, cands, tolerance)
             and d.match is not None
             and d.boundary is not None
             and claim is not None
         ):
             # two sets of labels disagree and the values cannot say which counts right
             conf = min(conf, CONFLICT_CONFIDENCE)
-            whose = _label_words(d.match)
+            whose = labels.label_words(d.match)
             note += (
                 f"; the training side labels this slot B{claim} ({claim_src}): {whose} and the training label "
                 f"differ by {layers_in_words(d.boundary - claim)}"
                 " and the values cannot tell which counts right"
             )
-        elif _unchecked(d, claim, cands, tolerance) and conf > UNCHECKED_LABEL_CONFIDENCE:
+        elif labels.unchecked(d, claim, cands, tolerance) and conf > UNCHECKED_LABEL_CONFIDENCE:
             conf = UNCHECKED_LABEL_CONFIDENCE
             note += (
                 "; its layer is the capture's own label, whose counting (boundary or layer output) nothing "
                 "confirmed: no training label agrees with it and the dump holds no embedding lookup to check it by"
             )
         return _Answer(d.boundary, Evidence.OBSERVED, conf, note)
-    label = _consistent_label(d, guess, cands, tolerance)
+    label = labels.consistent_label(d, guess, cands, tolerance)
     if label is not None:
         b, said_by = label
         sink = d.match is not None and d.match.metrics.sink_only
@@ -455,7 +431,7 @@ def _answer(
     if guess is not None and num_layers is not None and guess > num_layers and not final:
         note += f"; the training labels place it at B{guess}, past the target's last layer: not inferred"
         guess = None
-    refuted = None if guess is None else _refuted(guess, cands, tolerance)
+    refuted = None if guess is None else labels.refuted(guess, cands, tolerance)
     if refuted is not None:  # the values contradict the label: the slot stays open rather than repeat it
         note += (
             f"; the training labels place it at B{guess}, but the capture labelled B{guess} "
@@ -477,110 +453,6 @@ def _answer(
     if d.status in (Status.UNOBSERVED, Status.UNMATCHED):
         note += "; capture more layers to identify it (e.g. dump every layer's input once, see docs/capture.md)"
     return _Answer(None, Evidence.NONE, 0.0, note)
-
-
-def _refuted(b: int, cands: list[Candidate], tolerance: float) -> Candidate | None:
-    """A whole capture labelled ``b`` that differs from the slot beyond the tolerance on ordinary tokens,
-    when no capture labelled ``b`` equals it: the values refute that the slot is ``b``."""
-    at = [c for c in cands if c.boundary == b and math.isfinite(c.metrics.rel_err)]
-    if any(c.metrics.rel_err <= tolerance for c in at):
-        return None
-    whole = [c for c in at if not c.capture.is_partial and not c.metrics.sink_only]
-    return min(whole, key=lambda c: c.metrics.rel_err) if whole else None
-
-
-def _consistent_label(
-    d: SlotDecision, guess: int | None, cands: list[Candidate], tolerance: float
-) -> tuple[int, str] | None:
-    """The labelled layer the values match within noise without ruling out a neighbour, when labels
-    other than the configuration under test agree on it: (boundary, which labels say so), or None: the
-    training labels (shifted by the offset the values show), else a capture's own label (a dumper tag, a
-    printed layer) when no other captured layer is as close."""
-    within = [c for c in cands if c.boundary is not None and c.metrics.rel_err <= tolerance]
-    ordinary = [c for c in within if not c.metrics.sink_only]
-    pool = ordinary or within
-    if d.status in (Status.UNMATCHED, Status.UNOBSERVED, Status.UNLABELLED) and guess is not None:
-        direct = next((c for c in ordinary if c.boundary == guess), None)
-        return None if direct is None else (guess, f"the training labels and {_label_words(direct)} say")
-    if d.status != Status.AMBIGUOUS or d.candidate_boundary is None or not pool:
-        return None
-    layers = {c.boundary for c in pool}
-    if guess is not None:
-        if guess in layers:
-            return guess, f"the training labels and {_label_words(next(c for c in pool if c.boundary == guess))} say"
-        return None
-    own = pool[0].boundary
-    if len(layers) == 1 and own is not None and not _from_config(pool[0]):  # none as close: its own label answers
-        return own, "the capture's label says"
-    return None
-
-
-def _label_words(c: Candidate) -> str:
-    src = None if c.capture.layer is None else c.capture.layer.source
-    return "the configured ids" if src == LabelSource.CONFIGURED else "the capture's label"
-
-
-def _checked(d: SlotDecision, cands: Sequence[Candidate], tolerance: float) -> bool:
-    """Whether a capture at the slot's layer that matches it within the tolerance carries a label whose
-    counting the values confirmed (:mod:`hsdiff.comparison.tags`): the same tensor, confirmed named."""
-    return any(
-        c.boundary == d.boundary and c.capture.layer is not None and c.capture.layer.checked
-        for c in cands
-        if c.metrics.rel_err <= tolerance
-    )
-
-
-def _unchecked(d: SlotDecision, claim: int | None, cands: Sequence[Candidate], tolerance: float) -> bool:
-    """A slot identified by a capture's own label that a person chose (a dumper's tag, a printed layer),
-    whose counting neither the values confirmed nor a training label agreeing with it backs: the values
-    place the slot, a prior names its layer."""
-    layer = None if d.match is None else d.match.capture.layer
-    return (
-        layer is not None
-        and layer.source in (LabelSource.TAG, LabelSource.LOG)
-        and (claim is None or claim != d.boundary)
-        and not _checked(d, cands, tolerance)
-    )
-
-
-def _conflict(d: SlotDecision, claim: int | None, cands: Sequence[Candidate], tolerance: float) -> bool:
-    """An identified slot whose layer rests on a label that contradicts the training label: the capture's own
-    label (a dumper tag, a key, a printed layer) or the configured ids (a capture labelled from the
-    configuration under test). Two labels that disagree cannot both be right, and the values, which match
-    the tensor whatever it is called, cannot say which is, unless they confirmed how a capture's label at
-    that layer counts (:mod:`hsdiff.comparison.tags`)."""
-    if not d.identified or claim is None or d.boundary == claim:
-        return False
-    return not _checked(d, cands, tolerance)
-
-
-def _from_config(c: Candidate | None) -> bool:
-    return c is not None and c.capture.layer is not None and c.capture.layer.source == LabelSource.CONFIGURED
-
-
-def _label_warnings(
-    results: Sequence[SlotResult], decisions: Sequence[SlotDecision], claim_src: str, label_offset: int | None
-) -> list[str]:
-    """Training labels that disagree with the values, said with the offset in words."""
-    if not label_offset:
-        return []
-    r = next(r for r, d in zip(results, decisions) if d.identified and r.claimed_boundary is not None)
-    direction = "deeper" if label_offset < 0 else "shallower"
-    words = layers_in_words(label_offset)
-    if all(_from_config(d.match) for d in decisions if d.identified):
-        return [
-            f"the inference dump carries no layer labels of its own, so its slots were labelled from the configured "
-            f"ids; the training side's labels ({claim_src}) differ from those by {words} (every label {words} "
-            f"{direction} than the configured layer). The values match slot for slot, so the draft receives what it "
-            "was trained on if the dump was captured with the configuration under test; the gate does not pass on "
-            "that assumption: re-capture with the configuration and a layer tag per capture (dumper layer_id), or "
-            "correct the training labels"
-        ]
-    return [
-        f"the training side's labels ({claim_src}) disagree with the values by {words}: what they call "
-        f"B{r.claimed_boundary} matches the capture labelled B{r.boundary_index} (every label {words} {direction}); "
-        "if the inference labels count layer outputs (forward-hook outputs), pass --infer-index output"
-    ]
 
 
 def _against_config(

@@ -9,15 +9,20 @@
 * vLLM's ``SpecDecoding metrics: Mean acceptance length: …, Accepted: N tokens, Drafted: N tokens,
   Per-position acceptance rate: …`` — one line per logging interval, each counting only that
   interval, so the lines are summed back into the run's totals (drafts = drafted / positions);
-* SGLang's ``Decode batch. … accept len: X`` — per interval too, with no counts: their plain mean.
+* SGLang's ``Decode batch. … accept len: X`` — per interval too, with no counts: their plain mean;
+* TensorRT-LLM's iteration statistics as JSON (``"specDecodingStats": {...}``, what its ``/metrics`` route
+  returns), each iteration counting its drafts, drafted and accepted tokens: summed like vLLM's.
+
+:func:`logged_acceptance` reads one such line; ``hsdiff watch --log`` follows a log with it.
 
 >>> log = read_engine_log("server.log")     # doctest: +SKIP
->>> log.aux_layers, round(log.acceptance.acceptance_length, 2)
+>>> log.aux_layers, round(log.acceptance.acceptance_length, 2)      # doctest: +SKIP
 ((1, 14, 26), 1.19)
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from dataclasses import dataclass
@@ -25,7 +30,7 @@ from dataclasses import dataclass
 from .errors import InputError
 from .rules.traces import LOG_LINES
 
-__all__ = ["EngineLog", "MeasuredAcceptance", "read_engine_log"]
+__all__ = ["EngineLog", "MeasuredAcceptance", "LoggedAcceptance", "read_engine_log", "logged_acceptance"]
 
 #: Largest log read (bytes): a server log is text, read line by line.
 MAX_LOG_BYTES = 2 << 30
@@ -90,7 +95,91 @@ class EngineLog:
         }
 
 
-_PATTERNS = [(r.engine, r.kind, re.compile(r.pattern), r.boundaries) for r in LOG_LINES]
+@dataclass(frozen=True)
+class LoggedAcceptance:
+    """One logged interval of acceptance: what the engine counted since its previous line.
+
+    ``drafts`` (verification steps) is counted where the line counts it (vLLM: drafted tokens / positions;
+    TensorRT-LLM: requests with draft tokens), else ``estimated`` (SGLang: running requests x the steps one
+    line covers) or None; ``accepted`` likewise (SGLang: (mean - 1) x the estimated steps).
+
+    >>> a = logged_acceptance("accept len: 1.50, accept rate: 0.25")
+    >>> a is None
+    True
+    """
+
+    engine: str
+    mean: float | None  # the acceptance length the line prints (or implies)
+    drafts: float | None
+    accepted: float | None
+    drafted: int | None
+    per_position: tuple[float, ...] | None  # P(position j accepted) per step, as printed (vLLM)
+    estimated: bool = False
+    line: int = 0
+
+    @property
+    def accepted_at(self) -> tuple[float, ...] | None:
+        """Accepted tokens per position (the printed rates times the steps)."""
+        if self.per_position is None or self.drafts is None:
+            return None
+        return tuple(r * self.drafts for r in self.per_position)
+
+
+_PATTERNS = [(r, re.compile(r.pattern)) for r in LOG_LINES]
+_ACCEPTANCE = [(r, rx) for r, rx in _PATTERNS if r.kind == "acceptance"]
+
+
+def logged_acceptance(text: str, number: int = 0) -> LoggedAcceptance | None:
+    """The acceptance a log line reports (:data:`hsdiff.rules.traces.LOG_LINES`), or None.
+
+    >>> a = logged_acceptance("SpecDecoding metrics: Mean acceptance length: 1.20, Accepted throughput: 1.00 "
+    ...     "tokens/s, Drafted throughput: 5.00 tokens/s, Accepted: 20 tokens, Drafted: 500 tokens, "
+    ...     "Per-position acceptance rate: 0.150, 0.050, 0.000, 0.000, 0.000, Avg Draft acceptance rate: 4.0%")
+    >>> a.engine, a.drafts, a.accepted, a.per_position[:2]
+    ('vllm', 100.0, 20.0, (0.15, 0.05))
+    """
+    for row, rx in _ACCEPTANCE:
+        m = rx.search(text)
+        if m is None:
+            continue
+        if row.form == "json":
+            return _iteration_json(row.engine, text[m.start() :], text, number)
+        if "accepted" in rx.groupindex:  # counted: drafts = drafted / positions (one token per position per step)
+            rates = tuple(float(x) for x in re.findall(r"[\d.]+", m["per_pos"]))
+            drafted, accepted = int(m["drafted"]), int(m["accepted"])
+            drafts = float(round(drafted / len(rates))) if rates else None
+            mean = 1.0 + accepted / drafts if drafts else None
+            return LoggedAcceptance(row.engine, mean, drafts, float(accepted), drafted, rates or None, line=number)
+        mean = float(m["mean"])
+        running = m.groupdict().get("running")
+        steps = float(int(running) * row.steps_per_request) if running and row.steps_per_request else None
+        gained = None if steps is None else (mean - 1.0) * steps
+        return LoggedAcceptance(row.engine, mean, steps, gained, None, None, steps is not None, number)
+    return None
+
+
+def _iteration_json(engine: str, tail: str, text: str, number: int) -> LoggedAcceptance | None:
+    """Sum the ``specDecodingStats`` of the iteration objects a line holds (one object, or a list of them)."""
+    start = min((i for i in (text.find("{"), text.find("[")) if i >= 0), default=-1)
+    try:
+        doc = json.loads(text[start:]) if start >= 0 else None
+    except ValueError:
+        return None
+    items = doc if isinstance(doc, list) else [doc]
+    stats = [
+        d["specDecodingStats"] for d in items if isinstance(d, dict) and isinstance(d.get("specDecodingStats"), dict)
+    ]
+    try:
+        drafts = sum(float(s.get("numRequestsWithDraftTokens", 0)) for s in stats)
+        accepted = sum(float(s.get("numAcceptedTokens", 0)) for s in stats)
+        drafted = sum(int(s.get("numDraftTokens", 0)) for s in stats)
+    except (TypeError, ValueError):
+        return None
+    if not stats:
+        return None
+    return LoggedAcceptance(
+        engine, 1.0 + accepted / drafts if drafts else None, drafts, accepted, drafted, None, line=number
+    )
 
 
 def read_engine_log(path: str | os.PathLike) -> EngineLog:
@@ -115,29 +204,32 @@ def read_engine_log(path: str | os.PathLike) -> EngineLog:
     default: tuple[int, ...] | None = None
     default_line = None
     engines: set[str] = set()
-    counted: list[tuple[int, int, list[float]]] = []  # (accepted, drafted, per-position rates) per line (vLLM)
+    counted: list[LoggedAcceptance] = []  # lines that count steps and tokens (vLLM, TensorRT-LLM): summed
     means: list[float] = []  # the mean alone per line (SGLang)
     measured_by = ""
     with fh:
         for n, line in enumerate(fh, 1):
-            for engine, kind, rx, as_b in _PATTERNS:
+            for row, rx in _PATTERNS:
                 m = rx.search(line)
                 if m is None:
                     continue
-                engines.add(engine)
-                if kind == "aux_layers":
+                if row.kind == "aux_layers":
                     aux = tuple(int(x) for x in re.findall(r"-?\d+", m["ids"]))
-                    aux_line, aux_b = n, as_b
-                elif kind == "default_layers":
+                    aux_line, aux_b = n, row.boundaries
+                elif row.kind == "default_layers":
                     default = tuple(int(x) for x in re.findall(r"-?\d+", m["ids"]))
                     default_line = n
-                elif "accepted" in rx.groupindex:  # the line counts tokens: summed back into the run's totals
-                    rates = [float(x) for x in re.findall(r"[\d.]+", m["per_pos"])]
-                    counted.append((int(m["accepted"]), int(m["drafted"]), rates))
-                    measured_by = engine
                 else:
-                    means.append(float(m["mean"]))
-                    measured_by = engine
+                    got = logged_acceptance(line, n)
+                    if got is None:
+                        continue
+                    if got.estimated or got.drafts is None:
+                        if got.mean is not None:
+                            means.append(got.mean)
+                    else:
+                        counted.append(got)
+                    measured_by = row.engine
+                engines.add(row.engine)
     if aux is None and default is None and not counted and not means:
         raise InputError(
             "no engine line found in the log (vLLM's 'Using auxiliary layers from speculative config' "
@@ -155,21 +247,28 @@ def read_engine_log(path: str | os.PathLike) -> EngineLog:
     return EngineLog(p, next(iter(engines)), aux, aux_line, measured, default, default_line, aux_b)
 
 
-def _counted(lines: list[tuple[int, int, list[float]]], engine: str, path: str) -> MeasuredAcceptance | None:
-    k = max(len(r) for _, _, r in lines)
+def _counted(lines: list[LoggedAcceptance], engine: str, path: str) -> MeasuredAcceptance | None:
+    k = max(len(a.per_position or ()) for a in lines)
     drafts = accepted = drafted = 0
     per = [0.0] * k
-    for acc, dr, rates in lines:
-        if not rates or dr == 0:
+    for a in lines:
+        if not a.drafts or a.accepted is None:
             continue
-        n = round(dr / len(rates))  # every draft proposes one token per position
-        drafts, accepted, drafted = drafts + n, accepted + acc, drafted + dr
-        for j, r in enumerate(rates):
+        n = int(a.drafts)
+        drafts, accepted, drafted = drafts + n, accepted + int(a.accepted), drafted + (a.drafted or 0)
+        for j, r in enumerate(a.per_position or ()):
             per[j] += r * n
     if drafts == 0:
         return None
     return MeasuredAcceptance(
-        engine, 1.0 + accepted / drafts, tuple(p / drafts for p in per), drafts, accepted, drafted, len(lines), path
+        engine,
+        1.0 + accepted / drafts,
+        tuple(p / drafts for p in per) if k else None,
+        drafts,
+        accepted,
+        drafted,
+        len(lines),
+        path,
     )
 
 

@@ -15,6 +15,7 @@ draft       torch                                            ``--draft``: the dr
 capture     torch, transformers, accelerate                  ``hsdiff capture``, ``hsdiff.capture``
 audit       dask[distributed], fsspec                        ``hsdiff audit`` on worker processes, URLs
 zstd        zstandard                                        vLLM's ``.safetensors.zst`` files
+watch       prometheus-client                                ``hsdiff watch --metrics``
 vllm        (nothing yet)                                    reserved for the vLLM plugin
 all         every package above
 ==========  ===============================================  ==============================================
@@ -78,6 +79,7 @@ EXTRAS: dict[str, Extra] = {
             "hsdiff audit on worker processes or a Dask cluster, and on fsspec URLs",
         ),
         Extra("zstd", ("zstandard>=0.22",), "vLLM's zstd-compressed .safetensors.zst files"),
+        Extra("watch", ("prometheus-client>=0.17",), "hsdiff watch --metrics: the engines' Prometheus pages"),
         Extra("vllm", (), "reserved for hsdiff's vLLM plugin; adds nothing to the core yet"),
     )
 }

@@ -16,6 +16,8 @@ from . import builders as B
 
 CONFIGS = B.FIXTURES / "configs"
 LLAMA61 = str(CONFIGS / "targets" / "llama-61.json")
+LLAMA30 = str(CONFIGS / "targets" / "llama-30.json")
+DRAFT_SMOLLM2 = B.FIXTURES / "draft-smollm2"
 
 
 def run(*args: str):
@@ -124,6 +126,73 @@ def test_fc_width_from_the_draft_weights(tmp_path):
     assert fc["status"] == "FAIL" and "model.safetensors [fc.weight] has shape [8, 1152]" in fc["message"]
     _tiny_safetensors(tmp_path / "model.safetensors", {"midlayer.x": [2], "fc.weight": [8, 3 * 576]})
     assert run("check-config", str(tmp_path), "--target-config", LLAMA61).exit_code == 0
+
+
+def _real_draft(tmp_path, name: str, ids: list[int], **extra) -> str:
+    """The SmolLM2 draft of fixtures/draft-smollm2 (its fc.weight trained on 3 slots × 576) under a config
+    holding ``ids`` and ``extra`` keys."""
+    d = tmp_path / name
+    d.mkdir()
+    cfg = json.loads((DRAFT_SMOLLM2 / "config.json").read_text())
+    cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = ids
+    cfg.update(extra)
+    (d / "config.json").write_text(json.dumps(cfg))
+    (d / "model.safetensors").symlink_to(DRAFT_SMOLLM2 / "model.safetensors")
+    return str(d / "config.json")
+
+
+def _fc_check(config: str) -> tuple[int, dict]:
+    r = run("check-config", config, "--engine", "sglang", "--target-config", LLAMA30, "--json", "-")
+    assert r.exit_code in (0, 1), r.output
+    return r.exit_code, next(c for c in json.loads(r.output)["checks"] if c["name"] == "fc-width")
+
+
+def test_more_ids_than_the_fc_has_slots_are_told_to_go(tmp_path):
+    """Five ids on a draft whose fc.weight takes 3 slots: the fix is three ids, not num_aux_hidden_states
+    (which would let the weights load and the matmul fail on 5 slots); followed, the advice passes."""
+    code, fc = _fc_check(_real_draft(tmp_path, "five", [1, 8, 14, 20, 26]))
+    assert code == 1 and fc["status"] == "FAIL"
+    msg = fc["message"]
+    assert "model.safetensors [fc.weight] has shape [576, 1728]" in msg and "loading the weights fails" in msg
+    assert "Configure 3 ids, as many as the fc has slots" in msg and "drop the other 2" in msg
+    assert "num_aux_hidden_states" not in msg
+    assert _fc_check(_real_draft(tmp_path, "three", [1, 14, 26]))[1]["status"] == "ok"
+    # a num_aux_hidden_states that says 5 too must go to 3 with the ids
+    code, fc = _fc_check(_real_draft(tmp_path, "five-5", [1, 8, 14, 20, 26], num_aux_hidden_states=5))
+    assert code == 1 and "Configure 3 ids" in fc["message"] and "set num_aux_hidden_states to 3" in fc["message"]
+    # fewer distinct ids than slots: configure the missing ones, the duplicate does not count
+    code, fc = _fc_check(_real_draft(tmp_path, "two", [1, 14, 14]))
+    assert code == 1 and "Configure 3 distinct ids" in fc["message"] and "drop" not in fc["message"]
+
+
+def test_ids_that_fit_the_weights_under_a_wrong_num_aux_are_told_to_fix_num_aux(tmp_path):
+    """The other way round: three ids fit the 3-slot fc.weight, num_aux_hidden_states 5 makes the engine
+    build a 5-slot fc the weights do not load into; the fix is num_aux_hidden_states, not the ids."""
+    code, fc = _fc_check(_real_draft(tmp_path, "aux5", [1, 14, 26], num_aux_hidden_states=5))
+    assert code == 1 and fc["status"] == "FAIL"
+    msg = fc["message"]
+    assert "num_aux_hidden_states 5" in msg and "loading the weights fails" in msg
+    assert "The 3 ids fit the weights: set num_aux_hidden_states to 3." in msg and "Configure" not in msg
+    assert _fc_check(_real_draft(tmp_path, "aux3", [1, 14, 26], num_aux_hidden_states=3))[1]["status"] == "ok"
+    # SGLang before 0.5.12 builds 3 slots whatever the config says: a 4-slot draft needs a newer version
+    cfg = _real_draft(tmp_path, "four", [1, 8, 14, 26])
+    (tmp_path / "four" / "model.safetensors").unlink()
+    _tiny_safetensors(tmp_path / "four" / "model.safetensors", {"fc.weight": [8, 4 * 576]})
+    r = run("check-config", cfg, "--engine-version", "sglang==0.5.11", "--target-config", LLAMA30, "--json", "-")
+    fc = next(c for c in json.loads(r.output)["checks"] if c["name"] == "fc-width")
+    assert r.exit_code == 1 and "The 4 ids fit the weights: serve it with SGLang ≥ 0.5.12" in fc["message"]
+
+
+def test_an_fc_sized_by_the_config_alone_names_both_fixes():
+    """No weights: num_aux_hidden_states 3 against 4 ids could be either mistake; the message names both
+    and how to tell (the draft's fc.weight)."""
+    code, found = checks("fc-width-num-aux.json")
+    msg = found["fc-width"]["message"]
+    assert code == 1 and "Configure 3 ids, as many as the fc has slots" in msg and "drop the other 1" in msg
+    assert "if the draft was trained on 4 slots, set num_aux_hidden_states to 4" in msg and "fc.weight" in msg
+    code, found = checks("fc-width.json", "--engine-version", "sglang==0.5.11")
+    msg = found["fc-width"]["message"]
+    assert "if the draft was trained on 4 slots, serve it with SGLang ≥ 0.5.12" in msg
 
 
 def test_ids_in_the_key_sglang_ignores():

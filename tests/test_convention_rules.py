@@ -340,3 +340,9 @@ def test_help_says_where_every_engine_reads_the_ids(command):
     for engine in conv.ENGINES:
         assert f"  {engine}: " in text
     assert "eagle3_layers_to_capture" in text and "V2 runner never" in text
+
+
+def test_a_row_that_reads_no_ids_gets_no_id_for_a_layer_it_does_not_capture():
+    # vLLM TPU's JAX models capture B[2, L//2, L-3] whatever the config: the embeddings have no id there
+    assert conv.translate([-1], "sglang", "vllm-tpu", num_layers=6, src_version="0.5.10", dst_version="0.32") == [None]
+    assert None not in conv.from_boundary([2, 3], "vllm-tpu", num_layers=6, version="0.32")

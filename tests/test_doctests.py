@@ -21,6 +21,9 @@ MODULES = [
     "hsdiff.model.results",
     "hsdiff.errors",
     "hsdiff.extras",
+    "hsdiff.engine_log",
+    "hsdiff.watch.collapse",
+    "hsdiff.watch.scrape",
 ]
 
 

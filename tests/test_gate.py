@@ -70,6 +70,8 @@ def test_seed_fails_and_junit_names_the_failing_slot_and_the_cause(tmp_path):
     assert "the engine captures B0" in slot0.get("message") and "embeddings" in slot0.get("message")
     assert cause in slot0.text
     assert '"eagle_aux_hidden_state_layer_ids": [2, 30, 58]' in slot0.text
+    props = {p.get("name"): p.get("value") for p in root.iter("property")}
+    assert props["gate"] == "fail" and "verdict" not in props  # the gate's pass/fail; the testcase is the comparison's
     verdict = cases["verdict"].find("failure")
     assert verdict is not None and verdict.get("message") == cause and verdict.get("type") == "mismatch"
     assert cases["ids-source"].find("failure") is None  # the ids were read, not a default
@@ -80,7 +82,8 @@ def test_gate_json_records_where_the_ids_came_from(tmp_path):
     r = gate("infer-wrong", SEED / "draft-wrong" / "config.json", "--json", "-")
     assert r.exit_code == 1
     doc = json.loads(r.output)
-    assert doc["command"] == "gate" and doc["verdict"] == "fail" and doc["exit_code"] == 1
+    assert doc["command"] == "gate" and doc["gate"] == "fail" and doc["exit_code"] == 1
+    assert "verdict" not in doc  # the only verdict is the comparison's, under report
     assert doc["ids"]["key"] == "eagle_config.eagle_aux_hidden_state_layer_ids"
     assert doc["ids"]["eagle_aux_hidden_state_layer_ids"] == [-1, 2, 30]
     assert doc["ids"]["boundary_indices"] == [0, 3, 31]

@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from hsdiff.cli import cli
-from hsdiff.report.pictures import PICTURES, heatmap, heatmap_grid, norm_trajectory, token_errors
+from hsdiff.report.pictures import PICTURES, heatmap, heatmap_grid, norm_trajectory, token_errors, write_pictures
 
 from . import builders as B
 
@@ -83,6 +83,73 @@ def test_heatmap_marks_the_match_and_the_configured_capture_where_the_report_say
     assert "slot 0 = B3" in [t.get_text() for t in ax.get_yticklabels()]
     assert fig.axes[1].get_ylabel().startswith("median per-token relative error")  # the colour bar says what it shows
     plt.close(fig)
+
+
+def _drawn(fig) -> list:
+    """What a figure says: per axes its title, texts, tick labels, legend entries and marked patches."""
+    out = []
+    for ax in fig.axes:
+        legend = ax.get_legend()
+        out.append(
+            (
+                ax.get_title() + ax.get_title(loc="left"),
+                [t.get_text() for t in ax.texts],
+                [t.get_text() for t in ax.get_xticklabels() + ax.get_yticklabels()],
+                [t.get_text() for t in legend.get_texts()] if legend else [],
+                sorted(p.get_gid() for p in ax.patches if p.get_gid()),
+            )
+        )
+    return out
+
+
+def test_every_picture_takes_a_report_its_document_or_a_saved_path(seed, tmp_path):
+    """``pictures.heatmap("report.json")`` raised AttributeError: each picture takes a Report, the dict
+    of its JSON, or the path (str or PathLike) of the saved file — a gate result's too — and draws the
+    same from each; a result with no comparison in it is a user error naming the file."""
+    import matplotlib.pyplot as plt
+
+    import hsdiff
+    from hsdiff.errors import InputError
+
+    saved = seed / "report.json"
+    report = hsdiff.compare(str(SEED / "train"), str(SEED / "infer-wrong"), layer_ids=[-1, 2, 30])
+    gate = tmp_path / "gate.json"
+    r = CliRunner().invoke(
+        cli,
+        [
+            "gate",
+            str(SEED / "train"),
+            str(SEED / "infer-wrong"),
+            "--draft-config",
+            str(SEED / "draft-wrong" / "config.json"),
+            "--target-config",
+            str(SEED / "model" / "config.json"),
+            "--json",
+            str(gate),
+        ],
+    )
+    assert r.exit_code == 1, r.output
+    for draw in (heatmap, norm_trajectory, token_errors):
+        drawn = []
+        for given in (report, json.loads(saved.read_text()), str(saved), saved):
+            fig = draw(given)
+            drawn.append(_drawn(fig))
+            plt.close(fig)
+        assert drawn[0][0][0], draw.__name__  # a titled picture, not an empty one
+        assert all(d == drawn[0] for d in drawn[1:]), draw.__name__
+        fig = draw(gate)  # the gate's comparison (knowing the target's depth, it also marks B61)
+        assert _drawn(fig)[0][0] == drawn[0][0][0] and _drawn(fig)[0][4] == drawn[0][0][4], draw.__name__
+        plt.close(fig)
+    assert sorted(p.name for p in write_pictures(str(saved), tmp_path / "pics")) == sorted(PICTURES)
+    check = tmp_path / "check.json"
+    model = ("--target-config", str(SEED / "model" / "config.json"))
+    r = CliRunner().invoke(
+        cli, ["check-config", str(SEED / "draft-wrong" / "config.json"), *model, "--json", str(check)]
+    )
+    assert r.exit_code in (0, 1), r.output
+    with pytest.raises(InputError, match="holds no comparison to draw") as e:
+        heatmap(check)
+    assert str(check) in str(e.value)
 
 
 def test_norm_trajectory_and_token_errors_draw_what_the_report_holds(seed):

@@ -253,6 +253,16 @@ def _inspect(e: Env) -> list[Run]:
     ]
 
 
+def _watch(e: Env) -> list[Run]:
+    log = e["engine-logs/vllm-0.32-cpu.log"]  # a real vLLM log: its acceptance lines, followed
+    out = ["--events", e.o("watch.jsonl"), "--state", e.o("watch-state.json")]
+    return [
+        (["watch", "--once", "--log", log, "--baseline", "1.19", "--window-drafts", "3", *out], (0, 1)),
+        (["watch", "--once", "--log", log, "--baseline", "1.19", "--window-drafts", "3", *out], (0, 1)),
+        (["watch", "--log", log, "--window-drafts", "5", "--interval", "0", "--max-windows", "2", "-q"], (0, 1)),
+    ]
+
+
 #: A dump of every format whose reader opens more than the file it is given (provenance, locks, shards,
 #: siblings) or decompresses: inspected over copies, like the fixtures.
 _FORMATS: dict[str, Callable[[Path], object]] = {
@@ -279,6 +289,7 @@ ARGS: dict[str, Callable[[Env], list[Run]]] = {
     "capture": _capture,
     "audit": _audit,
     "inspect": _inspect,
+    "watch": _watch,
 }
 
 
@@ -325,6 +336,7 @@ def env(tmp_path_factory) -> Env:
     inputs, out = root / "inputs", root / "out"
     shutil.copytree(B.SEED, inputs / "seed")
     shutil.copytree(B.REAL, inputs / "real")
+    shutil.copytree(B.FIXTURES / "engine-logs", inputs / "engine-logs")
     corpus = inputs / "corpus"
     (corpus / "train.gz" / "rows_0-2000").mkdir(parents=True)
     src = B.SEED / "train" / "rows_0-2000" / "data_1.ckpt"

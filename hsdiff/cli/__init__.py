@@ -1,5 +1,5 @@
 """The ``hsdiff`` command line: a thin layer over the library, one module per command (``compare``,
-``gate``, ``check-config``, ``ids``, ``fix-config``, ``request``, ``capture``, ``audit``,
+``gate``, ``check-config``, ``ids``, ``fix-config``, ``request``, ``capture``, ``audit``, ``watch``,
 ``inspect``), each registered on the group in :mod:`._group` when it is run; shared options in
 :mod:`._options` and :mod:`._ci`.
 

@@ -42,6 +42,7 @@ COMMANDS = {
     "audit": "audit",
     "inspect": "inspect",
     "fingerprint": "fingerprint",
+    "watch": "watch",
 }
 
 

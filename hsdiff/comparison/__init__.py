@@ -25,7 +25,7 @@ from ..model import INFER, TRAIN, Dump, Report, Settings
 from ..readers import scan
 from ..rules import conventions as conv
 from ..rules.settings import settings_for
-from . import norms, profiles, scoring, shape, slots, tags, validate
+from . import norms, printed, profiles, scoring, shape, slots, tags, validate
 
 __all__ = ["compare", "Options"]
 
@@ -221,8 +221,9 @@ def _compare(
     train_slots = slots.label_final(slots.split_train(train, hidden), num_layers)
     k = len(train_slots)
     finals = slots.final_slots(train_slots)
+    infer, w_concat = printed.concatenated(infer, train_slots, hidden, configured, opts.tolerance)
     labelled, w_label = slots.label_infer(infer, hidden, configured)
-    warnings += w_label
+    warnings += w_concat + w_label
     usable = slots.with_final(labelled, num_layers)
     if not usable and not infer.norm_prints:
         widths = sorted({c.width for c in infer.captures if c.width})
@@ -281,7 +282,9 @@ def _compare(
     found = overrides.slot_count(found, configured, k)
     found = overrides.undescribed(found, results, resolution.label_offset)
     if not usable:
-        found = overrides.norms_only(found, norms.findings(train_slots, infer.norm_prints), opts.tolerance)
+        found = overrides.norms_only(
+            found, norms.findings(train_slots, infer.norm_prints, opts.tolerance), opts.tolerance
+        )
     words = explain.explain(
         results,
         verdict,

@@ -12,6 +12,7 @@ config, the ids the engine reads from it, the target's shape) and returns a find
 
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -431,9 +432,10 @@ def _fc(c: CheckInput) -> Finding:
     h = c.target_hidden or config.get("target_hidden_size") or config.get("hidden_size")
     if not h or not ids.boundaries:
         return _ok("skipped: the target hidden size is unknown (pass --target-config)", skipped=True)
+    h = int(h)
     title = conv.rule(engine).title
     slots = len(ids.boundaries)
-    feeds = slots * int(h)
+    feeds = slots * h
     width, how = fc_width(config, engine, path, c.version, _weight_shapes)
     if width is None:
         return _ok(
@@ -441,20 +443,76 @@ def _fc(c: CheckInput) -> Finding:
             skipped=True,
         )
     built, built_how = built_fc_width(config, engine, c.version)
+    weights = (width, how) != (built, built_how)  # the width was read from fc.weight
+    trained = width // h if width % h == 0 else None
     if built is not None and built != width:
+        if width == feeds:  # the ids fit the weights: the config sizes the fc wrong
+            fix = f"The {slots} ids fit the weights: {_resize(c, slots)}."
+        else:
+            fix = _fc_fix(c, slots, trained, h, weights=True)
         return _fail(
             ERROR,
-            f"the draft's fc takes {width} inputs ({how}) but {built_how} = {built}: loading the "
-            "weights fails. Set num_aux_hidden_states to the number of aux slots the draft was trained with.",
+            f"the draft's fc takes {width} inputs ({how}) but {built_how} = {built}: loading the weights fails"
+            + ("" if width == feeds else f", and {slots} slots would not fit them either")
+            + f". {fix}",
         )
     if width == feeds:
         return _ok(f"the draft's fc takes {width} inputs = {slots} slots × {h} ({how})")
     return _fail(
         ERROR,
-        f"the draft's fc takes {width} inputs ({how}) but {title} feeds it {slots} slots × "
-        f"{h} = {feeds}: the matmul fails at load or first request. The number of ids must match the number of "
-        f"aux slots the draft was trained with ({width // int(h) if width % int(h) == 0 else '?'} × {h}).",
+        f"the draft's fc takes {width} inputs ({how}) but {title} feeds it {slots} slots × {h} = {feeds}: the "
+        f"matmul fails at load or first request. {_fc_fix(c, slots, trained, h, weights=weights)}",
     )
+
+
+def _fc_fix(c: CheckInput, slots: int, trained: int | None, h: int, *, weights: bool) -> str:
+    """How to make ``slots`` ids fit an fc of ``trained`` slots: as many ids as the fc has slots (and an fc
+    the engine builds that wide); when the width comes from the config alone, the draft may instead have
+    been trained on ``slots``, and its fc.weight says which."""
+    if trained is None:
+        return (
+            f"Its width is not a multiple of the target hidden size {h}: the draft was built for another target model."
+        )
+    which = "the layers the draft was trained on (its training config, or hsdiff compare on dumps, says which)"
+    if slots > trained:
+        ids = f"Configure {trained} ids, as many as the fc has slots: keep {which} and drop the other {slots - trained}"
+    else:
+        ids = f"Configure {trained} distinct ids, as many as the fc has slots: {which}"
+    if weights:
+        resize = _resize(c, trained) if _built_for(c, trained) != trained * h else ""
+        return f"{ids}{f'; and {resize}' if resize else ''}."
+    if slots < len(c.ids.ids):  # repeated ids: the list the fc was sized by is not what the draft needs
+        return f"{ids}."
+    return (
+        f"{ids}; or, if the draft was trained on {slots} slots, {_resize(c, slots)}. The fc.weight in the "
+        "draft's safetensors says which: put them beside the config and run this again."
+    )
+
+
+def _resize(c: CheckInput, n: int) -> str:
+    """What makes the engine build the fc for ``n`` slots (:attr:`~hsdiff.rules.profile.EngineInfo.fc_rule`)."""
+    info = conv.rule(c.ids.engine)
+    ver = conv.parse_version(info.key, c.version)
+    if info.fc_three_before and conv.version_tuple(ver) < conv.version_tuple(info.fc_three_before):
+        return (
+            f"serve it with {info.title} ≥ {info.fc_three_before}: {info.title} {ver} builds the fc for 3 slots "
+            "whatever the config says"
+        )
+    return f"set num_aux_hidden_states to {n}"
+
+
+def _built_for(c: CheckInput, n: int) -> int | None:
+    """The fc width the engine would build once the key it reads ids from holds ``n`` of them."""
+    config = c.config
+    if c.ids.key:
+        config = copy.deepcopy(config)
+        *parents, last = c.ids.key.split(".")
+        node = config
+        for k in parents:
+            node = node.setdefault(k, {}) if isinstance(node, dict) else {}
+        if isinstance(node, dict):
+            node[last] = list(range(n))
+    return built_fc_width(config, c.ids.engine, c.version)[0]
 
 
 def _draft_kind(c: CheckInput) -> Finding:

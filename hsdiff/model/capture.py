@@ -284,13 +284,15 @@ class NormPrint:
     layer out (its norms differ beyond what any match allows) but never prove one.
 
     ``rows`` are the token positions of ``norms`` (from the start of the sequence); ``slot`` and ``layer``
-    are what the print's label says, None when it says nothing."""
+    are what the print's label says, None when it says nothing; ``group`` names the forward pass it was
+    printed in (the prints of one pass cover the same tokens)."""
 
     origin: Origin
     norms: tuple[float, ...]
     rows: tuple[int, ...]
     slot: int | None = None
     layer: Layer | None = None
+    group: str | None = None
 
 
 @dataclass(frozen=True, eq=False)

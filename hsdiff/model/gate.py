@@ -58,8 +58,10 @@ def warns(ok: bool, skipped: bool, severity: str) -> bool:
     return not ok and not skipped and severity == WARNING
 
 
+#: 4: the gate's own pass/fail is ``gate`` (3 and earlier called it ``verdict``, the key that also holds the
+#: embedded report's ``ok``/``mismatch``/``inconclusive``: :func:`hsdiff.report.as_doc` reads them as 4);
 #: 3: the embedded report is of schema 3 (``diagnosis``); 2: ``settings`` recorded; 1: not
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 
 @dataclass(frozen=True)
@@ -151,7 +153,8 @@ class GateResult:
     """What the gate (or ``check-config``, with ``report=None``) found.
 
     ``verdict`` is ``"pass"`` when no error-severity check failed (nor a warning, with ``strict``)
-    and the comparison, if one ran, is ``"ok"``.
+    and the comparison, if one ran, is ``"ok"``; its JSON calls it ``gate``, apart from the comparison's
+    own ``report.verdict``.
     """
 
     command: str  # "gate" or "check-config"
@@ -207,7 +210,7 @@ class GateResult:
         return {
             "schema_version": SCHEMA_VERSION,
             "command": self.command,
-            "verdict": self.verdict,
+            "gate": self.verdict,
             "exit_code": self.exit_code,
             "cause": self.cause,
             "engine": self.engine,

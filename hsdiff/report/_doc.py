@@ -1,7 +1,9 @@
 """The renderers' input: a report or gate result as its JSON document.
 
 Renderers read documents, never the pipeline's objects, so a saved ``--json`` file renders exactly
-like a fresh result, and rendering imports neither torch nor the comparison pipeline.
+like a fresh result, and rendering imports neither torch nor the comparison pipeline. Each takes a
+result object, its document (a dict) or the path of a saved one (:func:`as_doc`); a saved document of
+an older schema is read as the current one (:func:`upgrade`).
 """
 
 from __future__ import annotations
@@ -25,13 +27,32 @@ class _HasDict(Protocol):
     def to_dict(self) -> dict: ...
 
 
-def as_doc(obj: Doc | _HasDict) -> Doc:
-    """``obj``'s JSON document (a dict passes through)."""
-    return obj if isinstance(obj, dict) else obj.to_dict()
+#: What a renderer takes: a result object, its document, or the path of a saved document.
+DocLike = Doc | _HasDict | str | os.PathLike
+
+
+def as_doc(obj: DocLike) -> Doc:
+    """``obj``'s JSON document: a result object's ``to_dict()``, a document (a dict, read as the current
+    schema: :func:`upgrade`), or the path of a saved one (:func:`load_doc`).
+
+    >>> as_doc("report.json")["verdict"]       # doctest: +SKIP
+    'mismatch'
+    """
+    if isinstance(obj, (str, os.PathLike)):
+        return load_doc(obj)
+    if isinstance(obj, dict):
+        return upgrade(obj)
+    if not hasattr(obj, "to_dict"):
+        raise TypeError(
+            f"cannot render a {type(obj).__name__}: give a Report or GateResult, its to_dict() document, "
+            "or the path of a file written with --json"
+        )
+    return obj.to_dict()
 
 
 def load_doc(path: str | os.PathLike) -> Doc:
-    """A saved ``hsdiff compare --json`` report or ``gate``/``check-config`` result."""
+    """A saved ``hsdiff compare --json`` report or ``gate``/``check-config`` result, read as the current
+    schema (:func:`upgrade`)."""
     try:
         with open(path, encoding="utf-8") as f:
             obj = json.load(f)
@@ -39,13 +60,23 @@ def load_doc(path: str | os.PathLike) -> Doc:
         raise InputError(
             f"not a readable JSON report ({e})", path=path, hint="give a file written with --json"
         ) from None
-    if not isinstance(obj, dict) or "schema_version" not in obj or "verdict" not in obj:
+    if not isinstance(obj, dict) or "schema_version" not in obj or not ({"verdict", "gate"} & obj.keys()):
         raise InputError("not an hsdiff report", path=path, hint="give a file written by hsdiff compare/gate --json")
-    return obj
+    return upgrade(obj)
 
 
 def is_gate(d: Doc) -> bool:
     return "command" in d and "checks" in d
+
+
+def upgrade(d: Doc) -> Doc:
+    """A gate or check-config result of schema 1-3 as schema 4 (:data:`hsdiff.model.gate.SCHEMA_VERSION`):
+    its ``verdict`` (``pass``/``fail``) becomes ``gate``, so that ``verdict`` is only ever the comparison's
+    (``report.verdict``); ``schema_version`` still says what the file was. Any other document is returned
+    as it is (a dict given is never modified)."""
+    if not is_gate(d) or "gate" in d or d.get("verdict") not in ("pass", "fail"):
+        return d
+    return {("gate" if k == "verdict" else k): v for k, v in d.items()}
 
 
 def check_fails(check: Doc, strict: bool) -> bool:

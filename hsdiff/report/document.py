@@ -1,8 +1,8 @@
 """A comparison report to attach: Markdown to paste into an issue, or one self-contained HTML file
 (styles inline, the three pictures embedded as ``data:`` URIs, no external URL).
 
-Both render from the report's data alone — a :class:`Report` or the dict of a saved JSON report —
-and never import torch.
+Both render from the report's data alone — a :class:`Report`, the dict of its JSON or the path of a
+saved one — and never import torch.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 from ..errors import MissingExtraError
 from ..extras import require
 from ..rules.conventions import describe_boundary
-from ._doc import config_line, nested_in, other_engines, rec_words, settings_lines, writable
+from ._doc import DocLike, config_line, nested_in, other_engines, rec_words, settings_lines, writable
 from .pictures import heatmap, norm_trajectory, png_bytes, report_data, token_errors
 
 __all__ = ["render_report_markdown", "render_html", "has_pictures", "NO_PICTURES"]
@@ -81,7 +81,7 @@ def _others(data: dict) -> str:
     return other_engines(data["recommended"])
 
 
-def render_report_markdown(report: Any) -> str:
+def render_report_markdown(report: DocLike) -> str:
     """Verdict, cause, the per-slot table, the fix (the ids to paste), the walk-through and the
     warnings, as GitHub-flavoured Markdown.
 
@@ -140,7 +140,7 @@ pre{background:#f6f8fa;padding:.8em;overflow:auto}img{max-width:100%;border:1px 
 """  # noqa: E501
 
 
-def render_html(report: Any, *, pictures: bool | None = None) -> str:
+def render_html(report: DocLike, *, pictures: bool | None = None) -> str:
     """One self-contained HTML page: the verdict, cause, table, fix, the three pictures (embedded
     PNG data URIs), the walk-through and warnings. Nothing is fetched from anywhere when it opens.
     ``pictures``: True draws them (matplotlib, the ``plot`` extra, must be installed), False leaves them

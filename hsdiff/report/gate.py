@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import textwrap
 
-from ._doc import Doc, _HasDict, as_doc, engine_title, settings_lines
+from ._doc import DocLike, as_doc, engine_title, settings_lines
 from .text import render_text
 
 __all__ = ["render_gate_text", "engine_title"]
 
 
-def render_gate_text(result: Doc | _HasDict, *, verbose: bool = True) -> str:
+def render_gate_text(result: DocLike, *, verbose: bool = True) -> str:
     """Checks, then the compare report (gate only), then ``gate: PASS|FAIL`` and the cause."""
     d = as_doc(result)
     out = [f"hsdiff {d['command']}: {engine_title(d)}, draft config {d['draft_config']}"]
@@ -36,7 +36,7 @@ def render_gate_text(result: Doc | _HasDict, *, verbose: bool = True) -> str:
         out += ["", "settings:"] + [f"  {line}" for line in settings_lines(d)]
     for note in d["notes"]:
         out += ["", note]
-    out += ["", f"{d['command']}: {d['verdict'].upper()} — {d['cause']}"]
+    out += ["", f"{d['command']}: {d['gate'].upper()} — {d['cause']}"]
     return "\n".join(out)
 
 

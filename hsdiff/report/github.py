@@ -4,7 +4,7 @@ result: each failed check and each failed slot becomes an annotation on the draf
 from __future__ import annotations
 
 from ..model.gate import GateVerdict
-from ._doc import Doc, _HasDict, as_doc, check_fails, check_warns, config_line, rec_words
+from ._doc import DocLike, as_doc, check_fails, check_warns, config_line, rec_words
 
 __all__ = ["render_github"]
 
@@ -24,7 +24,7 @@ def _line(level: str, title: str, message: str, file: str | None) -> str:
     return f"::{level} {','.join(props)}::{_data(message)}"
 
 
-def render_github(result: Doc | _HasDict) -> str:
+def render_github(result: DocLike) -> str:
     """One workflow command per line; a passing result gives a single ``::notice::``."""
     d = as_doc(result)
     lines = []
@@ -59,6 +59,6 @@ def render_github(result: Doc | _HasDict) -> str:
             )
     elif d["command"] == "gate":
         lines.append(_line("error", "hsdiff gate", d["cause"], d["draft_config"]))
-    if d["verdict"] == GateVerdict.PASS:
+    if d["gate"] == GateVerdict.PASS:
         lines.append(_line("notice", f"hsdiff {d['command']}", f"pass: {d['cause']}", None))
     return "\n".join(lines)

@@ -10,18 +10,18 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 
 from ..rules.conventions import describe_boundary
-from ._doc import Doc, _HasDict, as_doc, check_fails, check_warns, config_line, nested_in, rec_words
+from ._doc import Doc, DocLike, as_doc, check_fails, check_warns, config_line, nested_in, rec_words
 
 __all__ = ["render_junit"]
 
 
-def render_junit(result: Doc | _HasDict) -> str:
+def render_junit(result: DocLike) -> str:
     """The JUnit XML document (UTF-8, with declaration) for a gate or check-config result."""
     d = as_doc(result)
     command = d["command"]
     suite = ET.Element("testsuite", name=f"hsdiff.{command}")
     props = ET.SubElement(suite, "properties")
-    for k in ("engine", "model_family", "draft_config", "target_config", "verdict"):
+    for k in ("engine", "model_family", "draft_config", "target_config", "gate"):
         if d[k] is not None:
             ET.SubElement(props, "property", name=k, value=str(d[k]))
     for c in d["checks"]:

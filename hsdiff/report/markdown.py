@@ -6,8 +6,7 @@ from ..model.gate import GateVerdict
 from ..model.results import pct
 from ..rules.conventions import describe_boundary
 from ._doc import (
-    Doc,
-    _HasDict,
+    DocLike,
     as_doc,
     config_line,
     engine_title,
@@ -24,7 +23,7 @@ __all__ = ["render_markdown"]
 _ICON = {"ok": "✅ ok", "FAIL": "❌ fail", "warn": "⚠️ warn", "skipped": "⏭️ skipped"}
 
 
-def render_markdown(result: Doc | _HasDict) -> str:
+def render_markdown(result: DocLike) -> str:
     """Verdict, where the ids came from, the checks, the per-slot table, the cause and the fix (a
     ``compare`` report renders as :func:`hsdiff.report.document.render_report_markdown` does)."""
     d = as_doc(result)
@@ -32,7 +31,7 @@ def render_markdown(result: Doc | _HasDict) -> str:
         from .document import render_report_markdown  # pictures: drawn only for a compare report
 
         return render_report_markdown(d)
-    passed = d["verdict"] == GateVerdict.PASS
+    passed = d["gate"] == GateVerdict.PASS
     head = "✅ PASS" if passed else "❌ FAIL"
     out = [f"## hsdiff {d['command']}: {head}", ""]
     target = ""

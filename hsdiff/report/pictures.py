@@ -1,5 +1,6 @@
-"""The three pictures of a comparison, drawn from the report's data alone (a :class:`Report` or the
-dict of a saved JSON report), so that a report can be drawn again without torch.
+"""The three pictures of a comparison, drawn from the report's data alone, so that a report can be
+drawn again without torch: each function takes a :class:`Report` (or a gate result that ran the
+comparison), the dict of its JSON, or the path of a saved ``--json`` file.
 
 * :func:`heatmap`: error (or cosine) between every training slot and every inference capture,
   both ordered by layer; the chosen match and the configured capture of each slot are outlined;
@@ -20,9 +21,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..errors import InputError
 from ..extras import require
 from ..model.capture import LabelSource
-from ._doc import as_doc
+from ._doc import DocLike, as_doc
 
 __all__ = ["heatmap", "norm_trajectory", "token_errors", "write_pictures", "PICTURES", "report_data"]
 
@@ -32,11 +34,22 @@ _MATCH, _CONFIGURED = "#00e5ff", "#ff2d55"
 _TOLERANCE = 0.10
 
 
-def report_data(report: Any) -> dict:
-    """The report as a plain dict: a :class:`Report`, a dict of its JSON, or a gate result's dict."""
+def report_data(report: DocLike) -> dict:
+    """The comparison report as a plain dict, from a :class:`Report` or gate result, the dict of either's
+    JSON, or the path of a saved one.
+
+    >>> report_data("report.json")["verdict"]       # doctest: +SKIP
+    'mismatch'
+    """
     data = as_doc(report)
-    if "slots" not in data and isinstance(data.get("report"), dict):
-        data = data["report"]  # a gate result: draw its comparison
+    if "slots" not in data and "report" in data:  # a gate or check-config result: draw its comparison
+        if not isinstance(data["report"], dict):
+            raise InputError(
+                f"this {data.get('command', 'gate')} result holds no comparison to draw",
+                path=report if isinstance(report, (str, os.PathLike)) else None,
+                hint="draw a file written by hsdiff compare --json, or by a gate that ran the comparison",
+            )
+        data = data["report"]
     return data
 
 
@@ -98,11 +111,12 @@ def configured_column(slot: dict, columns: list[dict]) -> int | None:
     return found[0] if found else None
 
 
-def heatmap(report: Any, metric: str = "rel_err", ax: Any = None) -> Any:
+def heatmap(report: DocLike, metric: str = "rel_err", ax: Any = None) -> Any:
     """Error (``metric="rel_err"``, log colour scale) or ``"cosine"`` of every slot against every
     capture; the chosen match is outlined in cyan, the configured capture in dashed red.
 
     >>> fig = heatmap(report)          # doctest: +SKIP
+    >>> fig = heatmap("report.json")   # doctest: +SKIP
     """
     plt = _plt()
     from matplotlib.colors import LogNorm, Normalize
@@ -245,7 +259,7 @@ def _pct(v: float) -> str:
 
 
 # ----------------------------------------------------------------------------- norms
-def norm_trajectory(report: Any, ax: Any = None) -> Any:
+def norm_trajectory(report: DocLike, ax: Any = None) -> Any:
     """Median per-token norm against the layer each tensor is labelled with, for both sides.
 
     Training slots are placed at the layer the evidence gives them (their training label when the
@@ -362,7 +376,7 @@ def norm_trajectory(report: Any, ax: Any = None) -> Any:
 
 
 # ----------------------------------------------------------------------------- per token
-def token_errors(report: Any, axes: Any = None) -> Any:
+def token_errors(report: DocLike, axes: Any = None) -> Any:
     """Per-token relative error along the training sequence, one panel per training slot: the
     matched capture (solid) and the capture the configured ids give the slot (dashed)."""
     plt = _plt()
@@ -418,7 +432,7 @@ def token_errors(report: Any, axes: Any = None) -> Any:
 
 
 # ----------------------------------------------------------------------------- files
-def write_pictures(report: Any, folder: str | os.PathLike, dpi: int = 110) -> list[Path]:
+def write_pictures(report: DocLike, folder: str | os.PathLike, dpi: int = 110) -> list[Path]:
     """Save :data:`PICTURES` into ``folder`` (created if missing); returns the paths written.
 
     >>> write_pictures(report, "out/pictures")      # doctest: +SKIP

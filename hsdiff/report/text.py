@@ -6,7 +6,7 @@ from __future__ import annotations
 from ..model.results import pct
 from ..rules.conventions import describe_boundary
 from ..rules.serving import boundary_label, serving_engines
-from ._doc import Doc, _HasDict, as_doc, config_line, nested_in, other_engines, rec_words, rel_err, settings_lines
+from ._doc import DocLike, as_doc, config_line, nested_in, other_engines, rec_words, rel_err, settings_lines
 
 _STATUS = {
     "ok": "OK",
@@ -21,7 +21,7 @@ _STATUS = {
 }
 
 
-def render_table(report: Doc | _HasDict) -> str:
+def render_table(report: DocLike) -> str:
     """One row per training slot: layer, evidence, confidence, error, runner-up, configured, status."""
     d = as_doc(report)
     head = ["slot", "layer (B)", "evidence", "conf", "error", "runner-up", "configured", "status", "matched"]
@@ -52,7 +52,7 @@ def _short(text: str, n: int) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
-def render_text(report: Doc | _HasDict, *, verbose: bool = True) -> str:
+def render_text(report: DocLike, *, verbose: bool = True) -> str:
     """The full text report (``verbose`` adds the walk-through of the evidence).
 
     >>> print(render_text(load_doc("report.json")))    # doctest: +SKIP

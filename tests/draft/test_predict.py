@@ -353,3 +353,40 @@ def test_norm_ratios_say_when_a_per_chunk_norm_takes_their_cost_away(world, tmp_
     lost = got["plain", "same"].configured.acceptance_length - plain.configured.acceptance_length
     print(f"plain draft loses {lost:.3f} tokens/step; fc_norm draft {same - scaled_len:+.4f}")
     assert abs(scaled_len - same) < 0.01 < lost  # a near-tie argmax may flip on another CPU: not pinned exactly
+
+
+def test_watch_takes_its_baseline_from_the_report(world, tmp_path):
+    """``hsdiff watch --baseline REPORT``: the report's training row (the draft fed as trained) is the
+    healthy acceptance; an engine log at the wrong ids' acceptance, three windows of it, is a collapse."""
+    from hsdiff.watch import from_report
+
+    out = tmp_path / "r.json"
+    args = ["compare", str(world["train"]), str(world["infer"]), f"--layer-ids={sglang_ids(WRONG)}"]
+    args += ["--draft", str(world["draft"]), "--target-model", str(world["target"]), "--num-steps", str(NUM_STEPS)]
+    assert CliRunner().invoke(cli, [*args, "--json", str(out)]).exit_code == 1
+    pa = json.loads(out.read_text())["predicted_acceptance"]
+    base = from_report(out)
+    assert base.acceptance_length == pa["training"]["acceptance_length"] and base.spec_tokens == NUM_STEPS
+    assert list(base.per_position) == pa["training"]["acceptance_by_position"]
+    assert "row training" in base.source
+
+    # vLLM's log (vllm/v1/spec_decode/metrics.py:120-136) at a row's predicted acceptance, 3 x 300 steps
+    def judged(rates: list[float]) -> int:
+        acc = [round(r * 300) for r in rates]
+        line = (
+            f"SpecDecoding metrics: Mean acceptance length: {1 + sum(acc) / 300:.2f}, Accepted throughput: 1.00 "
+            f"tokens/s, Drafted throughput: 5.00 tokens/s, Accepted: {sum(acc)} tokens, Drafted: {300 * NUM_STEPS} "
+            f"tokens, Per-position acceptance rate: {', '.join(f'{a / 300:.3f}' for a in acc)}, Avg Draft "
+            "acceptance rate: 1.0%"
+        )
+        log = tmp_path / "vllm.log"
+        log.write_text((line + "\n") * 3)
+        argv = ["watch", "--once", "--log", str(log), "--baseline", str(out), "--window-drafts", "300"]
+        return CliRunner().invoke(cli, argv).exit_code
+
+    assert judged(pa["training"]["acceptance_by_position"]) == 0
+    assert judged([0.0] * NUM_STEPS) == 1
+    # this tiny world's wrong ids keep 42% of the gain (1.093 against 1.221): just above the rule's 40%
+    wrong = pa["configured"]
+    collapsed = wrong["acceptance_length"] - 1 < 0.4 * (pa["training"]["acceptance_length"] - 1)
+    assert judged(wrong["acceptance_by_position"]) == (1 if collapsed else 0)

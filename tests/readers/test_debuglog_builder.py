@@ -71,6 +71,49 @@ def test_a_log_of_per_token_norms_is_kept_as_weak_evidence(tmp_path):
     assert dump.captures == () and [p.norms for p in dump.norm_prints] == [(1.02, 0.98, 13.5, 37.1)]
 
 
+def test_per_token_norm_lines_make_one_series_per_capture_and_pass(tmp_path):
+    lines = [
+        f"[2026-11-30 01:15:07 TP0] layer={layer} token={t} norm={10 * layer + t}.5"
+        for layer in (1, 14)
+        for t in (3, 4, 5, 6)
+    ]
+    lines += ["[2026-11-30 01:15:08 TP0] Decode batch. #running-req: 1"]
+    lines += [f"layer={layer} token={t} norm={t}.25" for t in (7, 8, 9, 10) for layer in (1, 14)]  # token by token
+    lines += ["layer=1 token=3", "grad_norm=1.5 step=3", "layer=1 norm=2.0"]  # no norm; no label; no token
+    (tmp_path / "norms.log").write_text("\n".join(lines) + "\n")
+    dump = scan(tmp_path / "norms.log", "infer")
+    assert dump.captures == ()
+    got = [(p.slot, p.layer.value, p.rows, p.norms[0], p.origin.key, p.origin.line) for p in dump.norm_prints]
+    assert got == [
+        (0, 1, (3, 4, 5, 6), 13.5, "layer=1", 1),
+        (1, 14, (3, 4, 5, 6), 143.5, "layer=14", 5),
+        (0, 1, (7, 8, 9, 10), 7.25, "layer=1", 10),
+        (1, 14, (7, 8, 9, 10), 7.25, "layer=14", 11),
+    ]
+    assert dump.norm_prints[0].group != dump.norm_prints[2].group  # another forward pass: other tokens
+
+
+def test_json_lines_of_norms_are_read_by_their_keys(tmp_path):
+    text = (
+        '{"slot": 1, "norms": [1.5, 2.5, 3.5, 4.5]}\n{"slot": 0, "token": 2, "norms": [5.5, 6.5, 7.5, 8.5]}\n'
+        + "".join(f'{{"layer": 3, "token": {t}, "norm": {t}.5}}\n' for t in range(4))
+    )
+    (tmp_path / "norms.jsonl").write_text(text)
+    dump = scan(tmp_path / "norms.jsonl", "infer", fmt="debuglog")
+    assert dump.captures == ()
+    got = [(p.slot, p.rows, p.norms, p.origin.key) for p in dump.norm_prints]
+    assert got[:2] == [
+        (1, (0, 1, 2, 3), (1.5, 2.5, 3.5, 4.5), "slot=1"),
+        (0, (2, 3, 4, 5), (5.5, 6.5, 7.5, 8.5), "slot=0"),
+    ]
+    assert got[2][1:] == ((0, 1, 2, 3), (0.5, 1.5, 2.5, 3.5), "layer=3") and dump.norm_prints[2].layer.value == 3
+
+
+def test_a_shape_printed_before_the_values_is_a_label_not_a_statistic(tmp_path):
+    (c,) = read_text(tmp_path, "aux torch.Size([2, 1152]) tensor([[1.5, 2.5, ..., 3.5], [4.5, 5.5, ..., 6.5]])\n")
+    assert c.width == 1152 and c.observation.cols == (0, 1, 1151)
+
+
 def test_a_silent_log_beside_a_dump_is_skipped_not_fatal(tmp_path):
     d = B.sglang_dump(tmp_path / "dump", 1, [2, 15, 27])
     (d / "server.log").write_text("[2026-11-30 01:15:02 TP0] The server is fired up and ready to roll!\n")

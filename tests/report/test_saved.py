@@ -68,7 +68,40 @@ def test_saved_gate_result_renders_without_torch(tmp_path: Path) -> None:
     assert heavy == []
     assert text.split() == fresh.split()
     assert "gate: FAIL" in text
-    assert json.loads(path.read_text())["verdict"] == "fail"
+    assert json.loads(path.read_text())["gate"] == "fail"
+
+
+def test_a_gate_result_saved_under_schema_3_still_renders(tmp_path: Path) -> None:
+    """Schema 3 named the gate's pass/fail ``verdict``, the key the report's ok/mismatch/inconclusive has;
+    schema 4 names it ``gate``. A file saved under 3 renders exactly as the fresh result, by every renderer,
+    from its path or its dict (which is left as it was)."""
+    from hsdiff.report import load_doc, render_gate_text, render_github, render_junit, render_markdown
+
+    seed = ("--target-config", str(SEED / "model" / "config.json"))
+    for name, argv in {
+        "gate-fail": (
+            "gate",
+            str(SEED / "train"),
+            str(SEED / "infer-wrong"),
+            "--draft-config",
+            str(SEED / "draft-wrong" / "config.json"),
+            *seed,
+        ),
+        "check-pass": ("check-config", str(SEED / "draft-fixed" / "config.json"), *seed),
+    }.items():
+        (tmp_path / name).mkdir()
+        path, _ = _saved(tmp_path / name, *argv)
+        new = json.loads(path.read_text())
+        assert new["schema_version"] == 4 and new["gate"] in ("pass", "fail") and "verdict" not in new
+        old = {("verdict" if k == "gate" else k): v for k, v in new.items()} | {"schema_version": 3}
+        old_path = tmp_path / name / "schema-3.json"
+        old_path.write_text(json.dumps(old))
+        given = json.dumps(old)
+        for render in (render_gate_text, render_junit, render_markdown, render_github):
+            assert render(old_path) == render(old) == render(path) == render(new), (name, render.__name__)
+        assert json.dumps(old) == given
+        assert load_doc(old_path)["gate"] == new["gate"] and "verdict" not in load_doc(old_path)
+    assert "PASS" in render_gate_text(old_path) and "::notice" in render_github(old_path)
 
 
 def test_renderers_offer_fix_config_only_when_it_would_take_the_report(tmp_path: Path) -> None:

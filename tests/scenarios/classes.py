@@ -10,6 +10,7 @@ few fit seeds of each (``tests/test_calibration.py``).
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -184,6 +185,217 @@ def _final_train(d: Path, s: dict, train_b: list[int], fmt: str, sample: int) ->
             rows / f"data_{sample}.ckpt",
         )
     return d
+
+
+# ----------------------------------------------------------------------------- printed evidence, thin
+#: How the engine's captures relate to the training slots: right, every slot one layer off, the
+#: embeddings in slot 0 with the rest shifted by one slot (the seed's ``[-1, 2, 30]``), one slot one layer off.
+ENGINE_WAYS = ("right", "right", "layer-off", "embeddings-first", "one-slot-off")
+
+
+def _deployment(rng: random.Random, train_b: list[int]) -> tuple[str, str, list[int], list[int]]:
+    """(way, engine, configured ids, captured boundaries) of a server fed ``train_b``'s draft."""
+    way = rng.choice(ENGINE_WAYS)
+    captured = list(train_b)
+    if way == "layer-off":
+        d = rng.choice([1, -1])
+        captured = [b + d for b in train_b]
+    elif way == "embeddings-first":
+        captured = [0, *train_b[:-1]]
+    elif way == "one-slot-off":
+        i = rng.randrange(len(train_b))
+        moves = [b for b in (train_b[i] - 1, train_b[i] + 1) if 0 <= b < B.L and b not in train_b]
+        captured[i] = rng.choice(moves)
+        captured.sort()
+    engine = rng.choice(["sglang", "vllm"])
+    ids = [b - 1 for b in captured] if engine == "sglang" else captured  # SGLang's llama rule: B = id + 1
+    return way, engine, ids, captured
+
+
+@dataclass(frozen=True)
+class _Train:
+    """A SpecForge training dump of ``samples`` (the printed one among them) at ``slots``, with the draft's
+    config naming them (SpecForge's O-index ids) or without it."""
+
+    samples: tuple[int, ...]
+    slots: tuple[int, ...]
+    labelled: bool
+
+    @classmethod
+    def draw(cls, rng: random.Random, sample: int, train_b: list[int]) -> _Train:
+        return cls(
+            tuple(sorted({sample, *rng.sample(range(3), rng.choice([0, 1, 2]))})), tuple(train_b), rng.random() < 0.5
+        )
+
+    def write(self, root: Path) -> Path:
+        train = B.specforge(root / "train", self.samples, self.slots)
+        if self.labelled:
+            B.draft_config(train / "config.json", [b - 1 for b in self.slots])
+        return train
+
+    def __str__(self) -> str:
+        return f"train B{list(self.slots)} samples {list(self.samples)}{' labelled' if self.labelled else ''}"
+
+
+def _train_slots(rng: random.Random, k: int) -> list[int]:
+    return sorted(rng.sample(range(1, B.L - 1), k))  # B1..B28: one layer deeper is still a boundary
+
+
+def _torch_print(t: torch.Tensor) -> str:
+    torch.set_printoptions(profile="default")  # summarised past 1000 elements, 3 edge items
+    return str(t)
+
+
+LOG_HEAD = "[2026-12-07 10:02:11 TP0] Prefill batch. #new-seq: 1, #new-token: {n}, #cached-token: 0\n"
+
+
+@_class("summarised-print-concat")
+def summarised_concat(seed: int) -> Case:
+    """``print("aux:", torch.cat(aux_hidden_states, -1))`` in bf16: torch's summarised print of the
+    concatenated slots (the first three columns of slot 0 and the last three of slot k-1, of the first and
+    last three tokens), for k = 2..4, the whole prompt or a window of it. A right deployment cannot be told
+    from its neighbours by 18 values a slot, and the slots between are not printed: either answer but a
+    pass is defensible; a wrong one must never pass."""
+    rng = random.Random(f"summarised-{seed}")
+    sample = rng.randrange(3)
+    k = rng.choice([2, 3, 3, 4])
+    train_b = _train_slots(rng, k)
+    way, engine, ids, captured = _deployment(rng, train_b)
+    tr = _Train.draw(rng, sample, train_b)
+    t = int(B.states(sample)["input_ids"].numel())
+    a = rng.choice([0, 0, rng.randrange(t - 1)])
+    z = rng.choice([t, rng.randrange(a + 1, t + 1)])
+    label = rng.choice(["aux:", "eagle3 aux_hidden_states after cat:", "[eagle3] hidden states fed to the draft"])
+    newline = rng.random() < 0.3
+    should_pass = None if way == "right" else False
+
+    def write(root: Path) -> tuple[Path, Path]:
+        train = tr.write(root)
+        aux = torch.cat([B.states(sample)["bf16"][b][a:z] for b in captured], dim=-1)
+        log = root / "server.log"
+        sep = "\n" if newline else " "
+        log.write_text(LOG_HEAD.format(n=z - a) + f"[2026-12-07 10:02:11 TP0] {label}{sep}{_torch_print(aux)}\n")
+        return train, log
+
+    return Case(
+        "summarised-print-concat",
+        seed,
+        f"{tr}, printed sample {sample}; {way}: {engine} ids {ids} captures B{captured}; tokens {a}:{z}",
+        train_b,
+        should_pass,
+        write,
+        {"engine": engine, "layer_ids": ids},
+    )
+
+
+def _norms(sample: int, b: int, a: int, z: int, dtype: str) -> list[float]:
+    h = B.states(sample)["bf16"][b][a:z]
+    n = h.norm(dim=-1) if dtype == "bf16" else h.float().norm(dim=-1)
+    return [float(x) for x in n.float()]
+
+
+@_class("norm-list-offset")
+def norm_list_offset(seed: int) -> Case:
+    """A list of per-token norms per aux slot (``h[a:b].norm(dim=-1).tolist()``), starting at a random
+    token, its positions printed or not: weak evidence that can rule a layer out (a mismatch) but never
+    prove one, so a right deployment is inconclusive at best and a wrong one must never pass."""
+    rng = random.Random(f"norm-list-{seed}")
+    sample = rng.randrange(3)
+    k = rng.choice([2, 3, 3, 4])
+    train_b = _train_slots(rng, k)
+    way, engine, ids, captured = _deployment(rng, train_b)
+    tr = _Train.draw(rng, sample, train_b)
+    t = int(B.states(sample)["input_ids"].numel())
+    a = rng.choice([0, rng.randrange(1, 9)])
+    z = rng.randrange(min(t, a + 6), t + 1)
+    style = rng.choice(["slot-list", "layer-slice", "unlabelled", "torch"])
+    dtype = rng.choice(["bf16", "fp32"])
+
+    def write(root: Path) -> tuple[Path, Path]:
+        train = tr.write(root)
+        lines = [LOG_HEAD.format(n=t).rstrip("\n")]
+        for j, (i, b) in enumerate(zip(ids, captured)):
+            norms = _norms(sample, b, a, z, dtype)
+            pre = "[2026-12-07 10:02:11 TP0] "
+            if style == "slot-list":
+                lines.append(f"{pre}eagle3 aux slot {j} norms: {[round(x, 4) for x in norms]}")
+            elif style == "layer-slice":
+                lines.append(f"{pre}layer {i}: h[{a}:{z}].norm(dim=-1).tolist()={norms}")
+            elif style == "unlabelled":
+                lines.append(f"{pre}aux hidden norms={[round(x, 3) for x in norms]}")
+            else:
+                n = torch.tensor(norms, dtype=torch.bfloat16 if dtype == "bf16" else torch.float32)
+                lines.append(f"{pre}aux_hidden_states[{j}].norm(dim=-1) = {_torch_print(n)}")
+        log = root / "server.log"
+        log.write_text("\n".join(lines) + "\n")
+        return train, log
+
+    return Case(
+        "norm-list-offset",
+        seed,
+        f"{tr}, printed sample {sample}; {way}: {engine} ids {ids} captures B{captured}; norms {style} "
+        f"{dtype} tokens {a}:{z}",
+        train_b,
+        None if way == "right" else False,
+        write,
+        {"engine": engine, "layer_ids": ids},
+    )
+
+
+NORM_SHAPES = ("lines", "json-tokens", "json-lists")
+
+
+@_class("norm-lines")
+def norm_lines(seed: int) -> Case:
+    """Norm-only logs in the three shapes users print them: ``layer=2 token=1 norm=105.52`` a token a line
+    (layer by layer, or token by token across the layers), the same as JSON lines, and JSON lines of one
+    list per slot (``{"slot": 0, "norms": [...]}``), from a random first token. Weak evidence: a right
+    deployment is inconclusive at best; a wrong one must never pass."""
+    rng = random.Random(f"norm-lines-{seed}")
+    sample = rng.randrange(3)
+    k = rng.choice([2, 3, 3, 4])
+    train_b = _train_slots(rng, k)
+    way, engine, ids, captured = _deployment(rng, train_b)
+    tr = _Train.draw(rng, sample, train_b)
+    t = int(B.states(sample)["input_ids"].numel())
+    a = rng.choice([0, 0, rng.randrange(1, 9)])
+    z = rng.randrange(min(t, a + 6), t + 1)
+    shape = rng.choice(NORM_SHAPES)
+    by_token = rng.random() < 0.5  # token-major: every layer's norm of token 0, then of token 1 ...
+    digits = rng.choice([2, 4])
+
+    def write(root: Path) -> tuple[Path, Path]:
+        train = tr.write(root)
+        norms = [_norms(sample, b, a, z, "fp32") for b in captured]
+        lines = [LOG_HEAD.format(n=t).rstrip("\n")]
+        if shape == "json-lists":
+            lines += [json.dumps({"slot": j, "norms": [round(x, digits) for x in n]}) for j, n in enumerate(norms)]
+        else:
+            cells = (
+                [(j, p) for p in range(z - a) for j in range(len(ids))]
+                if by_token
+                else [(j, p) for j in range(len(ids)) for p in range(z - a)]
+            )
+            for j, p in cells:
+                x = round(norms[j][p], digits)
+                if shape == "lines":
+                    lines.append(f"[2026-12-07 10:02:11 TP0] layer={ids[j]} token={a + p} norm={x}")
+                else:
+                    lines.append(json.dumps({"layer": ids[j], "token": a + p, "norm": x}))
+        log = root / "norms.log"
+        log.write_text("\n".join(lines) + "\n")
+        return train, log
+
+    return Case(
+        "norm-lines",
+        seed,
+        f"{tr}, printed sample {sample}; {way}: {engine} ids {ids} captures B{captured}; {shape}"
+        f"{' token-major' if by_token and shape != 'json-lists' else ''} tokens {a}:{z}",
+        train_b,
+        None if way == "right" else False,
+        write,
+        {"engine": engine, "layer_ids": ids},
+    )
 
 
 # ----------------------------------------------------------------------------- dumper tags that count outputs
@@ -363,8 +575,8 @@ def table(outcomes: list[dict]) -> str:
     seeds = [o["seed"] for o in outcomes]
     head = (
         "| class | cases | should pass, n: exit 0 / inconclusive / mismatch | should fail, n: exit 0 / inconclusive "
-        "/ mismatch | either, n: exit 0 / inconclusive / mismatch | slots, n: right / null / wrong | wrong at "
-        "confidence >= 0.9 | exit 2 |"
+        "/ mismatch | either, n: exit 0 / inconclusive / mismatch | slots, n: right / null / wrong "
+        "| wrong at confidence >= 0.9 | exit 2 |"
     )
     rows = [
         f"Held-out cases per class (seeds {min(seeds, default=0)}..{max(seeds, default=0)}, "
@@ -390,8 +602,7 @@ def table(outcomes: list[dict]) -> str:
         wrong = sum(1 for k, c in slots if k == "wrong" and c >= 0.9)
         errors = sum(o["exit_code"] == 2 for o in sel)
         rows.append(
-            f"| {name} | {len(sel)} | {exits(True)} | {exits(False)} | {exits(None)} | {len(slots)}: {n[0]} / {n[1]} / "
-            f"{n[2]} "
-            f"| **{wrong}** | {errors} |"
+            f"| {name} | {len(sel)} | {exits(True)} | {exits(False)} | {exits(None)} "
+            f"| {len(slots)}: {n[0]} / {n[1]} / {n[2]} | **{wrong}** | {errors} |"
         )
     return "\n".join(rows)

@@ -12,7 +12,11 @@ What is recognised in a noisy log (timestamps, other lines, ANSI colour, very lo
   (``[tensor(...), tensor(...)]``: list order is the slot order);
 * SGLang's tensor dumper records ``[Dumper.Value] <path> ... shape=... dtype=... sample_value=tensor(...)``,
   where every dimension longer than 50 is cut to its first 5 entries and the file path carries the
-  tags (``layer_id=...``, ``slot=...``).
+  tags (``layer_id=...``, ``slot=...``);
+* per-token norms without values (weak evidence, kept apart from the captures): a list per capture
+  (``aux slot 0 norms: [...]``, ``h[1:25].norm(dim=-1).tolist()=[...]``), one token a line
+  (``layer=2 token=1 norm=105.52``), and JSON lines of either (``{"layer": 2, "token": 1, "norm": 105.52}``,
+  ``{"slot": 0, "norms": [...]}``: a JSON object's keys are read as ``key=value`` labels).
 
 Labels read from the line (or from a header line just above a multi-line print): a slot index
 (``aux_hidden_states[1]``, ``slot 1``), a layer number (``layer=3``, ``layer_id=3``, ``layers.3``,

@@ -29,6 +29,7 @@ from .labels import (
     Labels,
     base_name,
     find_labels,
+    is_json_object,
     key_words,
     label_pattern,
     norm_dtype,
@@ -140,7 +141,11 @@ class Builder:
         self.saw_non_float = 0
         self.saw_stats = 0
         self.norm_prints: list[NormPrint] = []
+        self.norm_keys: set[tuple] = set()  # labelled norm prints of this pass (a repeat starts a new one)
+        #: per-token norms printed one token a line, by (pass, slot, layer, what the layer counts, label pattern)
+        self.token_norms: dict[tuple, _TokenNorms] = {}
         self._positions: tuple[int, ...] | None = None
+        self._json = False  # the record being read is a JSON object
         self.dups: dict[tuple, Cap] = {}  # identical prints of one pass (tensor-parallel ranks)
         self.parts: dict[tuple, list[Cap]] = {}  # prints of one pass with the same name, slot and layer
 
@@ -149,15 +154,21 @@ class Builder:
             self.pass_no += 1
         self.pass_keys = set()
         self.pass_shapes = {}
+        self.norm_keys = set()
 
     @property
     def group(self) -> str:
         return f"{self.rel}#pass{self.pass_no}"
 
     def record(self, rec: Record) -> None:
+        self._json = is_json_object(rec.text)
+        if self._json:
+            _unquote(rec)
         if not rec.prints:
             if PASS_RE.search(rec.text):
                 self.new_pass()
+            else:
+                self._token_norm(rec)
             return
         path = dumper_path(rec.text)
         if path is not None:
@@ -172,7 +183,7 @@ class Builder:
                 self.saw_non_float += 1
                 self._int_labels(p, local)
                 continue
-            if NOT_VALUES_RE.search(strip_prefix(local).rstrip()[-60:]):
+            if NOT_VALUES_RE.search(_TORCH_SIZE.sub(" ", strip_prefix(local)).rstrip()[-60:]):
                 self.saw_stats += 1
                 self._norms(p, local, rec)
                 continue
@@ -216,21 +227,65 @@ class Builder:
             return
         text = (rec.header + " " + rec.text) if rec.header else rec.text
         lab = find_labels(text, local)
-        rows = tuple(range(lab.row_start or 0, (lab.row_start or 0) + values.size))
-        layer = (
-            None
-            if lab.layer is None
-            else (
-                Layer(lab.layer, Index(lab.layer_index), LabelSource.LOG)
-                if lab.layer_index
-                else layer_label(lab.layer, short_key(text), self.ctx, "log")
-            )
-        )
+        start = 0 if lab.row_from_end else (lab.row_start or 0)  # h[-20:]: from an end the log does not state
+        rows = tuple(range(start, start + values.size))
+        if self._positions is not None and len(self._positions) == values.size:
+            rows, self._positions = self._positions, None
+        if lab.slot is not None or lab.layer is not None:
+            k = (lab.slot, lab.layer)
+            if k in self.norm_keys:
+                self.new_pass()  # the same capture's norms again: the next forward pass
+            self.norm_keys.add(k)
+        self.passes_with_caps.add(self.pass_no)
+        layer = self._layer(lab, text)
         self.norm_prints.append(
             NormPrint(
-                Origin(self.rel, short_key(text), p.line, KEY), tuple(float(v) for v in values), rows, lab.slot, layer
+                Origin(self.rel, self._key(text, lab), p.line, KEY),
+                tuple(float(v) for v in values),
+                rows,
+                lab.slot,
+                layer,
+                self.group,
             )
         )
+
+    def _key(self, text: str, lab: Labels) -> str:
+        """A print's label for reports: the line's words, or a JSON object's slot and layer."""
+        if not self._json:
+            return short_key(text)
+        named = [f"{k}={v}" for k, v in (("slot", lab.slot), ("layer", lab.layer)) if v is not None]
+        return " ".join(named) or short_key(text.strip(" {}"))
+
+    def _layer(self, lab: Labels, text: str) -> Layer | None:
+        if lab.layer is None:
+            return None
+        if lab.layer_index:
+            return Layer(lab.layer, Index(lab.layer_index), LabelSource.LOG)
+        return layer_label(lab.layer, short_key(text), self.ctx, "log")
+
+    def _token_norm(self, rec: Record) -> None:
+        """A line that prints one token's norm of a labelled capture (``layer=2 token=1 norm=105.52``, or a
+        JSON object of the same keys): collected into that capture's series of per-token norms."""
+        text = (rec.header + " " + rec.text) if rec.header else rec.text
+        if not _NORM_WORD.search(text):
+            return  # most lines of a server log: not read for labels
+        lab = find_labels(text, "")
+        if lab.norm is None or lab.row_start is None or lab.row_from_end or (lab.slot is None and lab.layer is None):
+            return
+        if not (math.isfinite(lab.norm) and lab.norm > 0):
+            return
+        pattern = label_pattern(_TOKEN_RE.sub(" ", _NORM_VALUE_RE.sub(" ", text)))
+        key = (self.group, lab.slot, lab.layer, lab.layer_index, pattern)
+        series = self.token_norms.get(key)
+        if series is not None and lab.row_start in series.norms:
+            self.new_pass()  # the same token of the same capture again: the next forward pass
+            key = (self.group, *key[1:])
+            series = None
+        if series is None:
+            name = self._key(_TOKEN_RE.sub(" ", _NORM_VALUE_RE.sub(" ", text)), lab)
+            series = self.token_norms[key] = _TokenNorms(rec.line, name, lab, self._layer(lab, text))
+        series.norms[lab.row_start] = lab.norm
+        self.passes_with_caps.add(self.pass_no)
 
     def _int_labels(self, p: Print, local: str) -> None:
         if re.search(r"\bpositions?\s*[=:]?\s*$", strip_prefix(local).rstrip(), re.I):
@@ -361,10 +416,28 @@ class Builder:
         self.caps.append(cap)
 
     def finish(self) -> list[Capture]:
-        unlabelled = [n for n in self.norm_prints if n.slot is None]
+        for (group, *_), series in self.token_norms.items():
+            if len(series.norms) >= _MIN_NORMS:
+                rows = tuple(sorted(series.norms))
+                self.norm_prints.append(
+                    NormPrint(
+                        Origin(self.rel, series.key, series.line, KEY),
+                        tuple(series.norms[t] for t in rows),
+                        rows,
+                        series.labels.slot,
+                        series.layer,
+                        group,
+                    )
+                )
+        # slot order from the log: the unlabelled norm prints of one pass, in the order they were printed
+        unlabelled: dict[str | None, list[NormPrint]] = {}
+        for n in sorted(self.norm_prints, key=lambda n: n.origin.line or 0):
+            if n.slot is None:
+                unlabelled.setdefault(n.group, []).append(n)
+        order = {id(n): i for caps in unlabelled.values() if len(caps) >= 2 for i, n in enumerate(caps)}
         self.ctx.norm_prints.extend(
-            n if n.slot is not None or len(unlabelled) < 2 else dataclasses.replace(n, slot=unlabelled.index(n))
-            for n in self.norm_prints
+            dataclasses.replace(n, slot=order[id(n)]) if id(n) in order else n
+            for n in sorted(self.norm_prints, key=lambda n: n.origin.line or 0)
         )
         # slot order from the log: unlabelled prints of one pass that share a label pattern
         by_pat: dict[tuple[str, str], list[Cap]] = {}
@@ -400,6 +473,36 @@ class Builder:
                 )
             )
         return out
+
+
+@dataclass
+class _TokenNorms:
+    """The per-token norms of one capture printed a token a line, as they are read."""
+
+    line: int  # the first line
+    key: str
+    labels: Labels
+    layer: Layer | None
+    norms: dict[int, float] = dataclasses.field(default_factory=dict)  # token position -> norm
+
+
+#: A printed shape before the values (``print("aux", h.shape, h)``): a label, not a statistic they are.
+_TORCH_SIZE = re.compile(r"torch\.Size\(\s*\[[\d,\s]*\]\s*\)")
+#: A line that may print a norm (what :func:`find_labels` reads as one needs one of these).
+_NORM_WORD = re.compile(r"norm|l2|\|\|", re.I)
+#: The token position and the norm of a per-token norm line, left out of its label pattern.
+_TOKEN_RE = re.compile(r"\b(?:token|tok|pos|position|row|token_idx|tok_idx)\s*[=:#]?\s*-?\d+", re.I)
+_NORM_VALUE_RE = re.compile(r"\bnorm\w*\s*[=:]\s*\S+", re.I)
+
+
+def _unquote(rec: Record) -> None:
+    """A JSON object's record with the quotes of its keys removed (``{"slot": 0, "norms": [`` reads as
+    ``{slot: 0, norms: [``), so that the label grammar reads its keys as it reads ``slot=0 norms=[``."""
+    rec.text = rec.text.replace('"', "")
+    rec.header = rec.header.replace('"', "")
+    for p in rec.prints:
+        p.prefix = p.prefix.replace('"', "")
+        p.list_label = p.list_label.replace('"', "")
 
 
 #: A print of per-token norms: its label ends in a norm word.

@@ -78,6 +78,14 @@ PASS_RE = re.compile(
 _RANK_RE = re.compile(r"\b(?:TP|rank[ =]?)(\d+)\b")
 
 
+_JSON_OBJECT = re.compile(r'^\s*\{\s*"[^"]*"\s*:')
+
+
+def is_json_object(text: str) -> bool:
+    """Whether a log line (after its prefix) is a JSON object: ``{"layer": 2, "token": 1, "norm": 105.5}``."""
+    return bool(_JSON_OBJECT.match(strip_prefix(text)))
+
+
 def ints(text: str) -> tuple[int, ...]:
     return tuple(int(t) for t in re.findall(r"\d{1,12}", text))
 
