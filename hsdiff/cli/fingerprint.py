@@ -120,7 +120,7 @@ def fingerprint_cmd(
     """Record the target's every boundary on a few probes, as 64-number sketches, with the training
     slots identified by value: the file hsdiff compare and gate check any engine capture against."""
     from .. import fingerprint as fpr
-    from ..fingerprint.record import check_out
+    from ..fingerprint.sources import check_out
 
     if (model_dir is None) == (from_dump is None):
         raise click.UsageError("give one of --model TARGET_DIR or --from ALL_LAYER_DUMP")
@@ -148,6 +148,12 @@ def fingerprint_cmd(
             train_engine=train_engine,
             budget=probe_tokens,
         )
+    _write(fp, path)
+
+
+def _write(fp, path: Path) -> None:
+    from .. import fingerprint as fpr
+
     written = fpr.write(fp, path)
     click.echo(f"wrote {written} ({written.stat().st_size / 1024:.0f} kB)")
     for line in fpr.summary(fpr.load(written)):

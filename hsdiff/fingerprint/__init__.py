@@ -22,15 +22,19 @@ The check needs numpy alone (the core install); recording runs the target (torch
 'ok'
 
 Modules: :mod:`.sketch` (the projection), :mod:`.identify` (the paired test), :mod:`.file` (the file,
-read safely), :mod:`.align` (tokens to probes), :mod:`.record` (recording), :mod:`.check` (the check).
+read safely), :mod:`.align` (tokens to probes), :mod:`.probes`, :mod:`.recording` (building one from states),
+:mod:`.sources` (from a dump on disk), :mod:`.forward` (from a model run here), :mod:`.check` (the check).
 """
 
 from __future__ import annotations
 
 from .check import WrongTargetError, check, check_arrays, check_dump
 from .file import FILENAME, Fingerprint, TrainingSlot, is_fingerprint, load, summary, write
+from .forward import from_model, record
 from .identify import Identity, identify
-from .record import BUILTIN_TEXTS, Pass, Probes, build, from_dump, from_model, identify_training, record
+from .probes import BUILTIN_TEXTS, Pass, Probes
+from .recording import build, identify_training
+from .sources import from_dump
 
 __all__ = [
     "FILENAME",
