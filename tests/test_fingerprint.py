@@ -352,3 +352,58 @@ def test_a_fingerprint_folder_without_one_is_named(tmp_path):
     one_line_error(
         run("gate", SEED / "infer-fixed", "--fingerprint", d, "--draft-config", SEED / "draft-fixed"), "fingerprint"
     )
+
+
+# ------------------------------------------------------------------------------------ recorded in Python
+
+
+@pytest.fixture(scope="module")
+def smollm2_models():
+    """(fp32, bf16) SmolLM2-135M, as a data-generation script holds the target."""
+    import copy
+
+    fp32 = B.smollm2_model()
+    return fp32, copy.deepcopy(fp32).to(torch.bfloat16)
+
+
+@pytest.mark.slow
+def test_record_inside_a_data_generation_loop(smollm2_models, tmp_path):
+    """The recipe of docs/fingerprint.md: the training dump is written as SpecForge writes it, then
+    ``hsdiff.fingerprint.record(model, input_ids)`` on its first samples; the engine captures checked."""
+    fp32, bf16 = smollm2_models
+    train = B.specforge(tmp_path / "train", [0, 1, 2], [3, 15, 27])  # the fp32 states of the same model
+    B.draft_config(tmp_path / "draft" / "config.json", [2, 14, 26])
+    samples = [B.states(i)["input_ids"] for i in range(3)]
+    fp = hsdiff.fingerprint.record(
+        bf16, samples, train=train, noise_model=fp32, draft_config=tmp_path / "draft" / "config.json"
+    )
+    path = hsdiff.fingerprint.write(fp, tmp_path / "draft")
+    assert path.name == "hsdiff-fingerprint.safetensors"
+    fp = F.load(path)
+    assert (fp.num_layers, fp.hidden_size, fp.has_final) == (30, 576, True)
+    assert [s.boundary for s in fp.training] == [3, 15, 27]
+    assert fp.target["embedding_digest"] and fp.noise_floor is not None
+    validate(fp.meta, "fingerprint")
+
+    right = B.sglang_dump(tmp_path / "right", 0, [3, 15, 27])
+    g = run("gate", right, "--fingerprint", path, "--draft-config", tmp_path / "draft" / "config.json", "-q")
+    assert g.exit_code == 0, g.output
+    r = run("compare", path, right, "--layer-ids=2,14,26", "--json", "-")
+    assert r.exit_code == 0 and json.loads(r.stdout)["verdict"] == "ok", r.output
+    for shift in (1, -1):
+        off = B.sglang_dump(tmp_path / f"off{shift}", 1, [b + shift for b in (3, 15, 27)])
+        r = hsdiff.fingerprint.check(path, off, layer_ids=[b + shift - 1 for b in (3, 15, 27)])
+        assert (r.exit_code, str(r.verdict)) == (1, "mismatch")
+        assert list(r.recommended.ids) == [2, 14, 26]
+        assert all(s.boundary_index in (3, 15, 27) or s.confidence < 0.9 for s in r.slots)
+
+
+@pytest.mark.slow
+def test_a_fingerprint_without_training_slots_or_draft_ids_is_refused(smollm2_models, tmp_path):
+    """Probes only: nothing says which boundaries the draft was trained on, so a check cannot answer."""
+    _, bf16 = smollm2_models
+    fp = hsdiff.fingerprint.record(bf16, B.states(2)["input_ids"])
+    path = hsdiff.fingerprint.write(fp, tmp_path / "fp.safetensors")
+    assert F.load(path).training == ()
+    infer = B.sglang_dump(tmp_path / "infer", 2, [3, 15, 27])
+    one_line_error(run("compare", path, infer, "--layer-ids=2,14,26"), "no training slots", "--train")

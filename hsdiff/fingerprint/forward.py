@@ -142,19 +142,22 @@ def _finish(
 
 
 def _as_sequences(input_ids: Any) -> list[tuple[int, ...]]:
-    try:
-        import torch
+    """One sequence (a list, array or tensor of ids), a batch ``[N, T]``, or a list of sequences of any
+    lengths (lists, arrays or tensors): the probes as tuples of ints."""
 
-        if isinstance(input_ids, torch.Tensor):
-            input_ids = input_ids.tolist()
-    except ImportError:  # pragma: no cover - torch is there whenever a model is
-        pass
-    if isinstance(input_ids, np.ndarray):
-        input_ids = input_ids.tolist()
-    seqs = list(input_ids)
-    if seqs and not isinstance(seqs[0], (list, tuple)):
+    def as_list(x: Any) -> Any:
+        return x.tolist() if hasattr(x, "tolist") else x
+
+    seqs = as_list(input_ids)
+    seqs = list(seqs) if isinstance(seqs, (list, tuple)) else [seqs]
+    if seqs and not hasattr(seqs[0], "__len__") and not hasattr(seqs[0], "tolist"):
         seqs = [seqs]
-    out = [tuple(int(t) for t in s) for s in seqs]
+    try:
+        out = [tuple(int(t) for t in as_list(s)) for s in seqs]
+    except (TypeError, ValueError):
+        raise InputError(
+            "input_ids is neither one sequence of token ids nor a list of them", options=("input_ids",)
+        ) from None
     if not out or not all(len(s) >= 2 for s in out):
         raise InputError("give at least one probe of two tokens or more", options=("input_ids",))
     return out
