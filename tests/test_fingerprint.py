@@ -128,6 +128,20 @@ def test_one_layer_off_fails_and_recommends_the_right_ids(seed_fp, tmp_path, shi
         assert s["boundary_index"] in SEED_TRAIN or s["confidence"] < 0.9
 
 
+def test_without_ids_the_capture_is_named_by_value(seed_fp):
+    r = run("compare", seed_fp, SEED / "infer-fixed", "--json", "-")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert [s["boundary_index"] for s in doc["slots"]] == SEED_TRAIN
+    assert "slots hold [B3, B31, B59] by value" in doc["cause"]
+
+
+def test_a_debug_log_is_refused_and_told_what_to_save(seed_fp):
+    """Five printed columns cannot be checked against sketches of whole rows."""
+    log = B.FIXTURES / "logs" / "seed-first5.log"
+    one_line_error(run("compare", seed_fp, log, "--layer-ids=-1,2,30"), "printed values", "save the tensors")
+
+
 def test_a_capture_of_other_probe_tokens_is_refused(seed_fp, tmp_path):
     """Another tokenizer: the same values under other token ids hold none of the probes."""
     ids = load_file(str(SEED_STATES))["input_ids"]

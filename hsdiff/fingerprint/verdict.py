@@ -378,11 +378,11 @@ def fp_cause(
 ) -> str:
     """The cause ``explain`` gives the slots, led by what the engine's slots hold by value."""
     held = []
-    for key in (
-        configured.boundary_indices
-        if configured is not None
-        else sorted((k for k in groups if isinstance(k, int)), key=int)
-    ):
+    labelled: list[int | str] = sorted((k for k in groups if isinstance(k, int)), key=int)
+    keys: Sequence[int | str] = (
+        configured.boundary_indices if configured is not None else labelled or list(groups)
+    )  # capture order
+    for key in keys:
         g = groups.get(key)
         i = None if g is None else g.identity
         if i is None or i.boundary is None or i.error > 0.10:
