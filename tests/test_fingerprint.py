@@ -421,3 +421,27 @@ def test_a_fingerprint_without_training_slots_or_draft_ids_is_refused(smollm2_mo
     assert F.load(path).training == ()
     infer = B.sglang_dump(tmp_path / "infer", 2, [3, 15, 27])
     one_line_error(run("compare", path, infer, "--layer-ids=2,14,26"), "no training slots", "--train")
+
+
+@pytest.mark.slow
+def test_fingerprint_command_runs_a_model_folder(smollm2_models, tmp_path):
+    """``hsdiff fingerprint --model TARGET --train TRAIN --draft DRAFT``: the target run here (bf16 reference,
+    fp32 noise floor), the file written beside the draft, the engine's capture checked by the gate."""
+    fp32, _ = smollm2_models
+    target = tmp_path / "target"
+    fp32.save_pretrained(str(target))
+    train = B.specforge(tmp_path / "train", [0, 1], [3, 15, 27])
+    draft = B.draft_config(tmp_path / "draft" / "config.json", [2, 14, 26]).parent
+    r = run("fingerprint", "--model", target, "--train", train, "--draft", draft)
+    assert r.exit_code == 0, r.output
+    path = draft / "hsdiff-fingerprint.safetensors"
+    fp = F.load(path)
+    assert [s.boundary for s in fp.training] == [3, 15, 27]
+    assert fp.meta["reference"]["dtype"] == "bfloat16" and fp.noise_floor is not None
+    assert fp.target["embedding_digest"]
+    g = run("gate", B.sglang_dump(tmp_path / "right", 1, [3, 15, 27]), "--fingerprint", path, "--draft-config", draft)
+    assert g.exit_code == 0, g.output
+    off = B.sglang_dump(tmp_path / "off", 0, [4, 16, 28])
+    r = run("compare", path, off, "--layer-ids=3,15,27", "--json", "-")
+    assert r.exit_code == 1, r.output
+    assert json.loads(r.stdout)["recommended"]["eagle_aux_hidden_state_layer_ids"] == [2, 14, 26]
