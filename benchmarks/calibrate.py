@@ -186,12 +186,18 @@ def fingerprint_table(args: argparse.Namespace) -> dict:
     targets = tuple(t for t in args.targets.split(",") if t)
     outcomes = []
     t0 = time.perf_counter()
+    partial = args.json.with_name(args.json.stem + "-fingerprint.jsonl") if args.json else None
+    if partial:
+        partial.write_text("")  # one outcome a line as they come: a run cut short keeps what it measured
     for t in targets:
         for noise in heldout.NOISES:
             for seed in range(args.seed, args.seed + args.fingerprint):
                 d = dataclasses.replace(heldout.deployment(seed, (t,)), noise=noise)
                 with tempfile.TemporaryDirectory(prefix="calibration-fingerprint-") as tmp:
                     outcomes.append(fingerprint.outcome(d, Path(tmp)))
+                if partial:
+                    with open(partial, "a") as f:
+                        f.write(json.dumps(outcomes[-1]) + "\n")
                 if args.verbose:
                     print(json.dumps(outcomes[-1]), flush=True)
             print(f"  fingerprint {t} {noise}: {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)

@@ -88,6 +88,7 @@ def test_seed_fingerprint_identifies_the_training_slots_by_value(seed_fp):
     assert [s.boundary for s in fp.training] == SEED_TRAIN
     assert all(s.evidence == "observed" for s in fp.training)
     assert fp.draft["ids"] == [2, 30, 58]
+    assert fp.meta["training"]["source"] == "train"  # the folder's name: the file travels, the path does not
     # a file of its own beside the draft: nothing written into the dumps it was recorded from
     assert not list((SEED / "train").rglob("*fingerprint*"))
 

@@ -17,7 +17,7 @@ from . import file as fpfile
 from .probes import PROBE_TOKENS, Pass, Probes, builtin_probes, embedding_ids, probes_from_dump
 from .recording import build, draft_info, identify_training
 from .sketch import DIM, SEED
-from .sources import file_digest, train_dump
+from .sources import file_digest, source_name, train_dump
 
 __all__ = ["record", "from_model", "model_states"]
 
@@ -120,7 +120,7 @@ def _finish(
     tdump = train_dump(train)
     passes = [ref] + ([noise] if noise is not None else [])
     training = (
-        identify_training(tdump, probes, passes, hidden, L, train_engine=train_engine, source=str(train))
+        identify_training(tdump, probes, passes, hidden, L, train_engine=train_engine, source=source_name(train))
         if tdump is not None
         else None
     )

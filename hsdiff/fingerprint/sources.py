@@ -21,13 +21,21 @@ from .probes import PROBE_MAX, PROBE_TOKENS, Pass, Probes, probes_from_dump
 from .recording import build, draft_info, identify_training
 from .sketch import DIM, SEED
 
-__all__ = ["from_dump", "check_out", "train_dump", "file_digest"]
+__all__ = ["from_dump", "check_out", "train_dump", "file_digest", "source_name"]
 
 
 def train_dump(train: str | os.PathLike | Dump | None) -> Dump | None:
     if train is None or isinstance(train, Dump):
         return train
     return scan(train, TRAIN, format_name="train")
+
+
+def source_name(train: str | os.PathLike | Dump | None) -> str:
+    """How the fingerprint names the training dump: its folder's name, never the full path (the file travels
+    with the draft, and the path is the recording machine's)."""
+    if train is None or isinstance(train, Dump):
+        return "the training dump" if train is not None else ""
+    return Path(train).name or str(train)
 
 
 def _configs_from(dump: Dump | None) -> dict[str, Any] | None:
@@ -111,7 +119,14 @@ def from_dump(
         passes.append(noise)
     training = (
         identify_training(
-            tdump, probes, passes, hidden, L, train_engine=train_engine, model_family=model_family, source=str(train)
+            tdump,
+            probes,
+            passes,
+            hidden,
+            L,
+            train_engine=train_engine,
+            model_family=model_family,
+            source=source_name(train),
         )
         if tdump is not None
         else None
