@@ -94,7 +94,7 @@ def test_the_seed_gate_fails_on_the_wrong_ids_and_passes_on_the_fix(tmp_path):
     )
     assert fixed.returncode == 0, fixed.stderr
     assert "gate: PASS" in fixed.stdout
-    assert json.loads((tmp_path / "gate.json").read_text())["verdict"] == "pass"
+    assert json.loads((tmp_path / "gate.json").read_text())["gate"] == "pass"
     assert 'failures="0"' in (tmp_path / "gate.xml").read_text()
     assert "PASS" in (tmp_path / "gate.md").read_text()
 
