@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from ..errors import HsdiffError
+from ._help import GroupedCommand
 
 EXIT_OK, EXIT_FAIL, EXIT_INPUT, EXIT_BUG = 0, 1, 2, 3
 #: OS errors that say something of the machine or the paths given (exit 2), not of hsdiff (exit 3)
@@ -57,6 +58,8 @@ def flag(name: str) -> str:
 class _Group(click.Group):
     """Maps library exceptions to exit codes so that a crash is never read as a verdict; loads each
     command's module when the command is asked for."""
+
+    command_class = GroupedCommand
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(set(super().list_commands(ctx)) | set(COMMANDS))
