@@ -20,7 +20,7 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 #: Set by ``make test-core``: this venv holds the core install only.
 CORE = os.environ.get("HSDIFF_TEST_CORE") == "1"
 #: What the core install must not hold (import names of the extras' packages and of the test tools).
-NOT_IN_CORE = ("torch", "pandas", "matplotlib", "transformers", "dask", "fsspec", "zstandard", "jsonschema")
+NOT_IN_CORE = ("torch", "pandas", "matplotlib", "transformers", "dask", "fsspec", "zstandard", "jsonschema", "tqdm")
 
 
 def pytest_configure(config: pytest.Config) -> None:
