@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from ..errors import HsdiffError
+from . import _config
 
 EXIT_OK, EXIT_FAIL, EXIT_INPUT, EXIT_BUG = 0, 1, 2, 3
 #: OS errors that say something of the machine or the paths given (exit 2), not of hsdiff (exit 3)
@@ -235,8 +236,17 @@ def cli(ctx: click.Context, debug: bool, verbose: bool, quiet: bool) -> None:
     --debug, -v and -q may also follow the command.
     """
     obj = ctx.ensure_object(dict)
+    defaults: dict[str, dict[str, Any]] = {name: dict(d) for name, d in (ctx.default_map or {}).items()}
+    if ctx.invoked_subcommand in _config.COMMANDS:  # hsdiff.toml or [tool.hsdiff], from the cwd upward
+        found = _config.find()
+        if found is not None:
+            obj["config_file"] = found[0]
+            for name, values in _config.default_map(ctx, *found).items():
+                defaults[name] = {**values, **defaults.get(name, {})}
     if quiet:  # the commands' own -q (a shorter report) defaults to on
-        ctx.default_map = {**(ctx.default_map or {}), **{name: {"quiet": True} for name in COMMANDS}}
+        for name in COMMANDS:
+            defaults.setdefault(name, {})["quiet"] = True
+    ctx.default_map = defaults or None
     configure_logging(obj)
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import click
 
 from ..comparison import Options, compare
@@ -9,6 +11,7 @@ from ..decide import NOISE_TOLERANCE
 from ..engine_log import configured_ids
 from ..report.text import render_text
 from ..rules import conventions as conv
+from ._config import sources
 from ._draft import attach, draft_options, engine_log
 from ._group import cli
 from ._options import dump_options, engine_option, progress_bars
@@ -68,6 +71,7 @@ def compare_cmd(
     if printing:  # the verdict now, before --draft replays the draft (it may take a while)
         click.echo(render_text(report, verbose=not quiet))
     report, acceptance = attach(report, report, train, infer, kw, progress=opts.progress)
+    report = dataclasses.replace(report, inputs={**report.inputs, "sources": sources()})
     if json_path:
         write_json(report, json_path)
     if plot_path:
