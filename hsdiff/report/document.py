@@ -27,7 +27,7 @@ from ._doc import (
     settings_lines,
     writable,
 )
-from .pictures import heatmap, norm_trajectory, png_bytes, report_data, token_errors
+from .pictures import heatmap, norm_trajectory, png_bytes, report_data, token_errors, zoomed
 
 __all__ = ["render_report_markdown", "render_html", "has_pictures", "NO_PICTURES"]
 
@@ -259,6 +259,12 @@ def _report_parts(data: dict, pictures: bool | None, level: int = 1) -> list[str
         ):
             uri = "data:image/png;base64," + base64.b64encode(png_bytes(draw(data))).decode("ascii")
             parts.append(f'<h2>{e(caption)}</h2><img alt="{e(caption)}" src="{uri}">')
+            if draw is heatmap and zoomed(data):  # the picture shows the region around the matches
+                full = base64.b64encode(png_bytes(heatmap(data, full=True))).decode("ascii")
+                parts.append(
+                    '<details><summary>Full view: every inference capture</summary><img alt="every inference '
+                    f'capture" src="data:image/png;base64,{full}"></details>'
+                )
     parts.append("<h2>Settings</h2><ul>" + "".join(f"<li>{e(x)}</li>" for x in settings_lines(data)) + "</ul>")
     if data.get("explanation"):
         parts.append(
