@@ -386,15 +386,21 @@ def norm_trajectory(report: DocLike, ax: Any = None) -> Any:
             )
     own = sorted((r for r in infer if r.get("label_source") != LabelSource.CONFIGURED), key=lambda r: r["boundary"])
     cfg = sorted((r for r in infer if r.get("label_source") == LabelSource.CONFIGURED), key=lambda r: r["boundary"])
-    if own:
+    stacks = _stacks(own)  # two all-layer stacks: a line each, not one zigzag between them
+    for n, (key, tag) in enumerate(stacks.items() or [("", "")]):
+        rows = [r for r in own if not stacks or _stack(r) == key]
+        if not rows:
+            continue
         ax.plot(
-            [r["boundary"] for r in own],
-            [r["median_norm"] for r in own],
-            "-s",
-            color="#ff7f0e",
+            [r["boundary"] for r in rows],
+            [r["median_norm"] for r in rows],
+            "-s" if n == 0 else "-^",
+            color=("#ff7f0e", "#2ca02c", "#9467bd", "#8c564b")[n % 4],
             markersize=4,
             linewidth=1.2,
-            label="inference captures (at their own layer label)",
+            label="inference captures (at their own layer label)"
+            if not tag
+            else f"inference stack {tag}: {_short(key, 30)}",
             zorder=2,
         )
     if cfg:

@@ -125,6 +125,8 @@ def test_many_captures_show_the_region_around_the_matches_with_the_stack_named(s
     full = _ticks(heatmap(data, full=True))
     assert full[:3] == ["B0", "B1", "B2"] and len(set(full)) == len(full) == 62  # a label per layer, not per column
     assert len(_ticks(heatmap(with_captures(seed_report, 30)))) == 30
+    legend = [t.get_text() for t in norm_trajectory(data).axes[0].get_legend().get_texts()]
+    assert sum(t.startswith("inference stack s") for t in legend) == 2  # a line per stack, not one zigzag
 
 
 def test_the_html_page_holds_the_full_view_behind_a_toggle(seed_report):
