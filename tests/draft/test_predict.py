@@ -260,6 +260,9 @@ def test_gate_fails_below_min_acceptance(world, tmp_path):
     cfg.write_text(json.dumps(base))
     bad = CliRunner().invoke(cli, ["gate", *common, "--draft-config", str(cfg), "--min-acceptance", f"{threshold:.3f}"])
     assert bad.exit_code == 1 and "predicted-acceptance" in bad.output and "< --min-acceptance" in bad.output
+    said = bad.output.index("hsdiff: gate so far: FAIL")  # the verdict before the replay, not after it
+    assert said < bad.output.index("predicted-acceptance")
+    assert "gate so far: PASS" in ok.output
     usage = CliRunner().invoke(
         cli, ["gate", str(world["train"]), str(world["infer"]), "--draft-config", str(cfg), "--min-acceptance", "2"]
     )
