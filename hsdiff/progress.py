@@ -27,10 +27,11 @@ import os
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TextIO, TypeVar
 
-__all__ = ["Progress", "bars", "track", "step", "DELAY"]
+__all__ = ["Progress", "bars", "track", "step", "close_all", "DELAY"]
 
 #: ``progress(what, done, total)``: ``done`` of ``total`` units of step ``what`` are finished.
 Progress = Callable[[str, int, int], None]
@@ -146,6 +147,13 @@ def unit_of(what: str) -> str:
     return "step"
 
 
+def close_all() -> None:
+    """Clear every bar still drawn (a step an error cut short), so that the error is printed on a line of its
+    own; the CLI calls it before it reports how a command ended."""
+    for b in list(_OPEN):
+        b.close()
+
+
 class _Bars:
     """One bar at a time: a new step ends the one before; redrawn while a unit takes long."""
 
@@ -155,6 +163,13 @@ class _Bars:
         self.lock = threading.Lock()
         self.wake = threading.Event()
         self.thread: threading.Thread | None = None
+        _OPEN.add(self)
+
+    def close(self) -> None:
+        with self.lock:
+            if self.bar is not None:
+                self.bar.close()
+                self.bar = None
 
     def __call__(self, what: str, done: int, total: int) -> None:
         with self.lock:
@@ -183,6 +198,10 @@ class _Bars:
                 if self.bar is None:
                     return
                 self.bar.tick()
+
+
+#: The callbacks :func:`bars` made that are still alive (:func:`close_all`).
+_OPEN: weakref.WeakSet[_Bars] = weakref.WeakSet()
 
 
 class _Bar:

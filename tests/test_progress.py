@@ -16,6 +16,7 @@ from . import ptyrun as P
 pytestmark = pytest.mark.core
 
 SEED = "fixtures/seed"
+ROOT_SEED = P.ROOT / SEED
 WRONG = ["compare", f"{SEED}/train", f"{SEED}/infer-wrong", "--layer-ids=-1,2,30"]
 #: The CLI with tqdm absent, as in the core install (``pip install hsdiff``).
 NO_TQDM = "import sys; sys.modules['tqdm'] = None; from hsdiff.cli import main; main(sys.argv[1:])"
@@ -80,3 +81,16 @@ def test_the_libraries_info_lines_show_only_with_debug():
     assert stderr() == ["hsdiff: worker lost"]
     assert stderr("-v") == ["hsdiff: hsdiff.audit started", "hsdiff: worker lost"]
     assert len(stderr("--debug")) == 5
+
+
+def test_an_error_mid_step_is_printed_on_a_line_of_its_own(tmp_path):
+    import shutil
+
+    dump = tmp_path / "infer"
+    shutil.copytree(ROOT_SEED / "infer-wrong", dump)
+    aux = next(dump.rglob("*name=aux_hidden_states*.pt"))
+    aux.write_bytes(aux.read_bytes()[: aux.stat().st_size // 2])  # a copy cut short: exit 2 while reading
+    rc, shown = P.on_tty(["compare", f"{SEED}/train", str(dump), "--layer-ids=-1,2,30"])
+    assert rc == 2 and "hsdiff reading inference files" in shown
+    before = shown.split("hsdiff: error: ")[0]
+    assert before.rsplit("\r", 1)[-1].strip() == ""  # the bar was cleared first, not left in front of the error

@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from ..errors import HsdiffError
+from ..progress import close_all
 from . import _config
 
 EXIT_OK, EXIT_FAIL, EXIT_INPUT, EXIT_BUG = 0, 1, 2, 3
@@ -79,7 +80,10 @@ class _Group(click.Group):
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
-            return super().invoke(ctx)
+            try:
+                return super().invoke(ctx)
+            finally:
+                close_all()  # a bar an error cut short: cleared before the error is printed
         except HsdiffError as e:
             click.echo(f"hsdiff: error: {e.in_terms(flag)}", err=True)
             ctx.exit(EXIT_INPUT)
