@@ -185,3 +185,15 @@ def test_the_draft_input_installs_the_draft_extra(tmp_path):
     assert "installing hsdiff[plot,draft]==0.2.0" in r.stdout and r.stdout.rstrip().endswith(
         "hsdiff[plot,draft]==0.2.0"
     )
+
+
+def test_a_repository_with_a_settings_file_needs_no_inputs(tmp_path):
+    (tmp_path / "hsdiff.toml").write_text(
+        f'engine = "sglang"\ndraft-config = "{SEED}/draft-wrong/config.json"\n'
+        f'[dumps]\ntrain = "{SEED}/train"\ninfer = "{SEED}/infer-wrong"\n'
+    )
+    r = replay(tmp_path, pictures="false", pip_args=DRY)
+    assert r["exit"] == 1 and r["outputs"]["gate"] == "fail"
+    doc = json.loads((tmp_path / "hsdiff-reports" / "gate.json").read_text())
+    assert doc["inputs"]["sources"]["train"] == str(tmp_path / "hsdiff.toml")
+    assert doc["inputs"]["sources"]["json_path"] == "flag"  # the action's own reports
