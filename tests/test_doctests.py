@@ -23,7 +23,7 @@ MODULES = [
     "hsdiff.extras",
     "hsdiff.engine_log",
     "hsdiff.watch.collapse",
-    pytest.param("hsdiff.watch.scrape", marks=pytest.mark.extra("watch")),  # prometheus-client
+    pytest.param("hsdiff.watch.scrape", marks=pytest.mark.extra("watch")),  # prometheus-client parses the page
     "hsdiff.progress",
 ]
 

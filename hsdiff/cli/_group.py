@@ -14,6 +14,7 @@ import click
 from ..errors import HsdiffError
 from ..progress import close_all
 from . import _config
+from ._help import GroupedCommand
 
 EXIT_OK, EXIT_FAIL, EXIT_INPUT, EXIT_BUG = 0, 1, 2, 3
 #: OS errors that say something of the machine or the paths given (exit 2), not of hsdiff (exit 3)
@@ -60,6 +61,8 @@ def flag(name: str) -> str:
 class _Group(click.Group):
     """Maps library exceptions to exit codes so that a crash is never read as a verdict; loads each
     command's module when the command is asked for."""
+
+    command_class = GroupedCommand
 
     def add_command(self, cmd: click.Command, name: str | None = None) -> None:
         super().add_command(verbosity_options(cmd), name)
