@@ -29,6 +29,7 @@ NOT_IN_CORE = (
     "fsspec",
     "zstandard",
     "prometheus_client",
+    "tqdm",
     "jsonschema",
 )
 

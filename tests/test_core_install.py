@@ -23,7 +23,18 @@ pytestmark = pytest.mark.core
 ROOT = Path(__file__).resolve().parent.parent
 SEED = "fixtures/seed"
 #: The import names of every extra's packages: none may be needed by the core.
-EXTRAS = ("torch", "pandas", "matplotlib", "transformers", "accelerate", "dask", "distributed", "fsspec", "zstandard")
+EXTRAS = (
+    "torch",
+    "pandas",
+    "matplotlib",
+    "transformers",
+    "accelerate",
+    "dask",
+    "distributed",
+    "fsspec",
+    "zstandard",
+    "tqdm",
+)
 _RUN = "import sys; sys.modules.update(dict.fromkeys({blocked!r})); from hsdiff.cli import main; main(sys.argv[1:])"
 
 

@@ -24,6 +24,7 @@ MODULES = [
     "hsdiff.engine_log",
     "hsdiff.watch.collapse",
     pytest.param("hsdiff.watch.scrape", marks=pytest.mark.extra("watch")),  # prometheus-client parses the page
+    "hsdiff.progress",
 ]
 
 

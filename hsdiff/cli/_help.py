@@ -50,6 +50,7 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "fmt",
             "sample_rows",
             "state",
+            "drafts_only",
         ),
     ),
     (
@@ -102,6 +103,7 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "report",
             "quiet",
             "progress",
+            "one_line",
         ),
     ),
 )
