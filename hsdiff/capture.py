@@ -33,6 +33,7 @@ from typing import Any
 
 from .errors import InputError
 from .extras import needs, require
+from .progress import Progress, step
 
 with needs("capture", "hsdiff capture"):
     import torch
@@ -216,13 +217,15 @@ def capture_hf(
     *,
     device: str = "cpu",
     verify: bool = True,
+    progress: Progress | None = None,
 ) -> dict:
     """Run a Hugging Face causal LM on ``input_ids`` and return every boundary.
 
     Returns ``{"hidden_states": [L+1, T, H], "input_ids": [T], "metadata": {...}}``; ``hidden_states``
     keeps the model's dtype. With ``verify``, B0..B(L-1) are checked against HF's own
     ``output_hidden_states`` and B=L against the final norm, so a model whose layers are not the
-    residual stream is reported instead of silently written.
+    residual stream is reported instead of silently written. ``progress`` (:mod:`hsdiff.progress`) is told
+    when the loading and the forward pass start and end.
     """
     tf = _transformers()
     if dtype not in DTYPES:
@@ -238,20 +241,12 @@ def capture_hf(
     if ids.numel() == 0:
         raise InputError("the sample has no token ids")
     torch_dtype = DTYPES[dtype]
-    try:
-        model = tf.AutoModelForCausalLM.from_pretrained(str(d), dtype=torch_dtype)
-    except TypeError:  # transformers < 4.56 names it torch_dtype
-        model = tf.AutoModelForCausalLM.from_pretrained(str(d), torch_dtype=torch_dtype)
-    except (OSError, ValueError) as e:
-        raise InputError(
-            f"transformers cannot load this model ({e})",
-            path=d,
-            hint="check the folder holds config.json and its weights",
-        ) from None
-    model.to(device).eval()
+    with step(progress, "loading the model"):
+        model = _load(tf, d, torch_dtype, device)
     warnings: list[str] = []
-    with torch.inference_mode(), capture_boundaries(model) as cap:
-        out = model(input_ids=ids[None].to(device), output_hidden_states=verify, use_cache=False)
+    with step(progress, f"running the model on {ids.numel()} tokens"):
+        with torch.inference_mode(), capture_boundaries(model) as cap:
+            out = model(input_ids=ids[None].to(device), output_hidden_states=verify, use_cache=False)
     stack = cap.stack()
     L = cap.num_layers
     if verify:
@@ -270,6 +265,20 @@ def capture_hf(
     if warnings:
         meta["warnings"] = json.dumps(warnings)
     return {"hidden_states": stack.contiguous(), "input_ids": ids, "metadata": meta, "warnings": warnings}
+
+
+def _load(tf: Any, d: Path, torch_dtype: torch.dtype, device: str) -> nn.Module:
+    try:
+        model = tf.AutoModelForCausalLM.from_pretrained(str(d), dtype=torch_dtype)
+    except TypeError:  # transformers < 4.56 names it torch_dtype
+        model = tf.AutoModelForCausalLM.from_pretrained(str(d), torch_dtype=torch_dtype)
+    except (OSError, ValueError) as e:
+        raise InputError(
+            f"transformers cannot load this model ({e})",
+            path=d,
+            hint="check the folder holds config.json and its weights",
+        ) from None
+    return model.to(device).eval()
 
 
 def _verify(model: nn.Module, out: Any, stack: torch.Tensor, L: int) -> list[str]:

@@ -11,9 +11,9 @@ extra       packages                                         serves
 plot        matplotlib                                       ``--plot``, ``report.plot()``, the HTML pictures
 frames      pandas                                           ``report.slots_frame()``, ``scores_frame()``
 torch       torch                                            legacy (non-zip) ``torch.save`` files
-draft       torch                                            ``--draft``: the draft's forward on the CPU
-capture     torch, transformers, accelerate                  ``hsdiff capture``, ``hsdiff.capture``
-audit       dask[distributed], fsspec                        ``hsdiff audit`` on worker processes, URLs
+draft       torch, tqdm                                      ``--draft``: the draft's forward on the CPU
+capture     torch, transformers, accelerate, tqdm            ``hsdiff capture``, ``hsdiff.capture``
+audit       dask[distributed], fsspec, tqdm                  ``hsdiff audit`` on worker processes, URLs
 zstd        zstandard                                        vLLM's ``.safetensors.zst`` files
 watch       prometheus-client                                ``hsdiff watch --metrics``
 vllm        (nothing yet)                                    reserved for the vLLM plugin
@@ -67,15 +67,15 @@ EXTRAS: dict[str, Extra] = {
             "pandas frames: report.slots_frame(), scores_frame(), PredictedAcceptance.frame()",
         ),
         Extra("torch", ("torch>=2.4",), "legacy (non-zip) torch.save files, Capture.load()"),
-        Extra("draft", ("torch>=2.4",), "--draft: the deployed draft run on the CPU (hsdiff.draft)"),
+        Extra("draft", ("torch>=2.4", "tqdm>=4.60"), "--draft: the deployed draft run on the CPU (hsdiff.draft)"),
         Extra(
             "capture",
-            ("torch>=2.4", "transformers>=4.45", "accelerate>=0.30"),
+            ("torch>=2.4", "transformers>=4.45", "accelerate>=0.30", "tqdm>=4.60"),
             "hsdiff capture and hsdiff.capture: a Hugging Face model run to write every boundary",
         ),
         Extra(
             "audit",
-            ("dask[distributed]>=2024.1", "fsspec>=2023.1"),
+            ("dask[distributed]>=2024.1", "fsspec>=2023.1", "tqdm>=4.60"),
             "hsdiff audit on worker processes or a Dask cluster, and on fsspec URLs",
         ),
         Extra("zstd", ("zstandard>=0.22",), "vLLM's zstd-compressed .safetensors.zst files"),

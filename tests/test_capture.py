@@ -236,3 +236,17 @@ def test_smollm2_capture_matches_a_specforge_training_dump(smollm2_dir, tmp_path
             }
         )
     )
+
+
+def test_capture_shows_its_steps_on_a_terminal_and_nothing_when_piped(tiny, tmp_path):
+    from . import ptyrun as P
+
+    d, model = tiny
+    train = _specforge_from(model, tmp_path / "train", [2, 3, 5])
+    args = ["capture", "--model", str(d), "--input", str(train / "rows_0-2000" / "data_0.ckpt"), "--dtype", "fp32"]
+    rc, shown = P.on_tty([*args, "--out", str(tmp_path / "a")])
+    assert rc == 0 and "B0..B6" in shown
+    assert {"loading the model", "running the model on 14 tokens"} <= P.bars(shown), shown
+    r = P.piped([*args, "--out", str(tmp_path / "b")])
+    assert r.returncode == 0 and "B0..B6" in r.stdout
+    assert "\r" not in r.stdout + r.stderr and "loading" not in r.stderr

@@ -303,3 +303,23 @@ def test_deepseek_rule_writing_with_b1_after_another_id(tmp_path):
     r = run("check-config", str(tmp_path / "config.json"), "--target-config", LLAMA61, "--json", "-")
     found = {c["name"]: c for c in json.loads(r.output)["checks"]}
     assert found["ids-sorted"]["status"] == "FAIL"
+
+
+def test_several_configs_one_line_each_and_a_targets_config_passed_over(tmp_path):
+    seed = "fixtures/seed"
+    wrong, fixed, target = (
+        f"{seed}/draft-wrong/config.json",
+        f"{seed}/draft-fixed/config.json",
+        f"{seed}/model/config.json",
+    )
+    r = run("check-config", "--strict", "--drafts-only", wrong, fixed, target)
+    assert r.exit_code == 1
+    assert r.output.splitlines() == [
+        f"{wrong}: FAIL — " + r.output.splitlines()[0].split(" — ", 1)[1],
+        f"{fixed}: PASS",
+    ]
+    assert "ids-embeddings: id -1" in r.output
+    assert run("check-config", wrong, "--one-line").output.startswith(f"{wrong}: PASS")  # a warning without --strict
+    assert run("check-config", "--strict", "--one-line", fixed).exit_code == 0
+    usage = run("check-config", wrong, fixed, "--json", str(tmp_path / "x.json"))
+    assert usage.exit_code == 2 and "one DRAFT_CONFIG" in usage.output and not (tmp_path / "x.json").exists()

@@ -23,7 +23,18 @@ pytestmark = pytest.mark.core
 ROOT = Path(__file__).resolve().parent.parent
 SEED = "fixtures/seed"
 #: The import names of every extra's packages: none may be needed by the core.
-EXTRAS = ("torch", "pandas", "matplotlib", "transformers", "accelerate", "dask", "distributed", "fsspec", "zstandard")
+EXTRAS = (
+    "torch",
+    "pandas",
+    "matplotlib",
+    "transformers",
+    "accelerate",
+    "dask",
+    "distributed",
+    "fsspec",
+    "zstandard",
+    "tqdm",
+)
 _RUN = "import sys; sys.modules.update(dict.fromkeys({blocked!r})); from hsdiff.cli import main; main(sys.argv[1:])"
 
 
@@ -94,7 +105,7 @@ def test_the_seed_gate_fails_on_the_wrong_ids_and_passes_on_the_fix(tmp_path):
     )
     assert fixed.returncode == 0, fixed.stderr
     assert "gate: PASS" in fixed.stdout
-    assert json.loads((tmp_path / "gate.json").read_text())["verdict"] == "pass"
+    assert json.loads((tmp_path / "gate.json").read_text())["gate"] == "pass"
     assert 'failures="0"' in (tmp_path / "gate.xml").read_text()
     assert "PASS" in (tmp_path / "gate.md").read_text()
 

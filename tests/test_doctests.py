@@ -23,7 +23,8 @@ MODULES = [
     "hsdiff.extras",
     "hsdiff.engine_log",
     "hsdiff.watch.collapse",
-    "hsdiff.watch.scrape",
+    pytest.param("hsdiff.watch.scrape", marks=pytest.mark.extra("watch")),  # prometheus-client parses the page
+    "hsdiff.progress",
 ]
 
 

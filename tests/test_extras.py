@@ -33,7 +33,10 @@ def _name(requirement: str) -> str:
 
 
 def test_the_core_is_numpy_safetensors_and_click():
-    assert sorted(map(_name, _lines(_setup_cfg()["options"]["install_requires"]))) == ["click", "numpy", "safetensors"]
+    """(and tomli on Python 3.10 alone, where the standard library has no tomllib)"""
+    required = _lines(_setup_cfg()["options"]["install_requires"])
+    assert sorted(_name(r) for r in required if "python_version" not in r) == ["click", "numpy", "safetensors"]
+    assert [r for r in required if "python_version" in r] == ['tomli>=1.1; python_version < "3.11"']
 
 
 def test_setup_cfg_declares_every_extra_of_the_table_and_all_is_their_union():

@@ -140,8 +140,10 @@ def test_nan_and_zero_rows_are_counted_from_the_rows_read(tmp_path):
     assert (st.rows, st.nonfinite, st.zero_rows, st.nonzero) == (40, 1, 1, True)
 
 
-def test_progress_is_a_plain_callable_and_quiet_off_a_terminal(data, monkeypatch, capsys):
-    from hsdiff.cli._options import progress_printer
+def test_progress_is_a_plain_callable_and_quiet_off_a_terminal(data, monkeypatch):
+    import io
+
+    from hsdiff.progress import bars
 
     monkeypatch.setattr(scoring, "SKETCH_ABOVE", 0)
     monkeypatch.setattr(scoring, "WHOLE_WALK_BELOW", 0)
@@ -151,15 +153,18 @@ def test_progress_is_a_plain_callable_and_quiet_off_a_terminal(data, monkeypatch
     steps = {w for w, _, _ in seen}
     assert {"reading training samples", "sampling pairs", "verifying pairs"} <= steps
     assert all(any(w == s and i == n for w, i, n in seen) for s in ("sampling pairs", "verifying pairs"))
-    assert progress_printer(None) is None  # stderr is not a terminal under pytest
-    quick = progress_printer(True, after=3600)
+    assert bars(None, stream=io.StringIO()) is None  # not a terminal: nothing drawn
+    quiet = io.StringIO()
+    quick = bars(True, delay=3600, stream=quiet)  # a step quicker than the delay is never drawn
     assert quick is not None
     quick("sampling pairs", 1, 2)
-    slow = progress_printer(True, after=0)
+    quick("sampling pairs", 2, 2)
+    shown = io.StringIO()
+    slow = bars(True, delay=0, stream=shown)
     assert slow is not None
+    slow("verifying pairs", 1, 2)
     slow("verifying pairs", 2, 2)
-    err = capsys.readouterr().err
-    assert "sampling" not in err and "hsdiff: verifying pairs 2/2" in err
+    assert quiet.getvalue() == "" and "hsdiff verifying pairs" in shown.getvalue() and "1/2" in shown.getvalue()
 
 
 def test_compare_runs_without_importing_torch():

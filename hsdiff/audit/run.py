@@ -84,7 +84,7 @@ def audit(dataset: str | os.PathLike, options: AuditOptions | None = None, **kwa
     store.start(keep=reuse)
     total, finished = len(chosen), len(reuse)
     if opts.progress:
-        opts.progress("audit", finished, total)
+        opts.progress("auditing files", finished, total)
     execution = {
         "mode": "in-process" if opts.workers == 0 else ("cluster" if opts.cluster else "local"),
         "files_read": len(todo),
@@ -93,7 +93,7 @@ def audit(dataset: str | os.PathLike, options: AuditOptions | None = None, **kwa
         store.append(batch)
         finished += len(batch)
         if opts.progress:
-            opts.progress("audit", finished, total)
+            opts.progress("auditing files", finished, total)
     found = analyse(store, tolerance=opts.tolerance, config=config)
     return AuditReport(
         dataset=str(dataset),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -9,6 +10,7 @@ import click
 
 from ..model.gate import GateResult
 from ..rules import conventions as conv
+from ._config import sources
 from ._output import write_text
 
 F = Callable[..., Any]
@@ -62,6 +64,7 @@ def emit(
     """Write the requested outputs, print the text report (unless JSON goes to stdout), then exit."""
     from ..report.gate import render_gate_text
 
+    result = dataclasses.replace(result, inputs={**result.inputs, "sources": sources()})
     if json_path:
         write_text(json_path, result.to_json())
     if junit_path:

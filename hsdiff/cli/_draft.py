@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from ..draft import PredictedAcceptance
     from ..engine_log import EngineLog
     from ..model import Report
+    from ..progress import Progress
 
 F = Callable[..., Any]
 
@@ -107,6 +108,7 @@ def attach(
     *,
     target_config: str | None = None,
     minimum: float | None = None,
+    progress: Progress | None = None,
 ) -> tuple[Any, str | None]:
     """With ``--draft`` or ``--engine-log``: ``record`` (a report or gate result) carrying the prediction and
     the engine's measured acceptance, and their text; else unchanged."""
@@ -116,7 +118,7 @@ def attach(
     measured = None if log is None else log.acceptance
     if minimum is not None and not kw.get("draft_dir") and measured is None:
         raise click.UsageError("--min-acceptance needs --draft DIR, or an --engine-log with acceptance lines")
-    prediction = predict(report, train, infer, kw, target_config)
+    prediction = predict(report, train, infer, kw, target_config, progress)
     if prediction is None and log is None:  # neither, or the comparison did not run (the gate fails on its own)
         return record, None
     from ..draft.attach import acceptance_check, measured_text, prediction_text, with_prediction
@@ -145,7 +147,12 @@ def attach(
 
 
 def predict(
-    report: Report | None, train: str, infer: str, kw: dict, target_config: str | None = None
+    report: Report | None,
+    train: str,
+    infer: str,
+    kw: dict,
+    target_config: str | None = None,
+    progress: Progress | None = None,
 ) -> PredictedAcceptance | None:
     """The prediction for ``--draft`` (None without it); pops the draft options from ``kw``."""
     opts = {
@@ -173,4 +180,5 @@ def predict(
         target=target,
         tree=tree,
         dtype=torch.bfloat16 if opts["draft_dtype"] == "bf16" else torch.float32,
+        progress=progress,
     )

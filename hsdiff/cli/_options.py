@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import sys
-import time
 from collections.abc import Callable
 from typing import Any
 
 import click
 
 from ..decide import NOISE_TOLERANCE
+from ..progress import Progress, bars
 from ..readers import FORMATS
 from ..rules import conventions as conv
+from ._group import quiet_run
 
 F = Callable[..., Any]
 
@@ -179,22 +179,9 @@ dump_settings = _stack(
 dump_options = _stack(dump_arguments, dump_settings)
 
 
-def progress_printer(enabled: bool | None, after: float = 1.0) -> Callable[[str, int, int], None] | None:
-    """A progress callback printing to stderr (by default only when it is a terminal); a step is shown
-    once the run has taken ``after`` seconds, so that quick runs print nothing."""
-    if enabled is None:
-        enabled = sys.stderr.isatty()
-    if not enabled:
+def progress_bars(enabled: bool | None) -> Progress | None:
+    """``--progress/--no-progress``: a bar per step that takes time, on stderr (:func:`hsdiff.progress.bars`);
+    by default only when stderr is a terminal, and not with ``-q``."""
+    if enabled is None and quiet_run():
         return None
-    start = time.monotonic()
-    shown: set[str] = set()
-
-    def show(what: str, i: int, n: int) -> None:
-        if time.monotonic() - start < after and what not in shown:
-            return
-        shown.add(what)
-        end = "\n" if i >= n else "\r"
-        click.echo(f"hsdiff: {what} {i}/{n}", err=True, nl=False)
-        click.echo(end, err=True, nl=False)
-
-    return show
+    return bars(enabled)

@@ -94,3 +94,14 @@ def write_documents(report: Report, markdown_path: str | None, html_path: str | 
         else:
             click.echo(f"hsdiff: warning: {html_path}: {document.NO_PICTURES}", err=True)
         write_text(html_path, document.render_html(report))
+
+
+def write_gate_html(result: object, html_path: str) -> None:
+    """``gate --html``: the gate's verdict and checks, then its comparison with the pictures, as one page."""
+    from ..report import document
+
+    if document.has_pictures():
+        require("matplotlib", "plot", "--html").use("Agg")
+    elif getattr(result, "report", None) is not None:
+        click.echo(f"hsdiff: warning: {html_path}: {document.NO_PICTURES}", err=True)
+    write_text(html_path, document.render_html(result))  # type: ignore[arg-type]

@@ -8,7 +8,7 @@ import click
 
 from ..audit import AuditOptions, audit, check_outside, render_text
 from ._group import cli
-from ._options import progress_printer
+from ._options import progress_bars
 from ._output import write_text
 
 EPILOG = """\b
@@ -71,7 +71,7 @@ def audit_cmd(dataset, json_path, checkpoint, progress, **kw) -> None:
         check_outside(dataset, json_path, "the JSON report")
     if checkpoint is None and json_path not in (None, "-"):
         checkpoint = str(Path(json_path).with_name(Path(json_path).name + ".checkpoint.jsonl"))
-    report = audit(dataset, AuditOptions(checkpoint=checkpoint, progress=progress_printer(progress), **kw))
+    report = audit(dataset, AuditOptions(checkpoint=checkpoint, progress=progress_bars(progress), **kw))
     if json_path:
         write_text(json_path, report.to_json())
     if json_path != "-":

@@ -8,6 +8,7 @@ import click
 
 from ..samples import load_sample
 from ._group import cli
+from ._options import progress_bars
 
 #: ``--dtype`` choices (the keys of :data:`hsdiff.capture.DTYPES`; that module imports torch, so it is
 #: imported when the command runs, not when the CLI starts)
@@ -39,7 +40,8 @@ Needs the capture extra: pip install "hsdiff[capture]".
 )
 @click.option("--dtype", type=click.Choice(sorted(DTYPE_CHOICES)), default="bf16", show_default=True)
 @click.option("--device", default="cpu", show_default=True, help="torch device to run on.")
-def capture_cmd(model_dir, sample, name, out_dir, dtype, device) -> None:
+@click.option("--progress/--no-progress", default=None, help="Progress on stderr (default: when stderr is a terminal).")
+def capture_cmd(model_dir, sample, name, out_dir, dtype, device, progress) -> None:
     """Run a Hugging Face model on a sample's token ids and write every boundary B0..BL (the last one
     before the final norm) with the ids: a ground-truth reference for hsdiff compare."""
     from ..capture import capture_hf, check_out_dir, write_capture
@@ -47,7 +49,7 @@ def capture_cmd(model_dir, sample, name, out_dir, dtype, device) -> None:
     s = load_sample(sample, name)
     out = Path(out_dir)
     check_out_dir(out, sample)
-    result = capture_hf(model_dir, s.token_ids, dtype, device=device)
+    result = capture_hf(model_dir, s.token_ids, dtype, device=device, progress=progress_bars(progress))
     path = write_capture(result, out / f"{s.name.replace(':', '_')}.safetensors")
     for w in result["warnings"]:
         click.echo(f"hsdiff: warning: {w}", err=True)

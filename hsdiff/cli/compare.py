@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import click
 
 from ..comparison import Options, compare
@@ -10,9 +12,10 @@ from ..engine_log import configured_ids
 from ..model import Report
 from ..report.text import render_text
 from ..rules import conventions as conv
+from ._config import sources
 from ._draft import attach, draft_options, engine_log
 from ._group import cli
-from ._options import dump_options, engine_option, progress_printer
+from ._options import dump_options, engine_option, progress_bars
 from ._output import write_documents, write_json, write_plot
 
 EPILOG = """\b
@@ -67,16 +70,18 @@ def compare_cmd(
     source = f"the engine log {log.path}:{line}" if layer_ids is None and ids and log else "--layer-ids"
     opts = options_from(kw, engine=engine, layer_ids=ids, progress=progress, source=source)
     report = compare_or_check(train, infer, opts, kw)
-    report, acceptance = attach(report, report, train, infer, kw)
+    printing = "-" not in (json_path, markdown_path)
+    if printing:  # the verdict now, before --draft replays the draft (it may take a while)
+        click.echo(render_text(report, verbose=not quiet))
+    report, acceptance = attach(report, report, train, infer, kw, progress=opts.progress)
+    report = dataclasses.replace(report, inputs={**report.inputs, "sources": sources()})
     if json_path:
         write_json(report, json_path)
     if plot_path:
         write_plot(report, plot_path)
     write_documents(report, markdown_path, html_path)
-    if "-" not in (json_path, markdown_path):
-        click.echo(render_text(report, verbose=not quiet))
-        if acceptance:
-            click.echo(acceptance)
+    if printing and acceptance:
+        click.echo(acceptance)
     click.get_current_context().exit(report.exit_code)
 
 
@@ -131,5 +136,5 @@ def options_from(
         log_pattern=kw.get("log_pattern"),
         draft_kind=kw.get("draft_kind"),
         configured_source=source,
-        progress=progress_printer(progress),
+        progress=progress_bars(progress),
     )

@@ -16,7 +16,7 @@ Examples:
   hsdiff gate fixtures/seed/train fixtures/seed/infer-fixed-neighbours \\
       --draft-config fixtures/seed/draft-fixed/config.json --target-config fixtures/seed/model/config.json
   hsdiff gate train/ dump/ --draft-config draft/ --engine vllm --target-config target/ \\
-      --junit gate.xml --markdown "$GITHUB_STEP_SUMMARY" --github
+      --junit gate.xml --markdown "$GITHUB_STEP_SUMMARY" --html gate.html --github
   hsdiff gate sglang_dump/ --fingerprint draft/hsdiff-fingerprint.safetensors --draft-config draft/
 \b
 Exit status: 0 pass, 1 fail (a check failed or the layers differ), 2 bad input, 3 a bug in hsdiff.
@@ -47,6 +47,13 @@ Exit status: 0 pass, 1 fail (a check failed or the layers differ), 2 bad input, 
     help="The target model's config.json (L, hidden size, model family); same as --model-config.",
 )
 @ci_options
+@click.option(
+    "--html",
+    "html_path",
+    type=click.Path(path_type=str),
+    default=None,
+    help="Write one self-contained HTML page (the checks, the comparison, its pictures) to PATH.",
+)
 @draft_options
 @click.option(
     "--min-acceptance",
@@ -70,6 +77,7 @@ def gate_cmd(
     junit_path,
     markdown_path,
     github,
+    html_path,
     min_acceptance,
     fingerprint,
     **kw,
@@ -98,9 +106,31 @@ def gate_cmd(
         vllm_runner=vllm_runner,
         strict=strict,
     )
-    result, _ = attach(result, result.report, train, infer, kw, target_config=target_config, minimum=min_acceptance)
-    if plot_path and result.report is not None:
-        from ._output import write_plot
-
-        write_plot(result.report, plot_path)
+    result = _with_draft(result, train, infer, kw, target_config, min_acceptance, opts.progress, not quiet)
+    _pictures(result, plot_path, html_path)
     emit(result, json_path=json_path, junit_path=junit_path, markdown_path=markdown_path, github=github, quiet=quiet)
+
+
+def _with_draft(result, train, infer, kw, target_config, minimum, progress, say: bool):
+    """``--draft`` and ``--engine-log``: the result with the predicted and measured acceptance; with ``say``,
+    the verdict so far is printed first (the draft's replay may take a while)."""
+    if kw.get("draft_dir") and say:
+        click.echo(
+            f"hsdiff: gate so far: {result.verdict.upper()} ({result.cause}); replaying the draft for the "
+            "predicted acceptance...",
+            err=True,
+        )
+    result, _ = attach(
+        result, result.report, train, infer, kw, target_config=target_config, minimum=minimum, progress=progress
+    )
+    return result
+
+
+def _pictures(result, plot_path: str | None, html_path: str | None) -> None:
+    """``--plot`` and ``--html``."""
+    from ._output import write_gate_html, write_plot
+
+    if plot_path and result.report is not None:
+        write_plot(result.report, plot_path)
+    if html_path:
+        write_gate_html(result, html_path)

@@ -27,7 +27,7 @@ from ..rules import conventions as conv
 from ..rules.settings import settings_for
 from . import norms, printed, profiles, scoring, shape, slots, tags, validate
 
-__all__ = ["compare", "Options"]
+__all__ = ["compare", "Options", "options_with"]
 
 log = logging.getLogger("hsdiff")
 
@@ -70,18 +70,56 @@ def compare(
     train: str | os.PathLike | Dump,
     infer: str | os.PathLike | Dump,
     options: Options | None = None,
-    **kwargs: Any,
+    *,
+    layer_ids: Sequence[int] | str | None = None,
+    engine: str | None = None,
+    engine_version: str | None = None,
+    model_family: str | None = None,
+    model_config: str | os.PathLike | None = None,
+    num_layers: int | None = None,
+    hidden_size: int | None = None,
+    infer_index: str | None = None,
+    train_index: str | None = None,
+    train_layer_ids: Sequence[int] | str | None = None,
+    train_engine: str | None = None,
+    train_engine_version: str | None = None,
+    train_format: str | None = None,
+    infer_format: str | None = None,
+    tolerance: float | None = None,
+    draft_kind: str | None = None,
+    log_pattern: str | None = None,
+    progress: Progress | None = None,
 ) -> Report:
     """Compare a training-side dump with an inference-side dump.
 
-    Keyword arguments override fields of ``options`` (which is not changed); ids may be a list or a
-    string such as ``"-1,2,30"``.
+    Each keyword argument is the :class:`Options` field of that name and, when given (not None), overrides
+    it in ``options`` (which is not changed); ids may be a list or a string such as ``"-1,2,30"``.
 
     >>> report = compare("fixtures/seed/train", "fixtures/seed/infer-wrong", layer_ids=[-1, 2, 30])  # doctest: +SKIP
     >>> report.verdict, report.recommended.ids
     ('mismatch', (2, 30, 58))
     """
-    opts = _options(options, kwargs)
+    opts = options_with(
+        options,
+        layer_ids=layer_ids,
+        engine=engine,
+        engine_version=engine_version,
+        model_family=model_family,
+        model_config=None if model_config is None else os.fspath(model_config),
+        num_layers=num_layers,
+        hidden_size=hidden_size,
+        infer_index=infer_index,
+        train_index=train_index,
+        train_layer_ids=train_layer_ids,
+        train_engine=train_engine,
+        train_engine_version=train_engine_version,
+        train_format=train_format,
+        infer_format=infer_format,
+        tolerance=tolerance,
+        draft_kind=draft_kind,
+        log_pattern=log_pattern,
+        progress=progress,
+    )
     info = conv.ENGINE_INFO.get(opts.engine)  # the engine whose table of model families names the rule key
     family = conv.normalize_family(opts.model_family) if info and info.family_table else (opts.model_family or "llama")
     train_dump = (
@@ -112,12 +150,14 @@ def compare(
     return _pipeline(train_dump, infer_dump, opts, family, str(train), str(infer))
 
 
+def options_with(options: Options | None, **given: Any) -> Options:
+    """``options`` (default: ``Options()``) with each field named in ``given`` replaced, unless its value is
+    None (not given: the field stays); ids may be a list or a string such as ``"-1,2,30"``."""
+    return _options(options, {k: v for k, v in given.items() if v is not None})
+
+
 def _options(options: Options | None, kwargs: dict[str, Any]) -> Options:
     opts = options or Options()
-    names = {f.name for f in dataclasses.fields(Options)}
-    for k in kwargs:
-        if k not in names:
-            raise TypeError(f"compare() got an unexpected keyword argument {k!r}")
     for k in ("layer_ids", "train_layer_ids"):
         if isinstance(kwargs.get(k), str):
             kwargs[k] = conv.parse_ids(kwargs[k], what=k)

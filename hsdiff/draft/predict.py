@@ -37,6 +37,7 @@ import numpy as np
 from ..errors import AlignmentError, InputError
 from ..extras import needs
 from ..model import INFER, TRAIN, Capture, Dump, Report
+from ..progress import Progress, step, track
 from .checkpoint import Draft, TargetHead, load_draft, load_target_head
 from .inputs import ReportLayers, Speculation
 from .records import PredictedAcceptance, Prediction, SlotScales
@@ -225,13 +226,14 @@ def _predict_row(
     ids: Sequence[int | None] | None,
     items: list[_Item],
     tree: Speculation,
+    progress: Progress | None = None,
 ) -> Prediction | None:
     """The prediction of one setting over its samples, or None when no sample has a start to draft from."""
     num_steps = tree.num_steps
     visited: list[int] = []
     accs, tops = [], []
     n = 0
-    for it in items:
+    for it in track(items, progress, f"replaying the draft, {name} (samples)"):
         v, acc, top1, starts = _score(d, it, tree)
         if len(starts) == 0:
             continue
@@ -292,6 +294,7 @@ def predict_acceptance(
     tree: Speculation = Speculation(),
     dtype: torch.dtype = torch.float32,
     what_if: bool = True,
+    progress: Progress | None = None,
 ) -> PredictedAcceptance:
     """Predict the acceptance length the deployed draft gets from each side's hidden states.
 
@@ -301,6 +304,7 @@ def predict_acceptance(
     model's folder: its embeddings when the draft has none, and its ``lm_head`` for the greedy
     reference. ``tree`` is the draft tree the engine verifies. When the inference side captured more
     layers than configured, every one-layer shift of the recommended ids is predicted too.
+    ``progress`` (:mod:`hsdiff.progress`) is told of the loading and of each setting's samples.
 
     >>> pa = predict_acceptance("train/", "infer/", report, "draft/", target="target/")   # doctest: +SKIP
     >>> print(pa.summary())
@@ -308,8 +312,9 @@ def predict_acceptance(
     """
     tree = tree.checked()
     rep = ReportLayers.of(report)
-    head = target if isinstance(target, TargetHead) else (None if target is None else load_target_head(target, dtype))
-    d = draft if isinstance(draft, Draft) else load_draft(draft, target=head, dtype=dtype, engine=rep.engine)
+    with step(progress, "loading the draft and the target's head"):
+        head = target if isinstance(target, TargetHead) else None if target is None else load_target_head(target, dtype)
+        d = draft if isinstance(draft, Draft) else load_draft(draft, target=head, dtype=dtype, engine=rep.engine)
     if "embed_tokens.weight" not in d.weights and head is not None:
         d.weights["embed_tokens.weight"] = head.embed
     width, H = d.num_aux * d.target_hidden_size, d.target_hidden_size
@@ -325,10 +330,10 @@ def predict_acceptance(
         warnings.append(
             f"training side: no sample with token ids and a {width}-wide aux tensor; no training-side ceiling"
         )
-    row = _predict_row(d, "training", TRAIN, rep.claimed, None, train_items, tree) if train_items else None
+    row = _predict_row(d, "training", TRAIN, rep.claimed, None, train_items, tree, progress) if train_items else None
     rows = [row] if row else []  # the training side's own features: the ceiling
-    rows += _configured_row(d, rep, feeder, tree)
-    rows += _recommended_rows(d, rep, feeder, tree, what_if)
+    rows += _configured_row(d, rep, feeder, tree, progress)
+    rows += _recommended_rows(d, rep, feeder, tree, what_if, progress)
     if not any(r.side == INFER for r in rows):
         warnings.append(
             "inference side: no sample with token ids and the aux states the draft reads "
@@ -423,7 +428,9 @@ def _layers_of(bs: Sequence[int]) -> Pick:
     return pick
 
 
-def _configured_row(d: Draft, rep: ReportLayers, feeder: _Feeder, tree: Speculation) -> list[Prediction]:
+def _configured_row(
+    d: Draft, rep: ReportLayers, feeder: _Feeder, tree: Speculation, progress: Progress | None = None
+) -> list[Prediction]:
     """What the engine as configured feeds the draft: the configured layers, else the aux tensor it wrote."""
     if rep.configured and len(rep.configured) == d.num_aux:
         engine_order = sorted(rep.configured)  # the engines capture in layer order
@@ -431,11 +438,11 @@ def _configured_row(d: Draft, rep: ReportLayers, feeder: _Feeder, tree: Speculat
         src = "layers"
         if not items:
             items, src = feeder.items(INFER, _concat_of), "concat"
-        row = _predict_row(d, "configured", INFER, engine_order, rep.configured_ids, items, tree)
+        row = _predict_row(d, "configured", INFER, engine_order, rep.configured_ids, items, tree, progress)
         log.debug("configured row from %s captures", src)
         return [row] if row else []
     if any(s.concat is not None for s in feeder.infer.values()):
-        row = _predict_row(d, "configured", INFER, None, None, feeder.items(INFER, _concat_of), tree)
+        row = _predict_row(d, "configured", INFER, None, None, feeder.items(INFER, _concat_of), tree, progress)
         return [row] if row else []
     return []
 
@@ -460,7 +467,7 @@ def _slot_scales(d: Draft, rep: ReportLayers, feeder: _Feeder) -> SlotScales | N
 
 
 def _recommended_rows(
-    d: Draft, rep: ReportLayers, feeder: _Feeder, tree: Speculation, what_if: bool
+    d: Draft, rep: ReportLayers, feeder: _Feeder, tree: Speculation, what_if: bool, progress: Progress | None = None
 ) -> list[Prediction]:
     """The recommended layers, and (``what_if``) every shift of them by one layer, all slots or one."""
     rb = list(rep.recommended or ())
@@ -481,7 +488,7 @@ def _recommended_rows(
             continue
         items = feeder.items(INFER, _layers_of(bs))
         ids = _ids_for(bs, rep.engine, L, rep.family, rep.version)
-        row = _predict_row(d, name, INFER, bs, ids, items, tree) if items else None
+        row = _predict_row(d, name, INFER, bs, ids, items, tree, progress) if items else None
         if row:
             rows.append(row)
     return rows

@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ..comparison import Options, compare
+from ..comparison import Options, Progress, compare, options_with
 from ..configs import load_config, load_draft, read_ids, target_shape
 from ..errors import InputError
 from ..fingerprint import check, is_fingerprint
@@ -182,14 +182,55 @@ def run_gate(
     target_config: str | os.PathLike | None = None,
     vllm_runner: str = conv.DEFAULT_RUNNER,
     strict: bool = False,
+    engine: str | None = None,
+    engine_version: str | None = None,
+    model_family: str | None = None,
+    num_layers: int | None = None,
+    hidden_size: int | None = None,
+    infer_index: str | None = None,
+    train_index: str | None = None,
+    train_layer_ids: Sequence[int] | str | None = None,
+    train_engine: str | None = None,
+    train_engine_version: str | None = None,
+    train_format: str | None = None,
+    infer_format: str | None = None,
+    tolerance: float | None = None,
+    draft_kind: str | None = None,
+    log_pattern: str | None = None,
+    progress: Progress | None = None,
 ) -> GateResult:
     """Read the ids from ``draft_config`` as ``options.engine`` does, run the static checks, then compare.
 
     ``options`` are :class:`~hsdiff.comparison.Options` (its ``layer_ids`` is replaced by the ids read from the
-    config); ``target_config`` is the target model's ``config.json`` (gives L, H and the model family).
-    ``train`` may be a fingerprint (:mod:`hsdiff.fingerprint`), checked against every layer it holds.
+    config); ``target_config`` is the target model's ``config.json`` (gives L, H and the model family). The
+    other keyword arguments are the :class:`~hsdiff.comparison.Options` fields of that name and, when given
+    (not None), override them in ``options``. ``train`` may be a fingerprint (:mod:`hsdiff.fingerprint`), checked against
+    every layer it holds.
+
+    >>> result = run_gate("fixtures/seed/train", "fixtures/seed/infer-wrong",
+    ...                   "fixtures/seed/draft-wrong/config.json", engine="sglang")  # doctest: +SKIP
+    >>> result.verdict
+    'fail'
     """
-    opts = options if options is not None else Options()
+    opts = options_with(
+        options,
+        engine=engine,
+        engine_version=engine_version,
+        model_family=model_family,
+        num_layers=num_layers,
+        hidden_size=hidden_size,
+        infer_index=infer_index,
+        train_index=train_index,
+        train_layer_ids=train_layer_ids,
+        train_engine=train_engine,
+        train_engine_version=train_engine_version,
+        train_format=train_format,
+        infer_format=infer_format,
+        tolerance=tolerance,
+        draft_kind=draft_kind,
+        log_pattern=log_pattern,
+        progress=progress,
+    )
     engine = conv.rule(opts.engine).key
     _runner(vllm_runner)
     target_config = target_config or opts.model_config

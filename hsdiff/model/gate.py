@@ -169,7 +169,7 @@ class GateResult:
     hidden_size: int | None = None
     model_family: str | None = None
     notes: tuple[str, ...] = ()
-    inputs: dict[str, str] = field(default_factory=dict)
+    inputs: dict[str, Any] = field(default_factory=dict)  # the paths, and ``sources`` (where each setting came from)
     settings: Settings | None = None  # what the ids and verdict rest on; the comparison's own when it ran
 
     @property

@@ -379,12 +379,14 @@ class Configured:
 
 
 class Inputs(TypedDict, total=False):
-    """What a report compared: the two paths, the engine and the model family."""
+    """What a report compared: the two paths, the engine and the model family; ``sources``: where each
+    setting of the command came from (``flag``, the settings file's path, ``default``)."""
 
     train: str
     infer: str
     engine: str
     model_family: str
+    sources: dict[str, str]
 
 
 class Profiles(TypedDict, total=False):

@@ -15,8 +15,19 @@ from typing import Any
 from ..errors import MissingExtraError
 from ..extras import require
 from ..rules.conventions import describe_boundary
-from ._doc import DocLike, config_line, nested_in, other_engines, rec_words, settings_lines, writable
-from .pictures import heatmap, norm_trajectory, png_bytes, report_data, token_errors
+from ._doc import (
+    DocLike,
+    as_doc,
+    config_line,
+    engine_title,
+    is_gate,
+    nested_in,
+    other_engines,
+    rec_words,
+    settings_lines,
+    writable,
+)
+from .pictures import heatmap, norm_trajectory, png_bytes, report_data, token_errors, zoomed
 
 __all__ = ["render_report_markdown", "render_html", "has_pictures", "NO_PICTURES"]
 
@@ -145,24 +156,79 @@ def render_html(report: DocLike, *, pictures: bool | None = None) -> str:
     PNG data URIs), the walk-through and warnings. Nothing is fetched from anywhere when it opens.
     ``pictures``: True draws them (matplotlib, the ``plot`` extra, must be installed), False leaves them
     out, None (the default) draws them where matplotlib is installed and says how to get them where not.
+    A gate result (``hsdiff gate --html``) leads with its verdict and checks, then its comparison.
 
     >>> page = render_html(report)      # doctest: +SKIP
     """
-    data = report_data(report)
+    d = as_doc(report)
+    if is_gate(d):
+        head = "PASS" if d["gate"] == "pass" else "FAIL"
+        parts = _gate_parts(d)
+        if isinstance(d.get("report"), dict):
+            parts += _report_parts(d["report"], pictures, level=2)
+        title, cls = f"hsdiff {d['command']}: {head}", "ok" if head == "PASS" else "mismatch"
+    else:
+        data = report_data(d)
+        parts = _report_parts(data, pictures)
+        title, cls = f"hsdiff compare: {data['verdict'].upper()}", data["verdict"]
+    e = html.escape
+    top, _, verdict = title.partition(": ")
+    return (
+        "\n".join(
+            [
+                "<!DOCTYPE html>",
+                '<html lang="en"><head><meta charset="utf-8">',
+                f"<title>{e(title)}</title>",
+                f"<style>{_CSS}</style></head><body>",
+                f'<h1>{e(top)}: <span class="{e(cls)}">{e(verdict)}</span></h1>',
+                *parts,
+                "</body></html>",
+            ]
+        )
+        + "\n"
+    )
+
+
+def _gate_parts(d: dict) -> list[str]:
+    """A gate result's head: engine, draft config, where the ids came from, the cause and the checks."""
+    e = html.escape
+    parts = [
+        f'<p class="meta">engine {e(engine_title(d))} · draft config <code>{e(str(d["draft_config"]))}</code>'
+        + (f" · target {d['num_hidden_layers']} layers" if d.get("num_hidden_layers") else "")
+        + "</p>"
+    ]
+    if d.get("ids"):
+        parts.append(f"<p><b>Layer ids:</b> {e(str(d['ids']['note']))}</p>")
+    if d["gate"] != "pass":
+        parts.append(f"<p><b>Cause:</b> {e(str(d['cause']))}</p>")
+    parts.append("<table><tr><th>check</th><th>status</th><th>detail</th></tr>")
+    for c in d["checks"]:
+        cls = "st-bad" if c["status"] == "FAIL" else "st-ok"
+        parts.append(
+            f'<tr class="{cls}"><td><code>{e(c["name"])}</code></td><td>{e(c["status"])}</td>'
+            f"<td>{e(str(c['message']))}</td></tr>"
+        )
+    parts.append("</table>")
+    parts += [f"<blockquote>{e(str(n))}</blockquote>" for n in d.get("notes") or ()]
+    if not isinstance(d.get("report"), dict):
+        parts.append("<p>The comparison did not run.</p>")
+    return parts
+
+
+def _report_parts(data: dict, pictures: bool | None, level: int = 1) -> list[str]:
+    """A comparison report's body (``level`` 2: under a gate result's head, with its own heading)."""
     e = html.escape
     inputs = data.get("inputs") or {}
     verdict = data["verdict"]
-    parts = [
-        "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
-        f"<title>hsdiff compare: {e(verdict.upper())}</title>",
-        f"<style>{_CSS}</style></head><body>",
-        f'<h1>hsdiff compare: <span class="{e(verdict)}">{e(verdict.upper())}</span></h1>',
+    parts = []
+    if level > 1:
+        parts.append(f'<h2>Comparison: <span class="{e(verdict)}">{e(verdict.upper())}</span></h2>')
+    parts.append(
         f'<p class="meta">training <code>{e(str(inputs.get("train", "?")))}</code> · inference '
         f"<code>{e(str(inputs.get('infer', '?')))}</code> · engine {e(str(inputs.get('engine', '')))}"
         + (f" · target {data['num_hidden_layers']} layers" if data.get("num_hidden_layers") else "")
         + "</p>",
-    ]
+    )
     if data.get("configured"):
         c = data["configured"]
         parts.append(
@@ -193,6 +259,12 @@ def render_html(report: DocLike, *, pictures: bool | None = None) -> str:
         ):
             uri = "data:image/png;base64," + base64.b64encode(png_bytes(draw(data))).decode("ascii")
             parts.append(f'<h2>{e(caption)}</h2><img alt="{e(caption)}" src="{uri}">')
+            if draw is heatmap and zoomed(data):  # the picture shows the region around the matches
+                full = base64.b64encode(png_bytes(heatmap(data, full=True))).decode("ascii")
+                parts.append(
+                    '<details><summary>Full view: every inference capture</summary><img alt="every inference '
+                    f'capture" src="data:image/png;base64,{full}"></details>'
+                )
     parts.append("<h2>Settings</h2><ul>" + "".join(f"<li>{e(x)}</li>" for x in settings_lines(data)) + "</ul>")
     if data.get("explanation"):
         parts.append(
@@ -200,5 +272,4 @@ def render_html(report: DocLike, *, pictures: bool | None = None) -> str:
         )
     if data.get("warnings"):
         parts.append("<h2>Warnings</h2><ul>" + "".join(f"<li>{e(w)}</li>" for w in data["warnings"]) + "</ul>")
-    parts.append("</body></html>")
-    return "\n".join(parts) + "\n"
+    return parts

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ from ..extras import require
 from ..model.capture import LabelSource
 from ._doc import DocLike, as_doc
 
-__all__ = ["heatmap", "norm_trajectory", "token_errors", "write_pictures", "PICTURES", "report_data"]
+__all__ = ["heatmap", "norm_trajectory", "token_errors", "write_pictures", "PICTURES", "report_data", "zoomed"]
 
 #: File names :func:`write_pictures` writes, in order.
 PICTURES = ("heatmap.png", "norms.png", "tokens.png")
@@ -111,9 +112,12 @@ def configured_column(slot: dict, columns: list[dict]) -> int | None:
     return found[0] if found else None
 
 
-def heatmap(report: DocLike, metric: str = "rel_err", ax: Any = None) -> Any:
+def heatmap(report: DocLike, metric: str = "rel_err", ax: Any = None, *, full: bool = False) -> Any:
     """Error (``metric="rel_err"``, log colour scale) or ``"cosine"`` of every slot against every
-    capture; the chosen match is outlined in cyan, the configured capture in dashed red.
+    capture; the chosen match is outlined in cyan, the configured capture in dashed red. With more than
+    :data:`ZOOM_ABOVE` captures only the region around the matches and the configured captures is drawn
+    (:data:`ZOOM_MARGIN` layers either side; ``full=True`` draws every capture). Where the captures come
+    from several stacks (two all-layer dumps), each label says which.
 
     >>> fig = heatmap(report)          # doctest: +SKIP
     >>> fig = heatmap("report.json")   # doctest: +SKIP
@@ -124,11 +128,19 @@ def heatmap(report: DocLike, metric: str = "rel_err", ax: Any = None) -> Any:
 
     data = report_data(report)
     slots, columns, grid = heatmap_grid(data, metric)
+    every = len(columns)
+    if not full:
+        keep = region(slots, columns)
+        columns, grid = [columns[j] for j in keep], [[row[j] for j in keep] for row in grid]
+    stacks = _stacks(columns)
+    many = len(columns) > 24
     if ax is None:
-        w = min(18.0, max(9.0, 2.6 + 0.5 * len(columns)))
-        fig, ax = plt.subplots(figsize=(w, max(3.4, 1.6 + 0.55 * len(slots))))
+        w = min(14.0, max(7.0, 2.6 + 0.3 * len(columns)))
+        fig, ax = plt.subplots(figsize=(w, max(3.6, 1.8 + 0.55 * len(slots)) + (1.0 if many else 0.0)))
     fig = ax.figure
     title = f"hsdiff {data['verdict'].upper()} — which inference capture holds each training slot"
+    if len(columns) < every:
+        title += f"\n(the region around the matches: {len(columns)} of {every} captures; the HTML page shows all)"
     if not slots or not columns:
         ax.set_title(title + "\n(nothing was scored)")
         ax.axis("off")
@@ -158,19 +170,31 @@ def heatmap(report: DocLike, metric: str = "rel_err", ax: Any = None) -> Any:
                     dark = (v > 0.3) if metric != "cosine" else (v < 0.3)
                     ax.text(j, i, text, ha="center", va="center", fontsize=7, color="white" if dark else "black")
     prefix = _common_prefix([c["capture"] for c in columns])
-    many = len(columns) > 24
-    ax.set_xticks(range(len(columns)))
-    labels = [_b(c["boundary"]) if many and c["boundary"] is not None else _col_label(c, prefix) for c in columns]
+    short = many or len(stacks) > 1
+    labels = [_b(c["boundary"]) if short and c["boundary"] is not None else _col_label(c, prefix) for c in columns]
+    step = max(1, math.ceil(len(columns) / 64))  # at most 64 labels: a full view of hundreds stays readable
+    if len(stacks) > 1 and step > 1:  # a label per layer, on its first stack's column
+        step = len(stacks) * max(1, math.ceil(len(columns) / len(stacks) / 64))
+    elif len(stacks) > 1:
+        labels = [f"{lab} {stacks[_stack(c)]}" for lab, c in zip(labels, columns)]
+    ax.set_xticks(range(0, len(columns), step))
     ax.set_xticklabels(
-        labels,
+        labels[::step],
         rotation=90 if many else 60 if len(columns) > 6 else 0,
         ha="center" if many or len(columns) <= 6 else "right",
-        fontsize=6 if many else 7,
+        fontsize=8,
     )
     ax.set_yticks(range(len(slots)))
-    ax.set_yticklabels([_row_label(s) for s in slots], fontsize=8)
-    where = f"{prefix.strip()} … " if prefix.strip() else ""
+    ax.set_yticklabels([_row_label(s) for s in slots], fontsize=9)
+    for j in range(1, len(columns)):  # a gap in the layers shown (the region's parts, another stack)
+        a, b = columns[j - 1]["boundary"], columns[j]["boundary"]
+        if a is not None and b is not None and b - a > 1:
+            ax.axvline(j - 0.5, color="white", linewidth=2.5)
+    where = f"{prefix.strip()} … " if prefix.strip() and len(stacks) < 2 else ""
     how = "labelled by layer only; --json names each capture" if many else "as labelled"
+    if len(stacks) > 1:
+        how = "stacks: " + "; ".join(f"{tag} = {_short(key, 40)}" for key, tag in stacks.items())
+        how += ", side by side at each layer" if step > 1 else ""
     ax.set_xlabel(f"inference capture {where}({how}, ordered by layer)", fontsize=9)
     ax.set_ylabel("training slot (layer it holds)")
     for i, s in enumerate(slots):
@@ -228,6 +252,57 @@ def heatmap(report: DocLike, metric: str = "rel_err", ax: Any = None) -> Any:
     ax.set_title(title, fontsize=10, pad=22)
     fig.tight_layout()
     return fig
+
+
+#: Above this many captures the heatmap shows the region around the matches (``heatmap(full=True)``: all).
+ZOOM_ABOVE = 30
+#: Layers shown either side of a match, a slot's layer or a configured capture in that region.
+ZOOM_MARGIN = 3
+
+
+def region(slots: list[dict], columns: list[dict]) -> list[int]:
+    """The columns the heatmap shows: all of them up to :data:`ZOOM_ABOVE`, else those within
+    :data:`ZOOM_MARGIN` layers of a slot's layer, its match or its configured capture."""
+    if len(columns) <= ZOOM_ABOVE:
+        return list(range(len(columns)))
+    centres: set[int] = set()
+    matched = set()
+    for s in slots:
+        m = s.get("matched") or {}
+        matched.add(m.get("label"))
+        for b in (s.get("boundary_index"), s.get("configured_boundary_index"), s.get("claimed_boundary_index")):
+            if b is not None:
+                centres.add(b)
+        if m.get("capture_boundary_index") is not None:
+            centres.add(m["capture_boundary_index"])
+    keep = [
+        j
+        for j, c in enumerate(columns)
+        if c["capture"] in matched
+        or (c["boundary"] is not None and any(abs(c["boundary"] - b) <= ZOOM_MARGIN for b in centres))
+    ]
+    return keep or list(range(len(columns)))
+
+
+def zoomed(report: DocLike) -> bool:
+    """Whether :func:`heatmap` shows a region of this report's captures (the HTML page adds the full view)."""
+    slots, columns, _ = heatmap_grid(report_data(report))
+    return len(region(slots, columns)) < len(columns)
+
+
+def _stack(c: dict) -> str:
+    """The stack a capture belongs to: its label without the layer (``file=a.safetensors hidden_states``)."""
+    text = re.sub(r"\bB\d+\b|\[\d+\]|\blayer[ _=]?\d+\b", "", c["capture"])
+    return " ".join(text.split())
+
+
+def _stacks(columns: list[dict]) -> dict[str, str]:
+    """Each stack's short tag (``s1``, ``s2``...), when a layer is captured by more than one stack; else {}."""
+    keys = list(dict.fromkeys(_stack(c) for c in columns))
+    bs = [c["boundary"] for c in columns if c["boundary"] is not None]
+    if len(keys) < 2 or len(set(bs)) == len(bs):
+        return {}
+    return {k: f"s{i + 1}" for i, k in enumerate(keys)}
 
 
 def _col_label(c: dict, prefix: str) -> str:
@@ -311,15 +386,21 @@ def norm_trajectory(report: DocLike, ax: Any = None) -> Any:
             )
     own = sorted((r for r in infer if r.get("label_source") != LabelSource.CONFIGURED), key=lambda r: r["boundary"])
     cfg = sorted((r for r in infer if r.get("label_source") == LabelSource.CONFIGURED), key=lambda r: r["boundary"])
-    if own:
+    stacks = _stacks(own)  # two all-layer stacks: a line each, not one zigzag between them
+    for n, (key, tag) in enumerate(stacks.items() or [("", "")]):
+        rows = [r for r in own if not stacks or _stack(r) == key]
+        if not rows:
+            continue
         ax.plot(
-            [r["boundary"] for r in own],
-            [r["median_norm"] for r in own],
-            "-s",
-            color="#ff7f0e",
+            [r["boundary"] for r in rows],
+            [r["median_norm"] for r in rows],
+            "-s" if n == 0 else "-^",
+            color=("#ff7f0e", "#2ca02c", "#9467bd", "#8c564b")[n % 4],
             markersize=4,
             linewidth=1.2,
-            label="inference captures (at their own layer label)",
+            label="inference captures (at their own layer label)"
+            if not tag
+            else f"inference stack {tag}: {_short(key, 30)}",
             zorder=2,
         )
     if cfg:

@@ -177,3 +177,18 @@ def test_legacy_and_gzipped_files_give_their_hidden_size(tmp_path):
     report = audit(root, AuditOptions(workers=0, checkpoint=str(tmp_path / "ck.jsonl")))
     assert [(g.files, g.slots, g.hidden_size) for g in report.groups] == [(3, 4, 576)], report.groups
     assert not report.problems and report.exit_code == 0
+
+
+def test_progress_on_a_terminal_and_no_dask_chatter_when_piped(acceptance, tmp_path):
+    """On a terminal the audit draws a bar with the rate and the time left; piped, on local Dask worker
+    processes, it prints its report and nothing else (a local cluster logged 34 INFO lines before)."""
+    from .. import ptyrun as P
+
+    root, _ = acceptance
+    rc, shown = P.on_tty(["audit", str(root), "--workers", "0", "--json", str(tmp_path / "a.json")])
+    assert rc == 1 and "problems:" in shown
+    assert "auditing files" in P.bars(shown) and P.RATE_ETA.search(shown), shown[:2000]
+    r = P.piped(["audit", str(root), "--workers", "1", "--json", str(tmp_path / "b.json")])
+    assert r.returncode == 1 and "problems:" in r.stdout
+    assert "\r" not in r.stdout + r.stderr and "auditing files" not in r.stderr
+    assert not [line for line in r.stderr.splitlines() if "warning" not in line.lower()], r.stderr

@@ -260,6 +260,9 @@ def test_gate_fails_below_min_acceptance(world, tmp_path):
     cfg.write_text(json.dumps(base))
     bad = CliRunner().invoke(cli, ["gate", *common, "--draft-config", str(cfg), "--min-acceptance", f"{threshold:.3f}"])
     assert bad.exit_code == 1 and "predicted-acceptance" in bad.output and "< --min-acceptance" in bad.output
+    said = bad.output.index("hsdiff: gate so far: FAIL")  # the verdict before the replay, not after it
+    assert said < bad.output.index("predicted-acceptance")
+    assert "gate so far: PASS" in ok.output
     usage = CliRunner().invoke(
         cli, ["gate", str(world["train"]), str(world["infer"]), "--draft-config", str(cfg), "--min-acceptance", "2"]
     )
@@ -390,3 +393,29 @@ def test_watch_takes_its_baseline_from_the_report(world, tmp_path):
     wrong = pa["configured"]
     collapsed = wrong["acceptance_length"] - 1 < 0.4 * (pa["training"]["acceptance_length"] - 1)
     assert judged(wrong["acceptance_by_position"]) == (1 if collapsed else 0)
+
+
+def test_the_verdict_comes_before_the_replay_which_shows_progress_on_a_terminal(world, tmp_path):
+    from .. import ptyrun as P
+
+    args = [
+        "compare",
+        str(world["train"]),
+        str(world["infer"]),
+        f"--layer-ids={sglang_ids(WRONG)}",
+        "--draft",
+        str(world["draft"]),
+        "--target-model",
+        str(world["target"]),
+        "--num-steps",
+        str(NUM_STEPS),
+    ]
+    rc, shown = P.on_tty(args, env={"OMP_NUM_THREADS": "1"})
+    assert rc == 1 and "predicted acceptance" in shown
+    steps = P.bars(shown)
+    assert {"replaying the draft, configured (samples)", "replaying the draft, recommended (samples)"} <= steps
+    assert P.RATE_ETA.search(shown[shown.index("hsdiff replaying") :]), shown[-3000:]
+    assert shown.index("verdict: MISMATCH") < shown.index("hsdiff loading the draft")  # not held back
+    r = P.piped(args, env={"OMP_NUM_THREADS": "1"})
+    assert r.returncode == 1 and r.stdout.index("verdict: MISMATCH") < r.stdout.index("predicted acceptance")
+    assert "\r" not in r.stdout + r.stderr and "replaying" not in r.stderr

@@ -1,5 +1,6 @@
 """vLLM in the loop: the engine runs once per session, in its own venv (``make engine``), and the tests
-read what it did. Without that venv (no network when it was built) every test here is skipped.
+read what it did. Without that venv (no network when it was built) every test here is skipped, and
+under CI=true fails (tests/conftest.py: a real part that cannot start fails CI).
 
 The runs: SmolLM2-135M (30 layers, hidden 576) as the target and the fixture EAGLE-3 draft
 (``fixtures/draft-smollm2``, trained on boundaries B[2, 15, 27]) with a different draft
