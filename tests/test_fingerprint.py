@@ -446,3 +446,11 @@ def test_fingerprint_command_runs_a_model_folder(smollm2_models, tmp_path):
     r = run("compare", path, off, "--layer-ids=3,15,27", "--json", "-")
     assert r.exit_code == 1, r.output
     assert json.loads(r.stdout)["recommended"]["eagle_aux_hidden_state_layer_ids"] == [2, 14, 26]
+    # the forward passes draw their progress on a terminal, and nothing extra when piped
+    from . import ptyrun as P
+
+    args = ["fingerprint", "--model", str(target), "--train", str(train), "--noise-dtype", "none"]
+    rc, shown = P.on_tty([*args, "--out", str(tmp_path / "tty.safetensors")])
+    assert rc == 0 and "fingerprint bf16 pass over the probes" in P.bars(shown), shown
+    piped = P.piped([*args, "--out", str(tmp_path / "piped.safetensors")])
+    assert piped.returncode == 0 and "\r" not in piped.stdout + piped.stderr and "pass over" not in piped.stderr

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from ._group import cli
+from ._options import progress_bars
 
 EPILOG = """\b
 Examples:
@@ -137,6 +138,7 @@ def fingerprint_cmd(
             device_map=device_map,
             train_engine=train_engine,
             budget=probe_tokens,
+            progress=progress_bars(None),
         )
     else:
         fp = fpr.from_dump(

@@ -24,7 +24,7 @@ Exit status: 0 pass, 1 fail (a check failed or the layers differ), 2 bad input, 
 
 
 @cli.command("gate", epilog=EPILOG)
-@click.argument("train", type=click.Path(exists=False, path_type=str))
+@click.argument("train", type=click.Path(exists=False, path_type=str), required=False)
 @click.argument("infer", type=click.Path(exists=False, path_type=str), required=False)
 @dump_settings
 @click.option(
@@ -87,12 +87,7 @@ def gate_cmd(
     Passes only when every error-level check passes and each training slot equals what the engine
     captures. Falls back to the engine's default ids exactly as the engine would, and says so.
     """
-    if fingerprint is not None:
-        if infer is not None:
-            raise click.UsageError("with --fingerprint, give INFER alone (the fingerprint is the training side)")
-        train, infer = fingerprint, train
-    elif infer is None:
-        raise click.UsageError("Missing argument 'INFER' (or give --fingerprint FILE and INFER alone)")
+    train, infer = _sides(train, infer, fingerprint)
     no_draft_with(train, kw)
     if target_config and kw.get("model_config") and target_config != kw["model_config"]:
         raise click.UsageError("--target-config and --model-config name different files; give one")
@@ -109,6 +104,30 @@ def gate_cmd(
     result = _with_draft(result, train, infer, kw, target_config, min_acceptance, opts.progress, not quiet)
     _pictures(result, plot_path, html_path)
     emit(result, json_path=json_path, junit_path=junit_path, markdown_path=markdown_path, github=github, quiet=quiet)
+
+
+def _sides(train: str | None, infer: str | None, fingerprint: str | None) -> tuple[str, str]:
+    """TRAIN and INFER as given (on the command line or in a settings file); with ``--fingerprint`` the one
+    dump given on the command line (else the settings file's INFER) is the inference side."""
+    if fingerprint is None:
+        if train is None or infer is None:
+            raise click.UsageError(
+                f"Missing argument '{'TRAIN' if train is None else 'INFER'}' (or give --fingerprint "
+                "FILE and INFER alone)"
+            )
+        return train, infer
+    ctx = click.get_current_context()
+    typed = [
+        v
+        for name, v in (("train", train), ("infer", infer))
+        if v is not None and ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE
+    ]
+    if len(typed) > 1:
+        raise click.UsageError("with --fingerprint, give INFER alone (the fingerprint is the training side)")
+    dump = typed[0] if typed else infer
+    if dump is None:
+        raise click.UsageError("Missing argument 'INFER': the dump the engine wrote, checked against --fingerprint")
+    return fingerprint, dump
 
 
 def _with_draft(result, train, infer, kw, target_config, minimum, progress, say: bool):

@@ -13,6 +13,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..model import Dump
+from ..progress import Progress, track
 from . import file as fpfile
 from .probes import PROBE_TOKENS, Pass, Probes, builtin_probes, embedding_ids, probes_from_dump
 from .recording import build, draft_info, identify_training
@@ -193,12 +194,14 @@ def from_model(
     budget: int = PROBE_TOKENS,
     dim: int = DIM,
     seed: int = SEED,
+    progress: Progress | None = None,
 ) -> fpfile.Fingerprint:
     """A fingerprint of the Hugging Face target in ``model_dir``, run here (CPU, or ``device_map="auto"``).
 
     ``dtype``: the reference pass's dtype (the one the engine serves in); ``noise_dtype``: the second pass
     for the noise floor (None: none). ``probes``: ``train`` (the training dump's first samples; the default
-    when ``train`` is given) or ``builtin`` (:data:`BUILTIN_TEXTS`, tokenised by the model's tokenizer)."""
+    when ``train`` is given) or ``builtin`` (:data:`BUILTIN_TEXTS`, tokenised by the model's tokenizer).
+    ``progress``: called per probe of each forward pass (:mod:`hsdiff.progress`)."""
     from ..extras import require
 
     torch = require("torch", "capture", "hsdiff fingerprint --model")
@@ -236,7 +239,8 @@ def from_model(
     for i, name in enumerate(order):
         if i:
             model.to(getattr(torch, _DTYPES[name]))  # down-cast in place: one copy of the weights at a time
-        passes[name] = Pass(tuple(model_states(model, s) for s in chosen.ids), _DTYPES[name], "Hugging Face forward")
+        seqs = track(chosen.ids, progress, f"fingerprint {name} pass over the probes")
+        passes[name] = Pass(tuple(model_states(model, s) for s in seqs), _DTYPES[name], "Hugging Face forward")
     ref = passes[dtype]
     noise = passes.get(noise_dtype) if noise_dtype and noise_dtype != dtype else None
     return _finish(

@@ -204,8 +204,8 @@ def run_gate(
     ``options`` are :class:`~hsdiff.comparison.Options` (its ``layer_ids`` is replaced by the ids read from the
     config); ``target_config`` is the target model's ``config.json`` (gives L, H and the model family). The
     other keyword arguments are the :class:`~hsdiff.comparison.Options` fields of that name and, when given
-    (not None), override them in ``options``. ``train`` may be a fingerprint (:mod:`hsdiff.fingerprint`), checked against
-    every layer it holds.
+    (not None), override them in ``options``. ``train`` may be a fingerprint (:mod:`hsdiff.fingerprint`),
+    checked against every layer it holds.
 
     >>> result = run_gate("fixtures/seed/train", "fixtures/seed/infer-wrong",
     ...                   "fixtures/seed/draft-wrong/config.json", engine="sglang")  # doctest: +SKIP
