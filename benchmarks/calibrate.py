@@ -64,6 +64,13 @@ def main(argv: list[str] | None = None) -> int:
         default="",
         help="only these named classes, comma-separated (default: every class in tests/scenarios/classes.py)",
     )
+    ap.add_argument(
+        "--fingerprint",
+        type=int,
+        default=0,
+        help="held-out deployments per target and engine numerics checked against a fingerprint "
+        "(tests/scenarios/fingerprint.py), seeds seed..seed+N-1 in every row (default 0: none)",
+    )
     ap.add_argument("--json", type=Path, default=None, help="write the summary and every outcome here")
     ap.add_argument("--examples", type=int, default=10, help="examples listed per failure kind")
     ap.add_argument(
@@ -93,6 +100,11 @@ def main(argv: list[str] | None = None) -> int:
     print("\n" + held)
     named = classes_table(args) if args.classes else ""
     print("\n" + named)
+    if args.fingerprint:
+        fp = fingerprint_table(args)
+        print("\n" + fp["table"])
+        if args.docs and not set(FIT_SEEDS) & {*range(args.seed, args.seed + args.fingerprint)}:
+            write_fingerprint(fp, args)
     held = "\n\n".join(x for x in (held, named) if x)
     wall = time.perf_counter() - t0
     print(f"\nmake calibrate: {wall / 60:.1f} min wall time ({wall:.0f} s)")
@@ -162,6 +174,40 @@ def heldout_table(args: argparse.Namespace) -> str:
     return heldout.table(outcomes)
 
 
+def fingerprint_table(args: argparse.Namespace) -> dict:
+    """The held-out deployments checked against a fingerprint (``tests/scenarios/fingerprint.py``): for every
+    target and engine numerics, the deployments of seeds seed..seed+fingerprint-1 (each seed's target drawn
+    among that one target, its numerics set to the row's). Returns the table, the outcomes and the wall time."""
+    import dataclasses
+    import tempfile
+
+    from tests.scenarios import fingerprint, heldout
+
+    targets = tuple(t for t in args.targets.split(",") if t)
+    outcomes = []
+    t0 = time.perf_counter()
+    partial = args.json.with_name(args.json.stem + "-fingerprint.jsonl") if args.json else None
+    if partial:
+        partial.write_text("")  # one outcome a line as they come: a run cut short keeps what it measured
+    for t in targets:
+        for noise in heldout.NOISES:
+            for seed in range(args.seed, args.seed + args.fingerprint):
+                d = dataclasses.replace(heldout.deployment(seed, (t,)), noise=noise)
+                with tempfile.TemporaryDirectory(prefix="calibration-fingerprint-") as tmp:
+                    outcomes.append(fingerprint.outcome(d, Path(tmp)))
+                if partial:
+                    with open(partial, "a") as f:
+                        f.write(json.dumps(outcomes[-1]) + "\n")
+                if args.verbose:
+                    print(json.dumps(outcomes[-1]), flush=True)
+            print(f"  fingerprint {t} {noise}: {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+        fingerprint.forget(t)
+    if args.json:
+        path = args.json.with_name(args.json.stem + "-fingerprint.json")
+        path.write_text(json.dumps(outcomes, indent=1) + "\n")
+    return {"table": fingerprint.table(outcomes), "outcomes": outcomes, "wall": time.perf_counter() - t0}
+
+
 def classes_table(args: argparse.Namespace) -> str:
     """The named classes of thin evidence (``tests/scenarios/classes.py``), seeds seed..seed+classes-1 each."""
     import tempfile
@@ -202,6 +248,8 @@ def deep_table(depth: int, verbose: bool) -> str:
 
 
 PAGE = ROOT / "docs" / "calibration.md"
+FINGERPRINT_RESULTS = ROOT / "benchmarks" / "results" / "calibration-fingerprint.json"
+FP_BEGIN, FP_END = "<!-- calibrate-fingerprint:begin -->", "<!-- calibrate-fingerprint:end -->"
 RESULTS = ROOT / "benchmarks" / "results" / "calibration.json"
 BEGIN, END = "<!-- calibrate:begin -->", "<!-- calibrate:end -->"
 
@@ -240,6 +288,45 @@ def write_results(s: dict, args: argparse.Namespace, held: str, wall: float) -> 
         tables = f"\n{held}\n" if held else ""
         PAGE.write_text(f"{head}{BEGIN}\n{about}\n\n{markdown(s)}\n{tables}{END}{rest.split(END, 1)[1]}")
         print(f"{PAGE.relative_to(ROOT)} table and {RESULTS.relative_to(ROOT)} rewritten")
+
+
+def write_fingerprint(fp: dict, args: argparse.Namespace) -> None:
+    """The fingerprint rows: between the fingerprint markers of the docs page, and every
+    outcome in ``benchmarks/results/calibration-fingerprint.json``."""
+    import platform
+    import subprocess
+
+    from tests.scenarios import fingerprint
+
+    commit = subprocess.run(
+        ["git", "-C", str(ROOT), "log", "-1", "--format=%h %cs"], capture_output=True, text=True
+    ).stdout.strip()
+    last = args.seed + args.fingerprint - 1
+    about = (
+        f"Last run: held-out seeds {args.seed}..{last} in every target and numerics row, hsdiff at "
+        f"{commit or 'an unknown commit'}, Python {platform.python_version()}, {fp['wall'] / 60:.1f} min wall "
+        f"time on {os.cpu_count()} cores."
+    )
+    FINGERPRINT_RESULTS.write_text(
+        json.dumps(
+            {
+                "seeds": [args.seed, last],
+                "fit_seeds": [FIT_SEEDS.start, FIT_SEEDS.stop - 1],
+                "commit": commit,
+                "wall_seconds": round(fp["wall"]),
+                "summary": fingerprint.summary(fp["outcomes"]),
+                "outcomes": fp["outcomes"],
+            },
+            indent=1,
+        )
+        + "\n"
+    )
+    body = PAGE.read_text()
+    if FP_BEGIN in body and FP_END in body:
+        head, rest = body.split(FP_BEGIN, 1)
+        PAGE.write_text(f"{head}{FP_BEGIN}\n{about}\n\n{fp['table']}\n{FP_END}{rest.split(FP_END, 1)[1]}")
+        print(f"{PAGE.relative_to(ROOT)} fingerprint table rewritten")
+    print(f"{FINGERPRINT_RESULTS.relative_to(ROOT)} rewritten")
 
 
 if __name__ == "__main__":

@@ -58,6 +58,7 @@ def replay(tmp_path: Path, **given: str) -> dict:
     inputs = {k: str(v.get("default", "")) for k, v in ACTION["inputs"].items()}
     inputs.update({k.replace("_", "-"): v for k, v in given.items()})
     assert inputs.keys() == ACTION["inputs"].keys(), "an input action.yml does not declare"
+    tmp_path.mkdir(parents=True, exist_ok=True)
     files = {"GITHUB_OUTPUT": tmp_path / "github_output", "GITHUB_STEP_SUMMARY": tmp_path / "summary.md"}
     for f in files.values():
         f.write_text("")
@@ -197,3 +198,34 @@ def test_a_repository_with_a_settings_file_needs_no_inputs(tmp_path):
     doc = json.loads((tmp_path / "hsdiff-reports" / "gate.json").read_text())
     assert doc["inputs"]["sources"]["train"] == str(tmp_path / "hsdiff.toml")
     assert doc["inputs"]["sources"]["json_path"] == "flag"  # the action's own reports
+
+
+def test_with_a_fingerprint_the_fixed_ids_pass_without_the_neighbours_dump(tmp_path):
+    fp = tmp_path / "seed-fingerprint.safetensors"
+    made = subprocess.run(
+        [sys.executable, "-m", "hsdiff", "fingerprint", "--from", str(SEED / "states-sample-1.safetensors"),
+         "--train", str(SEED / "train"), "--draft", str(SEED / "draft-fixed"),
+         "--target-config", str(SEED / "model" / "config.json"), "--out", str(fp)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    fixed = replay(
+        tmp_path / "fixed",
+        infer=str(SEED / "infer-fixed"),
+        fingerprint=str(fp),
+        draft_config=str(SEED / "draft-fixed" / "config.json"),
+        pip_args=DRY,
+    )
+    assert fixed["exit"] == 0 and fixed["outputs"] == {"gate": "pass", "exit-code": "0"}, fixed["printed"]
+    reports = tmp_path / "fixed" / "hsdiff-reports"
+    assert {p.name for p in reports.iterdir()} == {"gate.json", "gate.xml", "gate.md", "gate.html"}
+    wrong = replay(
+        tmp_path / "wrong",
+        infer=str(SEED / "infer-wrong"),
+        fingerprint=str(fp),
+        draft_config=str(SEED / "draft-wrong" / "config.json"),
+        pip_args=DRY,
+    )
+    assert wrong["exit"] == 1 and wrong["outputs"] == {"gate": "fail", "exit-code": "1"}
+    doc = json.loads((tmp_path / "wrong" / "hsdiff-reports" / "gate.json").read_text())
+    assert doc["report"]["recommended"]["eagle_aux_hidden_state_layer_ids"] == [2, 30, 58]

@@ -93,3 +93,25 @@ def test_classes_give_no_wrong_id_at_high_confidence_and_no_internal_error(class
 def test_classes_keep_every_training_slot(class_outcomes):
     bad = [o for o in class_outcomes if o.get("slots_read", len(o["slots"])) != len(o["slots"])]
     assert not bad, _show_cases(bad)
+
+
+@pytest.mark.slow
+def test_fingerprint_deployments_on_fit_seeds(tmp_path):
+    """CI's guard of the fingerprint rows of ``make calibrate``: SmolLM2 deployments (fit seeds, bf16 and
+    eager attention) checked against a fingerprint: right ids pass, ids off fail, no wrong id held at
+    confidence >= 0.9."""
+    import dataclasses
+
+    from .scenarios import fingerprint, heldout
+
+    outcomes = []
+    for noise in ("bf16", "eager"):
+        for seed in range(FIT_SEEDS.start, FIT_SEEDS.start + 4):
+            d = dataclasses.replace(heldout.deployment(seed, ("smollm2-30",)), noise=noise)
+            outcomes.append(fingerprint.outcome(d, tmp_path / f"{noise}-{seed}"))
+    fingerprint.forget("smollm2-30")
+    s = fingerprint.summary(outcomes)["all"]
+    assert s["right"] and s["off"], s  # both kinds drawn
+    assert s["right_exit_0"] == s["right"], outcomes
+    assert s["off_exit_0"] == 0, outcomes
+    assert s["wrong_at_0.9"] == 0, outcomes

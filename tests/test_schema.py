@@ -27,7 +27,7 @@ def _json(tmp_path: Path, *args: str) -> dict:
 
 #: report and gate 2: the settings every answer rests on, and by_engine's version per engine; gate 4: its
 #: pass/fail is ``gate``, apart from the report's ``verdict``
-VERSIONS = {"report": 3, "gate": 4, "inspect": 1}
+VERSIONS = {"report": 3, "gate": 4, "inspect": 1, "fingerprint": 1}
 
 
 def test_schemas_are_valid_and_versioned():

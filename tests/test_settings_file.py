@@ -117,4 +117,28 @@ def test_pyproject_tool_hsdiff_is_found_and_an_unknown_key_is_one_error_line(tmp
 
 def test_no_settings_file_changes_nothing(tmp_path):
     r = hsdiff("gate", cwd=tmp_path)
-    assert r.returncode == 2 and "Missing argument" in r.stderr
+    assert r.returncode == 2 and "Missing option '--draft-config'" in r.stderr and "permissions" not in r.stderr
+    r = hsdiff("gate", "--draft-config", str(SEED / "draft-fixed"), cwd=tmp_path)
+    assert r.returncode == 2 and "Missing argument 'TRAIN'" in r.stderr
+
+
+def test_a_configured_fingerprint_takes_the_training_side(repo):
+    made = hsdiff(
+        "fingerprint", "--from", "seed/states-sample-1.safetensors", "--train", "seed/train", "--draft",
+        "seed/draft-fixed", "--target-config", "seed/model/config.json", "--out", "fp.safetensors", cwd=repo,
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    settings = SETTINGS.replace(
+        'train = "seed/train"\ninfer = "seed/infer-fixed-neighbours"', 'infer = "seed/infer-fixed"'
+    )
+    (repo / "hsdiff.toml").write_text('fingerprint = "fp.safetensors"\n' + settings)
+    r = hsdiff("gate", "-q", cwd=repo / "src" / "deep")  # no neighbours dump: the fingerprint holds every layer
+    assert r.returncode == 0 and "gate: PASS" in r.stdout, r.stdout + r.stderr
+    src = json.loads((repo / "out" / "gate.json").read_text())["inputs"]["sources"]
+    assert src["fingerprint"] == src["infer"] == str(repo / "hsdiff.toml")
+    wrong = hsdiff(
+        "gate", "../../seed/infer-wrong", "--draft-config", "../../seed/draft-wrong", cwd=repo / "src" / "deep"
+    )
+    assert wrong.returncode == 1 and "gate: FAIL" in wrong.stdout, wrong.stdout + wrong.stderr  # the one dump is INFER
+    both = hsdiff("gate", "../../seed/train", "../../seed/infer-wrong", cwd=repo / "src" / "deep")
+    assert both.returncode == 2 and "give INFER alone" in both.stderr

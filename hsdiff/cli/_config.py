@@ -59,6 +59,7 @@ COMMANDS = ("gate", "compare", "check-config")
 KEYS = {
     "train": "train",
     "infer": "infer",
+    "fingerprint": "fingerprint",
     "engine": "engine",
     "family": "model_family",
     "model-family": "model_family",
@@ -87,6 +88,7 @@ TABLES = ("dumps", "thresholds", "outputs")
 PATHS = {
     "train",
     "infer",
+    "fingerprint",
     "draft_config",
     "target_config",
     "model_config",
@@ -99,7 +101,16 @@ PATHS = {
     "plot_path",
 }
 #: What check-config takes of them: no dumps, no outputs (they are the gate's files).
-_NOT_FOR_CHECK_CONFIG = {"train", "infer", "json_path", "junit_path", "markdown_path", "html_path", "plot_path"}
+_NOT_FOR_CHECK_CONFIG = {
+    "train",
+    "infer",
+    "fingerprint",
+    "json_path",
+    "junit_path",
+    "markdown_path",
+    "html_path",
+    "plot_path",
+}
 
 
 def find(start: str | os.PathLike | None = None) -> tuple[Path, dict[str, Any]] | None:

@@ -45,6 +45,7 @@ COMMANDS = {
     "capture": "capture",
     "audit": "audit",
     "inspect": "inspect",
+    "fingerprint": "fingerprint",
     "watch": "watch",
 }
 
@@ -91,7 +92,7 @@ class _Group(click.Group):
             click.echo(f"hsdiff: error: {e.in_terms(flag)}", err=True)
             ctx.exit(EXIT_INPUT)
         except click.BadParameter as e:
-            if not isinstance(getattr(e.param, "type", None), click.Path):
+            if isinstance(e, click.MissingParameter) or not isinstance(getattr(e.param, "type", None), click.Path):
                 raise
             # a path click itself refused (unreadable, ...): an input error like any other, on one line
             click.echo(f"hsdiff: error: {e.format_message()} — check the path and its permissions", err=True)

@@ -26,6 +26,7 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "model",
             "device",
             "dtype",
+            "device_map",
         ),
     ),
     (
@@ -50,6 +51,11 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "fmt",
             "sample_rows",
             "state",
+            "fingerprint",
+            "from_dump",
+            "noise_from",
+            "probes",
+            "probe_tokens",
             "drafts_only",
         ),
     ),
@@ -65,6 +71,7 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "target_model",
             "min_acceptance",
             "spec_tokens",
+            "draft",
         ),
     ),
     (
@@ -81,6 +88,7 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "explain",
             "translate",
             "dry_run",
+            "noise_dtype",
         ),
     ),
     (
@@ -104,6 +112,7 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "quiet",
             "progress",
             "one_line",
+            "out",
         ),
     ),
 )

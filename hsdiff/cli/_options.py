@@ -87,9 +87,12 @@ def _check_log_pattern(ctx: click.Context, param: click.Parameter, value: str | 
     return value
 
 
-dump_options = _stack(
+dump_arguments = _stack(
     click.argument("train", type=click.Path(exists=False, path_type=str)),
     click.argument("infer", type=click.Path(exists=False, path_type=str)),
+)
+
+dump_settings = _stack(
     family_option,
     engine_version_option,
     draft_kind_option,
@@ -172,6 +175,8 @@ dump_options = _stack(
         "--progress/--no-progress", default=None, help="Progress on stderr (default: when stderr is a terminal)."
     ),
 )
+
+dump_options = _stack(dump_arguments, dump_settings)
 
 
 def progress_bars(enabled: bool | None) -> Progress | None:

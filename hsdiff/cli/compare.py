@@ -9,6 +9,7 @@ import click
 from ..comparison import Options, compare
 from ..decide import NOISE_TOLERANCE
 from ..engine_log import configured_ids
+from ..model import Report
 from ..report.text import render_text
 from ..rules import conventions as conv
 from ._config import sources
@@ -25,6 +26,7 @@ Examples:
   hsdiff compare train_dump/ sglang_dump/ --layer-ids 2,30,58 --plot pictures/ --html report.html
   hsdiff compare train/ all_layers/ --layer-ids=-1,1,14 --draft draft/ --target-model target/ --num-steps 5
   hsdiff compare train/ vllm_dump/ --engine-log vllm.log --model-config target/config.json   # ids from the log
+  hsdiff compare draft/hsdiff-fingerprint.safetensors sglang_dump/ --layer-ids 2,30,58  # against a fingerprint
 """
 
 
@@ -58,7 +60,8 @@ def compare_cmd(
     """Match training slots to inference captures by value and recommend the layer ids.
 
     TRAIN and INFER are files or directories (scanned recursively): SpecForge, ModelOpt, EAGLE,
-    SGLang dumper, vLLM connector, per-layer tensors, HF all-layer stacks, or debug logs.
+    SGLang dumper, vLLM connector, per-layer tensors, HF all-layer stacks, or debug logs. TRAIN may be
+    a fingerprint (hsdiff fingerprint): every layer of the target, so no neighbouring layers need dumping.
     """
     given = click.get_current_context().get_parameter_source("engine") != click.core.ParameterSource.DEFAULT
     log = engine_log(kw)
@@ -66,7 +69,7 @@ def compare_cmd(
     line = None if log is None else log.aux_line if log.aux_line is not None else log.default_line
     source = f"the engine log {log.path}:{line}" if layer_ids is None and ids and log else "--layer-ids"
     opts = options_from(kw, engine=engine, layer_ids=ids, progress=progress, source=source)
-    report = compare(train, infer, opts)
+    report = compare_or_check(train, infer, opts, kw)
     printing = "-" not in (json_path, markdown_path)
     if printing:  # the verdict now, before --draft replays the draft (it may take a while)
         click.echo(render_text(report, verbose=not quiet))
@@ -80,6 +83,28 @@ def compare_cmd(
     if printing and acceptance:
         click.echo(acceptance)
     click.get_current_context().exit(report.exit_code)
+
+
+def compare_or_check(train: str, infer: str, opts: Options, kw: dict) -> Report:
+    """``compare``, or the fingerprint check when TRAIN is a fingerprint (no --draft: it needs full states)."""
+    from ..fingerprint import check, is_fingerprint
+
+    if not is_fingerprint(train):
+        return compare(train, infer, opts)
+    no_draft_with(train, kw)
+    return check(train, infer, opts)
+
+
+def no_draft_with(train: str, kw: dict) -> None:
+    """Refuse --draft when TRAIN is a fingerprint: the prediction runs the draft on the training dump's full
+    states, which a fingerprint's sketches are not."""
+    from ..fingerprint import is_fingerprint
+
+    if kw.get("draft_dir") and is_fingerprint(train):
+        raise click.UsageError(
+            "--draft runs the draft on the training dump's full states, which a fingerprint does not hold: give the "
+            "training dump as TRAIN for --draft"
+        )
 
 
 def options_from(

@@ -8,8 +8,8 @@ from ..gate import run_gate
 from ._ci import ci_options, emit
 from ._draft import attach, draft_options
 from ._group import cli
-from ._options import dump_options, engine_option, where_ids_are_read
-from .compare import options_from
+from ._options import dump_settings, engine_option, where_ids_are_read
+from .compare import no_draft_with, options_from
 
 EPILOG = """\b
 Examples:
@@ -17,13 +17,22 @@ Examples:
       --draft-config fixtures/seed/draft-fixed/config.json --target-config fixtures/seed/model/config.json
   hsdiff gate train/ dump/ --draft-config draft/ --engine vllm --target-config target/ \\
       --junit gate.xml --markdown "$GITHUB_STEP_SUMMARY" --html gate.html --github
+  hsdiff gate sglang_dump/ --fingerprint draft/hsdiff-fingerprint.safetensors --draft-config draft/
 \b
 Exit status: 0 pass, 1 fail (a check failed or the layers differ), 2 bad input, 3 a bug in hsdiff.
 """ + where_ids_are_read()
 
 
 @cli.command("gate", epilog=EPILOG)
-@dump_options
+@click.argument("train", type=click.Path(exists=False, path_type=str), required=False)
+@click.argument("infer", type=click.Path(exists=False, path_type=str), required=False)
+@dump_settings
+@click.option(
+    "--fingerprint",
+    type=click.Path(path_type=str),
+    default=None,
+    help="A fingerprint (hsdiff fingerprint) as the training side: give INFER alone.",
+)
 @engine_option
 @click.option(
     "--draft-config",
@@ -70,6 +79,7 @@ def gate_cmd(
     github,
     html_path,
     min_acceptance,
+    fingerprint,
     **kw,
 ) -> None:
     """Pre-deployment gate: read the draft config's ids as ENGINE does, check it, compare TRAIN and INFER.
@@ -77,6 +87,8 @@ def gate_cmd(
     Passes only when every error-level check passes and each training slot equals what the engine
     captures. Falls back to the engine's default ids exactly as the engine would, and says so.
     """
+    train, infer = _sides(train, infer, fingerprint)
+    no_draft_with(train, kw)
     if target_config and kw.get("model_config") and target_config != kw["model_config"]:
         raise click.UsageError("--target-config and --model-config name different files; give one")
     opts = options_from(kw, engine=engine, layer_ids=None, progress=progress)
@@ -92,6 +104,30 @@ def gate_cmd(
     result = _with_draft(result, train, infer, kw, target_config, min_acceptance, opts.progress, not quiet)
     _pictures(result, plot_path, html_path)
     emit(result, json_path=json_path, junit_path=junit_path, markdown_path=markdown_path, github=github, quiet=quiet)
+
+
+def _sides(train: str | None, infer: str | None, fingerprint: str | None) -> tuple[str, str]:
+    """TRAIN and INFER as given (on the command line or in a settings file); with ``--fingerprint`` the one
+    dump given on the command line (else the settings file's INFER) is the inference side."""
+    if fingerprint is None:
+        if train is None or infer is None:
+            raise click.UsageError(
+                f"Missing argument '{'TRAIN' if train is None else 'INFER'}' (or give --fingerprint "
+                "FILE and INFER alone)"
+            )
+        return train, infer
+    ctx = click.get_current_context()
+    typed = [
+        v
+        for name, v in (("train", train), ("infer", infer))
+        if v is not None and ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE
+    ]
+    if len(typed) > 1:
+        raise click.UsageError("with --fingerprint, give INFER alone (the fingerprint is the training side)")
+    dump = typed[0] if typed else infer
+    if dump is None:
+        raise click.UsageError("Missing argument 'INFER': the dump the engine wrote, checked against --fingerprint")
+    return fingerprint, dump
 
 
 def _with_draft(result, train, infer, kw, target_config, minimum, progress, say: bool):

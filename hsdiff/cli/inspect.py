@@ -13,6 +13,7 @@ Examples:
   hsdiff inspect fixtures/seed/infer-wrong          # SGLang dumper: 2 ranks, replicated
   hsdiff inspect fixtures/seed/train                # SpecForge: 3 slots × 576, labelled B[3, 31, 59]
   hsdiff inspect sglang_dump/ --json inspect.json
+  hsdiff inspect draft/hsdiff-fingerprint.safetensors  # a fingerprint: its target, probes, training slots
 """
 
 
@@ -35,10 +36,23 @@ Examples:
 )
 def inspect_cmd(path, fmt, json_path, sample_rows) -> None:
     """Say what a dump holds without comparing it: format and why, files, shapes, dtypes, tokens,
-    per-token norms and attention sinks, NaN/Inf, tensor-parallel ranks, runs and steps."""
+    per-token norms and attention sinks, NaN/Inf, tensor-parallel ranks, runs and steps. A fingerprint
+    (hsdiff fingerprint) is named, with its target, probes, noise floor and training slots (--json: its
+    document, schema hsdiff/schemas/fingerprint.schema.json)."""
+    from ..fingerprint import is_fingerprint
     from ..inspection import inspect
     from ..report.inspect import render_inspect_text
 
+    if is_fingerprint(path):  # not a dump: what it holds, and its document (schema: fingerprint)
+        from ..fingerprint import load, summary
+        from ..jsonout import dumps
+
+        fp = load(path)
+        if json_path:
+            write_text(json_path, dumps(fp.meta))
+        if json_path != "-":
+            click.echo(f"{path}: hsdiff fingerprint\n" + "\n".join(f"  {line}" for line in summary(fp)))
+        return
     info = inspect(path, fmt=fmt, sample_rows=sample_rows)
     if json_path:
         write_text(json_path, info.to_json())

@@ -32,6 +32,7 @@ from typing import Any
 from ..comparison import Options, Progress, compare, options_with
 from ..configs import load_config, load_draft, read_ids, target_shape
 from ..errors import InputError
+from ..fingerprint import check, is_fingerprint
 from ..model import Settings
 from ..model.gate import Check, GateResult, IdsSource
 from ..rules import conventions as conv
@@ -203,7 +204,8 @@ def run_gate(
     ``options`` are :class:`~hsdiff.comparison.Options` (its ``layer_ids`` is replaced by the ids read from the
     config); ``target_config`` is the target model's ``config.json`` (gives L, H and the model family). The
     other keyword arguments are the :class:`~hsdiff.comparison.Options` fields of that name and, when given
-    (not None), override them in ``options``.
+    (not None), override them in ``options``. ``train`` may be a fingerprint (:mod:`hsdiff.fingerprint`),
+    checked against every layer it holds.
 
     >>> result = run_gate("fixtures/seed/train", "fixtures/seed/infer-wrong",
     ...                   "fixtures/seed/draft-wrong/config.json", engine="sglang")  # doctest: +SKIP
@@ -258,7 +260,7 @@ def run_gate(
             draft_kind=ids.kind,
             configured_boundaries=list(ids.boundaries),
         )
-        report = compare(train, infer, opts)
+        report = (check if is_fingerprint(train) else compare)(train, infer, opts)
     settings = (
         report.settings
         if report is not None and report.settings is not None

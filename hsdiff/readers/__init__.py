@@ -57,6 +57,9 @@ __all__ = [
 
 log = logging.getLogger("hsdiff.readers")
 
+#: The safetensors metadata ``format`` of an hsdiff fingerprint (:mod:`hsdiff.fingerprint`): no dump, never read as one.
+FINGERPRINT = "hsdiff-fingerprint"
+
 #: Suffixes of files no reader looks into when scanning a folder (configs, text, code, pictures).
 SKIP_SUFFIXES = {
     ".json",
@@ -123,6 +126,13 @@ def read_file(path: Path, ctx: ReadContext, fmt: str | None = None) -> list[Capt
         return list(TEXT_READER.read(path, ctx))
     table = open_table(path, container)
     try:
+        if table.metadata.get("format") == FINGERPRINT:
+            ctx.warnings.append(
+                f"{ctx.rel(path)}: an hsdiff fingerprint, not a dump: skipped (give it as TRAIN to compare, or to "
+                "gate --fingerprint)"
+            )
+            ctx.consumed.add(path)
+            return []
         if fmt is not None:
             forced = TABLES.get(fmt)
             if forced is None:

@@ -2,7 +2,8 @@
 
 * ``report``: ``hsdiff compare --json`` (:meth:`hsdiff.model.Report.to_dict`);
 * ``gate``: ``hsdiff gate --json`` and ``hsdiff check-config --json`` (embeds a ``report``);
-* ``inspect``: ``hsdiff inspect --json``.
+* ``inspect``: ``hsdiff inspect --json``;
+* ``fingerprint``: the metadata document of a fingerprint (``hsdiff fingerprint``, :mod:`hsdiff.fingerprint.file`).
 
 Each document carries ``schema_version``; the schema's ``$id`` names the version it describes.
 Validation needs the ``jsonschema`` package (``pip install 'hsdiff[test]'``).
@@ -20,7 +21,7 @@ from typing import Any
 
 __all__ = ["NAMES", "load", "validate"]
 
-NAMES = ("report", "gate", "inspect")
+NAMES = ("report", "gate", "inspect", "fingerprint")
 
 
 @cache

@@ -286,7 +286,7 @@ def test_malformed_draft_on_the_command_line_is_exit_2_one_line(world, tmp_path)
         ],
     )
     assert r.exit_code == 2
-    err = [line for line in r.output.splitlines() if "error" in line]
+    err = [line for line in r.output.splitlines() if line.startswith("hsdiff: error")]  # the verdict came first
     assert len(err) == 1 and "lm_head.weight" in err[0] and str(bad) in err[0]
 
 
