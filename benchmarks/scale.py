@@ -436,7 +436,7 @@ def main(sizes: list[str], cases: list[str], counts: tuple[int, ...], write: boo
         f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB, {platform.machine()}",
         "python": platform.python_version(),
         "imports": imports,
-        "cache": str(gen.cache_dir()),
+        "cache": str(gen.cache_dir()).replace(str(Path.home()), "~", 1),  # no path of this machine in the results
         "hsdiff_commit": subprocess.run(
             ["git", "-C", str(ROOT), "log", "-1", "--format=%h %cs", "--", "hsdiff"],
             capture_output=True,
