@@ -247,7 +247,7 @@ def _compare(
 
     num_layers, layers_from = shape.num_layers(opts.num_layers, model_cfg, train, infer)
     hidden, hidden_from = shape.hidden_size(opts.hidden_size, model_cfg, train, infer, opts.layer_ids)
-    settings = _settings(opts, family, num_layers, layers_from, hidden, hidden_from)
+    settings = settings_of(opts, family, num_layers, layers_from, hidden, hidden_from)
     configured = slots.configured(
         opts.layer_ids,
         opts.engine,
@@ -358,10 +358,11 @@ def _compare(
     return profiles.measure(report, train_slots, usable, scores.norms, scores.errors)  # what the pictures draw
 
 
-def _settings(
+def settings_of(
     opts: Options, family: str, num_layers: int | None, layers_from: str, hidden: int, hidden_from: str
 ) -> Settings:
-    """The record of what this comparison's answers rest on (:mod:`hsdiff.rules.settings`)."""
+    """The record of what a comparison's answers rest on (:mod:`hsdiff.rules.settings`): ``opts`` with the
+    resolved ``family``, and the depth and width with where each came from."""
     source = opts.model_family_source or (
         f"--model-family {opts.model_family}" if opts.model_family else "the default llama rule"
     )

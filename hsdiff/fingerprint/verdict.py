@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import decide
-from ..comparison import Options
+from ..comparison import Options, settings_of
 from ..errors import InputError
 from ..model import (
     TRAIN,
@@ -30,7 +30,6 @@ from ..model import (
 )
 from ..rules import conventions as conv
 from ..rules.serving import boundary_list
-from ..rules.settings import settings_for
 from . import file as fpfile
 from .align import Placement
 from .identify import Identity, upper_median
@@ -82,27 +81,7 @@ class EngineSlot:
 
 
 def fp_settings(opts: Options, family: str, L: int, H: int) -> Settings:
-    source = opts.model_family_source or (
-        f"--model-family {opts.model_family}" if opts.model_family else "the default llama rule"
-    )
-    return settings_for(
-        opts.engine,
-        opts.engine_version,
-        family,
-        source,
-        opts.engine_versions,
-        train_engine=opts.train_engine,
-        train_version=opts.train_engine_version,
-        infer_index=opts.infer_index,
-        train_index=opts.train_index,
-        tolerance=opts.tolerance,
-        num_layers=L,
-        num_layers_source="the fingerprint",
-        hidden_size=H,
-        hidden_size_source="the fingerprint",
-        vllm_runner=opts.vllm_runner,
-        kind=opts.draft_kind,
-    )
+    return settings_of(opts, family, L, "the fingerprint", H, "the fingerprint")
 
 
 def _metrics(g: EngineSlot, b: int, hidden: int) -> Metrics:
