@@ -454,3 +454,22 @@ def test_fingerprint_command_runs_a_model_folder(smollm2_models, tmp_path):
     assert rc == 0 and "fingerprint bf16 pass over the probes" in P.bars(shown), shown
     piped = P.piped([*args, "--out", str(tmp_path / "piped.safetensors")])
     assert piped.returncode == 0 and "\r" not in piped.stdout + piped.stderr and "pass over" not in piped.stderr
+
+
+def test_a_capture_at_the_right_layer_of_other_weights_is_not_fixed_by_ids(seed_fp, tmp_path):
+    """The ids are right, but the engine's last slot is no hidden state of the fingerprint's target (here its
+    channels scrambled, as other weights from some layer on would give): mismatch, and the cause says that no
+    id fixes it instead of pasting the configured ids as the fix."""
+    s = load_file(str(SEED_STATES))
+    x = s["bf16.boundaries"]
+    scrambled = x[59][:, torch.randperm(x.shape[-1], generator=torch.Generator().manual_seed(0))]
+    aux = torch.cat([x[3], x[31], scrambled], dim=-1).contiguous()
+    dumper_records(
+        tmp_path / "dump_20261208_000000_000001", [("input_ids", s["input_ids"], {}), ("aux_hidden_states", aux, {})]
+    )
+    r = run("compare", seed_fp, tmp_path, "--layer-ids=2,30,58", "--json", "-")
+    assert r.exit_code == 1, r.output
+    doc = json.loads(r.stdout)
+    assert doc["verdict"] == "mismatch"
+    assert "No id change fixes this" in doc["cause"] and "slot 2 (B59" in doc["cause"]
+    assert "up to B31" in doc["cause"]

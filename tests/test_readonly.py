@@ -253,6 +253,31 @@ def _inspect(e: Env) -> list[Run]:
     ]
 
 
+def _fingerprint(e: Env) -> list[Run]:
+    # written where --out says; without it, beside the draft (the draft's folder is the user's own, by design)
+    fp = e.o("seed-fingerprint.safetensors")
+    return [
+        (
+            [
+                "fingerprint",
+                "--from",
+                e["seed/states-sample-1.safetensors"],
+                "--train",
+                e["seed/train"],
+                "--draft",
+                e["seed/draft-fixed"],
+                "--target-config",
+                e["seed/model/config.json"],
+                "--out",
+                fp,
+            ],
+            (0,),
+        ),  # fmt: skip
+        (["gate", e["seed/infer-fixed"], "--fingerprint", fp, "--draft-config", e["seed/draft-fixed"], "-q"], (0,)),
+        (["compare", fp, e["seed/infer-wrong"], "--layer-ids=-1,2,30", "--json", e.o("fp.json")], (1,)),
+    ]
+
+
 def _watch(e: Env) -> list[Run]:
     log = e["engine-logs/vllm-0.32-cpu.log"]  # a real vLLM log: its acceptance lines, followed
     out = ["--events", e.o("watch.jsonl"), "--state", e.o("watch-state.json")]
@@ -290,6 +315,7 @@ ARGS: dict[str, Callable[[Env], list[Run]]] = {
     "audit": _audit,
     "inspect": _inspect,
     "watch": _watch,
+    "fingerprint": _fingerprint,
 }
 
 

@@ -62,6 +62,7 @@ from .verdict import (
     fp_settings,
     label_warnings,
     noise_warnings,
+    other_weights,
     plain_verdict,
     slot_results,
     walkthrough,
@@ -304,8 +305,9 @@ def check_dump(fp: fpfile.Fingerprint, infer: Dump, opts: Options, infer_path: s
             "the inference side holds none of the fingerprint's probe tokens (by token id, or by value for captures "
             "without ids): another tokenizer, or the probes were not sent",
             path=infer_path,
-            hint="send the fingerprint's probes through the engine (hsdiff request FINGERPRINT prints the requests) "
-            "and dump what the draft receives",
+            hint="send the fingerprint's probes through the engine and dump what the draft receives: by default "
+            "they are the first samples of the training dump (hsdiff inspect FINGERPRINT names them; hsdiff "
+            "request TRAIN --sample NAME prints the request for one)",
         )
     final_row = L + 1 if fp.has_final else None
     for g in groups.values():
@@ -347,6 +349,9 @@ def check_dump(fp: fpfile.Fingerprint, infer: Dump, opts: Options, infer_path: s
         tolerance=opts.tolerance,
     )
     cause = fp_cause(fp, groups, results, configured, verdict, words.cause, L)
+    weights = other_weights(groups, results, configured, opts.tolerance, L)
+    if weights is not None:
+        cause, warnings = f"{cause} {weights}", [*warnings, weights]
     return Report(
         verdict=verdict,
         cause=cause,

@@ -380,6 +380,47 @@ def fp_cause(
     return f"{lead} {words}"
 
 
+def other_weights(
+    groups: dict[int | str, EngineSlot],
+    results: Sequence[SlotResult],
+    configured: Configured | None,
+    tolerance: float,
+    L: int,
+) -> str | None:
+    """What to say when the configured ids already name a slot's training boundary, yet what the engine
+    captures there is no hidden state of the fingerprint's target: no id fixes that (other weights than the
+    fingerprint's, or a damaged capture). None when no slot is in that case."""
+    if configured is None:
+        return None
+    bad, good = [], []
+    for r, cfg in zip(results, configured.boundary_indices):
+        g = _fed(groups, cfg)
+        i = None if g is None else g.identity
+        if i is None or r.boundary_index != cfg:
+            continue
+        if i.error > max(tolerance, 0.10):
+            bad.append((r.slot, cfg, i))
+        elif i.boundary == cfg:
+            good.append(cfg)
+    if not bad:
+        return None
+    slots = ", ".join(
+        f"slot {s} ({_name(b, L)}: closest {_name(i.boundary, L) if i.boundary is not None else 'none'} at "
+        f"{pct(i.error)})"
+        for s, b, i in bad
+    )
+    where = ""
+    first_bad = min(b for _, b, _ in bad)
+    if good and max(good) < first_bad:
+        where = f" (its captures match the target's up to B{max(good)} and no longer at B{first_bad})"
+    return (
+        f"The configured ids already name the training layer of {slots}, yet what the engine captures there is no "
+        f"hidden state of the fingerprint's target: the engine runs other weights than the fingerprint was "
+        f"recorded from{where}, or its capture is damaged. No id change fixes this: check that the engine serves "
+        "the checkpoint the fingerprint and the draft's training used."
+    )
+
+
 def walkthrough(
     fp: fpfile.Fingerprint,
     groups: dict[int | str, EngineSlot],
