@@ -473,3 +473,28 @@ def test_a_capture_at_the_right_layer_of_other_weights_is_not_fixed_by_ids(seed_
     assert doc["verdict"] == "mismatch"
     assert "No id change fixes this" in doc["cause"] and "slot 2 (B59" in doc["cause"]
     assert "up to B31" in doc["cause"]
+
+
+def test_the_gate_takes_the_depth_from_the_fingerprint(seed_fp, tmp_path):
+    """No --target-config: the fingerprint's depth and width serve the static checks, so the ids are range
+    checked and vLLM's silent fallback (ids only in the nested key) is named instead of a usage error."""
+    out = tmp_path / "gate.json"
+    g = run(
+        "gate", SEED / "infer-fixed", "--fingerprint", seed_fp, "--draft-config", SEED / "draft-fixed", "--json", out
+    )
+    assert g.exit_code == 0, g.output
+    doc = json.loads(out.read_text())
+    assert (doc["num_hidden_layers"], doc["hidden_size"]) == (61, 576)
+    assert {c["name"]: c["status"] for c in doc["checks"]}["ids-in-range"] == "ok"
+    v = run(
+        "gate",
+        SEED / "infer-fixed",
+        "--fingerprint",
+        seed_fp,
+        "--draft-config",
+        SEED / "draft-fixed",
+        "--engine",
+        "vllm",
+    )
+    assert v.exit_code == 1, v.output
+    assert "ignored-key" in v.output and "falls back to the default layers" in v.output

@@ -33,6 +33,7 @@ from ..comparison import Options, Progress, compare, options_with
 from ..configs import load_config, load_draft, read_ids, target_shape
 from ..errors import InputError
 from ..fingerprint import check, is_fingerprint
+from ..fingerprint import load as load_fingerprint
 from ..model import Settings
 from ..model.gate import Check, GateResult, IdsSource
 from ..rules import conventions as conv
@@ -63,13 +64,33 @@ def _setup(
     num_layers: int | None,
     hidden_size: int | None,
     engine_version: str | None,
+    recorded: tuple[int, int] | None = None,
 ) -> _Setup:
+    """``recorded``: the depth and width a fingerprint given as the training side holds (used when neither the
+    options nor the target config say them)."""
     cfg, path = load_draft(draft_config)
     target = target_shape(load_config(target_config) if target_config else None)
-    L = num_layers or target.num_layers
-    H = hidden_size or target.hidden_size
-    layers_source = "--num-layers" if num_layers else "--target-config" if target.num_layers else "not known"
-    hidden_source = "--hidden-size" if hidden_size else "--target-config" if target.hidden_size else "not known"
+    fp_L, fp_H = recorded or (None, None)
+    L = num_layers or target.num_layers or fp_L
+    H = hidden_size or target.hidden_size or fp_H
+    layers_source = (
+        "--num-layers"
+        if num_layers
+        else "--target-config"
+        if target.num_layers
+        else "the fingerprint"
+        if fp_L
+        else "not known"
+    )
+    hidden_source = (
+        "--hidden-size"
+        if hidden_size
+        else "--target-config"
+        if target.hidden_size
+        else "the fingerprint"
+        if fp_H
+        else "not known"
+    )
     family, source = None, None
     version = conv.parse_version(engine, engine_version)
     if conv.rule(engine).family_rule:  # the engines whose reading depends on the model family
@@ -234,8 +255,19 @@ def run_gate(
     engine = conv.rule(opts.engine).key
     _runner(vllm_runner)
     target_config = target_config or opts.model_config
+    recorded = None
+    if is_fingerprint(train) and not target_config:  # the fingerprint knows the target's depth and width
+        held = load_fingerprint(train)
+        recorded = (held.num_layers, held.hidden_size)
     s = _setup(
-        draft_config, target_config, engine, opts.model_family, opts.num_layers, opts.hidden_size, opts.engine_version
+        draft_config,
+        target_config,
+        engine,
+        opts.model_family,
+        opts.num_layers,
+        opts.hidden_size,
+        opts.engine_version,
+        recorded,
     )
     ids, checks = _checked(s, engine, vllm_runner, opts.draft_kind)
     blocking = [c for c in checks if c.failed and c.name in ("ids-in-range", "ids-source")]
