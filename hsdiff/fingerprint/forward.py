@@ -87,7 +87,7 @@ def record(
     (it must hold the probes' samples); ``noise_model``: the same target in other numerics (an fp32 copy of a
     bf16 model) for the noise floor; ``draft_config``: the draft's ``config.json`` (kind and ids).
 
-    >>> fp = hsdiff.fingerprint.record(model, batch["input_ids"][0])          # doctest: +SKIP
+    >>> fp = hsdiff.fingerprint.record(model, first_sample_ids)               # doctest: +SKIP
     >>> hsdiff.fingerprint.write(fp, "draft/hsdiff-fingerprint.safetensors")  # doctest: +SKIP
     """
     seqs = _as_sequences(input_ids)
