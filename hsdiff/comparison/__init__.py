@@ -27,7 +27,7 @@ from ..rules import conventions as conv
 from ..rules.settings import settings_for
 from . import norms, printed, profiles, scoring, shape, slots, tags, validate
 
-__all__ = ["compare", "Options", "options_with"]
+__all__ = ["compare", "Options", "options_with", "read_infer"]
 
 log = logging.getLogger("hsdiff")
 
@@ -134,20 +134,23 @@ def compare(
             format_name="train_format",
         )
     )
-    infer_dump = (
-        infer
-        if isinstance(infer, Dump)
-        else scan(
-            infer,
-            INFER,
-            fmt=opts.infer_format,
-            index=opts.infer_index,
-            progress=_reading(opts, "inference"),
-            log_pattern=opts.log_pattern,
-            format_name="infer_format",
-        )
+    return _pipeline(train_dump, read_infer(infer, opts), opts, family, str(train), str(infer))
+
+
+def read_infer(infer: str | os.PathLike | Dump, opts: Options) -> Dump:
+    """The inference side: ``infer`` itself when it is a :class:`Dump`, else what its files hold, read as
+    ``opts`` say (format, index, log pattern, progress)."""
+    if isinstance(infer, Dump):
+        return infer
+    return scan(
+        infer,
+        INFER,
+        fmt=opts.infer_format,
+        index=opts.infer_index,
+        progress=_reading(opts, "inference"),
+        log_pattern=opts.log_pattern,
+        format_name="infer_format",
     )
-    return _pipeline(train_dump, infer_dump, opts, family, str(train), str(infer))
 
 
 def options_with(options: Options | None, **given: Any) -> Options:

@@ -25,7 +25,6 @@ printed columns, which a sketch of whole rows cannot be checked against.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 from collections.abc import Callable, Sequence
@@ -35,7 +34,7 @@ import numpy as np
 
 from .. import decide, diagnose, explain
 from ..arrays import dtype_name, row_norms
-from ..comparison import Options, shape, slots, validate
+from ..comparison import Options, options_with, read_infer, shape, slots, validate
 from ..configs import load_config
 from ..errors import InputError
 from ..model import (
@@ -47,7 +46,6 @@ from ..model import (
     Report,
     pct,
 )
-from ..readers import scan
 from ..rules import conventions as conv
 from ..sinks import ordinary_mask
 from . import file as fpfile
@@ -84,20 +82,9 @@ def check(
     >>> report.verdict, report.recommended.ids
     ('ok', (2, 30, 58))
     """
-    opts = _options(options, kwargs)
+    opts = options_with(options, **kwargs)
     fp = fingerprint if isinstance(fingerprint, fpfile.Fingerprint) else fpfile.load(fingerprint)
-    dump = (
-        infer
-        if isinstance(infer, Dump)
-        else scan(
-            infer,
-            INFER,
-            fmt=opts.infer_format,
-            index=opts.infer_index,
-            log_pattern=opts.log_pattern,
-            format_name="infer_format",
-        )
-    )
+    dump = read_infer(infer, opts)
     return check_dump(fp, dump, opts, str(infer) if not isinstance(infer, Dump) else "<dump>")
 
 
@@ -144,28 +131,13 @@ def check_arrays(
     return check_dump(
         fingerprint if isinstance(fingerprint, fpfile.Fingerprint) else fpfile.load(fingerprint),
         Dump(tuple(caps), files=0),
-        _options(options, kwargs),
+        options_with(options, **kwargs),
         "<memory>",
     )
 
 
 def _const(arr: np.ndarray) -> Callable[[], np.ndarray]:
     return lambda: arr
-
-
-def _options(options: Options | None, kwargs: dict[str, Any]) -> Options:
-    opts = options or Options()
-    names = {f.name for f in dataclasses.fields(Options)}
-    for k in kwargs:
-        if k not in names:
-            raise TypeError(f"check() got an unexpected keyword argument {k!r}")
-    if isinstance(kwargs.get("layer_ids"), str):
-        kwargs["layer_ids"] = conv.parse_ids(kwargs["layer_ids"], what="layer_ids")
-    elif kwargs.get("layer_ids") is not None:
-        kwargs["layer_ids"] = [int(i) for i in kwargs["layer_ids"]]
-    opts = dataclasses.replace(opts, **kwargs)
-    conv.rule(opts.engine)
-    return opts
 
 
 def _probe_dump(fp: fpfile.Fingerprint) -> Dump:
